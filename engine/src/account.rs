@@ -1,0 +1,355 @@
+//! Reseller accounts: the operator's admin commands, the reseller balance and its
+//! events, and auto-refill with its simulated card.
+
+use crate::command::{AdminOp, CardBehavior};
+use crate::engine::{limits, Engine};
+use crate::error::{ApiError, ErrorCode};
+use crate::event::EventName;
+use crate::ledger::{Reason, Slot};
+use crate::money;
+use crate::reply::*;
+use crate::state::*;
+use crate::time::Millis;
+use rust_decimal::Decimal;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+impl Engine {
+    pub(crate) fn handle_admin(&mut self, op: AdminOp) -> Response {
+        match op {
+            AdminOp::CreateAccount { contact_email, company_name } => self.create_account(contact_email, company_name),
+            AdminOp::TopUp { account_id, amount_usd } => {
+                let account = self.account_by_id(&account_id)?;
+                self.top_up(account, amount_usd)
+            }
+            AdminOp::CreateKey { account_id } => {
+                let account = self.account_by_id(&account_id)?;
+                Ok(Reply::KeyCreated(KeyCreated { api_key: self.new_api_key(account) }))
+            }
+            AdminOp::RevokeKey { api_key } => {
+                let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
+                match self.keys.get_mut(&digest) {
+                    Some(record) => {
+                        record.revoked = true;
+                        Ok(Reply::Success(Success { success: true }))
+                    }
+                    None => Err(ApiError::new(ErrorCode::NotFound, "unknown API key")),
+                }
+            }
+            AdminOp::Freeze { account_id, frozen } => {
+                let account = self.account_by_id(&account_id)?;
+                self.accounts[account as usize].frozen = frozen;
+                Ok(Reply::AdminUpdated(json!({ "account_id": account_id, "data_suspended": frozen })))
+            }
+            AdminOp::SetAutoRefill { account_id, enabled, amount_usd, card } => {
+                let account = self.account_by_id(&account_id)?;
+                if let Some(amount) = amount_usd {
+                    match money::to_cents(amount) {
+                        Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
+                        _ => {
+                            return Err(ApiError::validation(
+                                "amount_usd must be 10 to 1000000 with at most 2 decimals",
+                            ))
+                        }
+                    }
+                }
+                let refill = &mut self.accounts[account as usize].auto_refill;
+                refill.enabled = enabled;
+                if let Some(amount) = amount_usd {
+                    refill.amount = amount.normalize();
+                }
+                if let Some(card) = card {
+                    refill.card = card;
+                }
+                Ok(Reply::AdminUpdated(json!({
+                    "account_id": account_id,
+                    "enabled": refill.enabled,
+                    "amount_usd": refill.amount,
+                    "card": refill.card,
+                })))
+            }
+            AdminOp::SetLimits { account_id, max_groups, max_group_size } => {
+                let account = self.account_by_id(&account_id)?;
+                for (name, value) in [("max_groups", max_groups), ("max_group_size", max_group_size)] {
+                    if value.is_some_and(|v| !(1..=100_000).contains(&v)) {
+                        return Err(ApiError::validation(format!("{name} must be 1 to 100000")));
+                    }
+                }
+                let record = &mut self.accounts[account as usize];
+                record.max_groups = max_groups.unwrap_or(record.max_groups);
+                record.max_group_size = max_group_size.unwrap_or(record.max_group_size);
+                Ok(Reply::AdminUpdated(json!({
+                    "account_id": account_id,
+                    "max_groups": record.max_groups,
+                    "max_group_size": record.max_group_size,
+                })))
+            }
+            AdminOp::SetInventory { available } => {
+                self.inventory = available;
+                Ok(Reply::AdminUpdated(json!({ "available": available })))
+            }
+        }
+    }
+
+    fn create_account(&mut self, contact_email: String, company_name: Option<String>) -> Response {
+        let email = contact_email.trim();
+        if email.len() > limits::MAX_TEXT_LEN || !email.contains('@') || email.starts_with('@') || email.ends_with('@')
+        {
+            return Err(ApiError::validation("contact_email must be an email address"));
+        }
+        if company_name.as_ref().is_some_and(|n| n.len() > limits::MAX_TEXT_LEN) {
+            return Err(ApiError::validation("company_name is longer than 256 characters"));
+        }
+        let index = self.accounts.len() as u32;
+        let id = self.random_id("acc_", 8);
+        let slots = self.ledger.open_account(index);
+        self.accounts.push(Account {
+            id: id.clone(),
+            contact_email: email.to_string(),
+            company_name,
+            created_at: self.now,
+            frozen: false,
+            slots,
+            lifetime_topup: Decimal::ZERO,
+            lifetime_usage: Decimal::ZERO,
+            low_armed: false,
+            depleted_sent: true,
+            esims: Vec::new(),
+            groups: Vec::new(),
+            webhooks: Vec::new(),
+            max_groups: limits::MAX_GROUPS,
+            max_group_size: limits::MAX_GROUP_SIZE,
+            auto_refill: AutoRefill {
+                enabled: false,
+                amount: Decimal::new(50, 0),
+                card: CardBehavior::Ok,
+                recent_charges: Vec::new(),
+                charge_in_flight: None,
+                last_error: None,
+            },
+        });
+        self.account_index.insert(id.clone(), index);
+        let api_key = self.new_api_key(index);
+        let account = self.account_record(index)?;
+        Ok(Reply::AccountCreated(AccountCreated { account_id: id, api_key, account }))
+    }
+
+    /// A new key: `rsk_` and 64 hex characters (68 in all); only its SHA-256 is kept.
+    fn new_api_key(&mut self, account: u32) -> String {
+        let key = self.random_id("rsk_", 32);
+        debug_assert_eq!(key.len(), 68);
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        self.keys.insert(digest, KeyRecord { digest, account, revoked: false });
+        key
+    }
+
+    pub(crate) fn account_by_id(&self, account_id: &str) -> Result<u32, ApiError> {
+        self.account_index
+            .get(account_id)
+            .copied()
+            .ok_or_else(|| ApiError::new(ErrorCode::AccountNotFound, format!("no account {account_id}")))
+    }
+
+    fn top_up(&mut self, account: u32, amount: Decimal) -> Response {
+        match money::to_cents(amount) {
+            Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
+            _ => return Err(ApiError::validation("amount_usd must be at least 10 (and at most 1000000, 2 decimals)")),
+        }
+        let amount = amount.normalize();
+        let slots = self.accounts[account as usize].slots;
+        self.ledger.transfer(slots.world, slots.reseller, amount, Reason::TopUp);
+        self.accounts[account as usize].lifetime_topup += amount;
+        let topup_id = self.random_id("top_", 12);
+        self.after_reseller_credit(account);
+        let balance = self.reseller_balance(account);
+        self.emit(
+            account,
+            EventName::BalanceToppedUp,
+            json!({ "amount_usd": amount, "new_balance_usd": balance, "balance_usd": balance, "source": "manual", "topup_id": topup_id }),
+        );
+        Ok(Reply::ToppedUp(ToppedUp { topup_id, amount_usd: amount, balance_usd: balance }))
+    }
+
+    // ----- the reseller balance -----
+
+    pub(crate) fn reseller_balance(&self, account: u32) -> Decimal {
+        self.ledger.balance(self.accounts[account as usize].slots.reseller).normalize()
+    }
+
+    /// Checks that the reseller balance covers `amount` (402 with both amounts otherwise).
+    pub(crate) fn require_balance(&self, account: u32, amount: Decimal) -> Result<(), ApiError> {
+        let available = self.reseller_balance(account);
+        if available < amount {
+            return Err(ApiError::new(
+                ErrorCode::InsufficientBalance,
+                format!("required {} USD, available {} USD", amount.normalize(), available),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn require_not_frozen(&self, account: u32) -> Result<(), ApiError> {
+        if self.accounts[account as usize].frozen {
+            return Err(ApiError::new(
+                ErrorCode::AccountSuspended,
+                "the account is frozen by the operator (data_suspended); contact support",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Spends from the reseller balance into `to`; counts in `lifetime_usage_usd` and
+    /// raises balance.low / balance.depleted on the way down.
+    pub(crate) fn spend(&mut self, account: u32, to: Slot, amount: Decimal, reason: Reason) {
+        let reseller = self.accounts[account as usize].slots.reseller;
+        self.ledger.transfer(reseller, to, amount, reason);
+        self.after_reseller_debit(account);
+    }
+
+    pub(crate) fn after_reseller_debit(&mut self, account: u32) {
+        let balance = self.reseller_balance(account);
+        let record = &mut self.accounts[account as usize];
+        let low = balance < money::low_balance_threshold_usd() && record.low_armed;
+        let depleted = balance.is_zero() && !record.depleted_sent;
+        if low {
+            record.low_armed = false;
+        }
+        if depleted {
+            record.depleted_sent = true;
+        }
+        if low {
+            self.emit(
+                account,
+                EventName::BalanceLow,
+                json!({ "balance_usd": balance, "threshold_usd": money::low_balance_threshold_usd() }),
+            );
+        }
+        if depleted {
+            self.emit(account, EventName::BalanceDepleted, json!({ "balance_usd": balance }));
+        }
+    }
+
+    /// Re-arms the reseller balance events once the balance is back up.
+    pub(crate) fn after_reseller_credit(&mut self, account: u32) {
+        let balance = self.reseller_balance(account);
+        let record = &mut self.accounts[account as usize];
+        if balance >= money::low_balance_threshold_usd() {
+            record.low_armed = true;
+        }
+        if balance > Decimal::ZERO {
+            record.depleted_sent = false;
+        }
+    }
+
+    pub(crate) fn wallet_balance(&self, account: u32) -> Response {
+        let record = &self.accounts[account as usize];
+        Ok(Reply::WalletBalance(WalletBalance {
+            balance_usd: self.reseller_balance(account),
+            lifetime_topup_usd: record.lifetime_topup.normalize(),
+            lifetime_usage_usd: record.lifetime_usage.normalize(),
+            data_suspended: record.frozen,
+            currency: "USD",
+        }))
+    }
+
+    pub(crate) fn account_record(&self, account: u32) -> Result<AccountRecord, ApiError> {
+        let record = &self.accounts[account as usize];
+        let active = record.esims.iter().filter(|&&s| self.esims[s as usize].status == EsimStatus::Active).count();
+        Ok(AccountRecord {
+            id: record.id.clone(),
+            company_name: record.company_name.clone(),
+            contact_email: record.contact_email.clone(),
+            balance_usd: self.reseller_balance(account),
+            esim_count: EsimCount { active: active as u64, total: record.esims.len() as u64 },
+            account_status: if record.frozen { "suspended" } else { "active" },
+            data_suspended: record.frozen,
+            created_at: record.created_at,
+            auto_refill_enabled: record.auto_refill.enabled,
+            auto_refill_last_error: record.auto_refill.last_error.as_ref().map(|(code, message, at)| AutoRefillError {
+                code: code.clone(),
+                message: message.clone(),
+                at: *at,
+            }),
+        })
+    }
+
+    // ----- auto-refill -----
+
+    /// Starts a card charge if auto-refill is on and none is on its way. Returns whether
+    /// a charge is now on its way. Only real spend calls this, never a transfer.
+    pub(crate) fn start_auto_refill(&mut self, account: u32) -> bool {
+        let now = self.now;
+        let refill = &mut self.accounts[account as usize].auto_refill;
+        if !refill.enabled {
+            return false;
+        }
+        if refill.charge_in_flight.is_some() {
+            return true;
+        }
+        refill.recent_charges.retain(|at| now.0 - at.0 < Millis::DAY);
+        let amount = refill.amount;
+        if refill.recent_charges.len() >= limits::AUTO_REFILL_MAX_PER_DAY {
+            let message = format!(
+                "auto-refill charged {} times in 24 hours and switched itself off; top up manually and re-enable it",
+                limits::AUTO_REFILL_MAX_PER_DAY
+            );
+            refill.enabled = false;
+            refill.last_error = Some(("daily_limit_reached".into(), message.clone(), now));
+            let balance = self.reseller_balance(account);
+            self.emit(
+                account,
+                EventName::BalanceAutoRefillFailed,
+                json!({ "amount_usd": amount, "error_code": "daily_limit_reached", "error_message": message, "balance_usd": balance }),
+            );
+            self.release_waiting_group_events(account, true);
+            return false;
+        }
+        refill.recent_charges.push(now);
+        refill.charge_in_flight = Some(amount);
+        let deadline = now.plus_ms(self.config.card_settle_ms);
+        self.schedule(deadline, crate::state::Timer::CardSettles(account));
+        true
+    }
+
+    pub(crate) fn card_settles(&mut self, account: u32) {
+        let refill = &mut self.accounts[account as usize].auto_refill;
+        let Some(amount) = refill.charge_in_flight.take() else { return };
+        let failure = match refill.card {
+            CardBehavior::Ok => None,
+            CardBehavior::Declined => Some(("card_declined", "the card was declined")),
+            CardBehavior::RequiresAction => {
+                Some(("authentication_required", "the card needs extra authentication (3-D Secure)"))
+            }
+            CardBehavior::Expired => Some(("expired_card", "the card has expired")),
+        };
+        if let Some((code, message)) = failure {
+            refill.enabled = false;
+            refill.last_error = Some((code.to_string(), message.to_string(), self.now));
+            let balance = self.reseller_balance(account);
+            self.emit(
+                account,
+                EventName::BalanceAutoRefillFailed,
+                json!({ "amount_usd": amount, "error_code": code, "error_message": message, "balance_usd": balance }),
+            );
+            self.release_waiting_group_events(account, true);
+            return;
+        }
+        let slots = self.accounts[account as usize].slots;
+        self.ledger.transfer(slots.world, slots.reseller, amount, Reason::AutoRefill);
+        self.accounts[account as usize].lifetime_topup += amount;
+        self.after_reseller_credit(account);
+        let payment_intent_id = self.random_id("pi_", 12);
+        let balance = self.reseller_balance(account);
+        self.emit(
+            account,
+            EventName::BalanceToppedUp,
+            json!({ "amount_usd": amount, "new_balance_usd": balance, "balance_usd": balance, "source": "auto_refill" }),
+        );
+        self.emit(
+            account,
+            EventName::BalanceAutoRefillSucceeded,
+            json!({ "amount_usd": amount, "payment_intent_id": payment_intent_id, "balance_usd": balance }),
+        );
+        self.release_waiting_group_events(account, false);
+    }
+}

@@ -1,0 +1,225 @@
+//! Inputs of the engine. Commands are plain data (serde), so the journal can store them
+//! and a replay can feed them back: the transport parses, the engine decides.
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// One input, applied at the `now` given to [`crate::Engine::handle`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// A call of the reseller API, authenticated by its bearer key.
+    Reseller(ResellerRequest),
+    /// The operator side (admin API; the transport checks the admin token).
+    Admin(AdminOp),
+    /// The world: devices, the network and its faults (sandbox API).
+    Sandbox(SandboxOp),
+    /// What became of a webhook delivery the engine handed out as an effect.
+    DeliveryOutcome { delivery_id: u64, result: DeliveryResult },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResellerRequest {
+    pub api_key: String,
+    /// `Idempotency-Key` header of a POST: replays the stored response for 24 hours.
+    pub idempotency_key: Option<String>,
+    pub op: ResellerOp,
+}
+
+/// Every endpoint of the reseller API. Optional query values are `None` when absent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ResellerOp {
+    Provision {
+        end_user_reference: Option<String>,
+        label: Option<String>,
+        group_id: Option<String>,
+    },
+    ListEsims {
+        status: Option<String>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
+    GetEsim {
+        iccid: String,
+    },
+    Enable {
+        iccid: String,
+    },
+    Disable {
+        iccid: String,
+    },
+    Terminate {
+        iccid: String,
+    },
+    Throttle {
+        iccid: String,
+        speed: String,
+    },
+    Fund {
+        iccid: String,
+        amount: Decimal,
+    },
+    Defund {
+        iccid: String,
+    },
+    ListGroups,
+    CreateGroup {
+        name: String,
+        low_balance_threshold_usd: Option<Decimal>,
+        refill_amount_usd: Option<Decimal>,
+    },
+    GetGroup {
+        group_id: String,
+    },
+    UpdateGroup {
+        group_id: String,
+        name: Option<String>,
+        low_balance_threshold_usd: Option<Decimal>,
+        refill_amount_usd: Option<Decimal>,
+    },
+    FundGroup {
+        group_id: String,
+        amount: Decimal,
+    },
+    DefundGroup {
+        group_id: String,
+    },
+    ListGroupEsims {
+        group_id: String,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
+    AddGroupEsim {
+        group_id: String,
+        iccid: String,
+    },
+    RemoveGroupEsim {
+        group_id: String,
+        iccid: String,
+    },
+    WalletBalance,
+    Rates {
+        country: Option<String>,
+        continent: Option<String>,
+    },
+    Account,
+    ListWebhooks,
+    CreateWebhook {
+        url: String,
+        events: Vec<String>,
+    },
+    GetWebhook {
+        webhook_id: String,
+    },
+    UpdateWebhook {
+        webhook_id: String,
+        url: Option<String>,
+        events: Option<Vec<String>>,
+        active: Option<bool>,
+    },
+    DeleteWebhook {
+        webhook_id: String,
+    },
+    TestWebhook {
+        webhook_id: String,
+    },
+}
+
+impl ResellerOp {
+    /// Reads change nothing: they are neither journaled nor idempotency-stored.
+    pub fn is_read(&self) -> bool {
+        use ResellerOp::*;
+        matches!(
+            self,
+            ListEsims { .. }
+                | GetEsim { .. }
+                | ListGroups
+                | GetGroup { .. }
+                | ListGroupEsims { .. }
+                | WalletBalance
+                | Rates { .. }
+                | Account
+                | ListWebhooks
+                | GetWebhook { .. }
+        )
+    }
+
+    /// A short stable name (logs, simulation statistics).
+    pub fn kind(&self) -> &'static str {
+        use ResellerOp::*;
+        match self {
+            Provision { .. } => "provision",
+            ListEsims { .. } => "list_esims",
+            GetEsim { .. } => "get_esim",
+            Enable { .. } => "enable",
+            Disable { .. } => "disable",
+            Terminate { .. } => "terminate",
+            Throttle { .. } => "throttle",
+            Fund { .. } => "fund",
+            Defund { .. } => "defund",
+            ListGroups => "list_groups",
+            CreateGroup { .. } => "create_group",
+            GetGroup { .. } => "get_group",
+            UpdateGroup { .. } => "update_group",
+            FundGroup { .. } => "fund_group",
+            DefundGroup { .. } => "defund_group",
+            ListGroupEsims { .. } => "list_group_esims",
+            AddGroupEsim { .. } => "add_group_esim",
+            RemoveGroupEsim { .. } => "remove_group_esim",
+            WalletBalance => "wallet_balance",
+            Rates { .. } => "rates",
+            Account => "account",
+            ListWebhooks => "list_webhooks",
+            CreateWebhook { .. } => "create_webhook",
+            GetWebhook { .. } => "get_webhook",
+            UpdateWebhook { .. } => "update_webhook",
+            DeleteWebhook { .. } => "delete_webhook",
+            TestWebhook { .. } => "test_webhook",
+        }
+    }
+}
+
+/// The simulated saved card of an account's auto-refill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CardBehavior {
+    Ok,
+    Declined,
+    RequiresAction,
+    Expired,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AdminOp {
+    CreateAccount { contact_email: String, company_name: Option<String> },
+    TopUp { account_id: String, amount_usd: Decimal },
+    CreateKey { account_id: String },
+    RevokeKey { api_key: String },
+    Freeze { account_id: String, frozen: bool },
+    SetAutoRefill { account_id: String, enabled: bool, amount_usd: Option<Decimal>, card: Option<CardBehavior> },
+    SetLimits { account_id: String, max_groups: Option<u32>, max_group_size: Option<u32> },
+    SetInventory { available: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SandboxOp {
+    Install { iccid: String },
+    Usage { iccid: String, mb: Decimal, country: String, operator: Option<String> },
+    SetFaults { upstream_pause_fails: Option<bool>, network_read_fails: Option<bool> },
+}
+
+/// How a webhook POST ended, as the shell saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryResult {
+    /// The receiver answered with this HTTP status (2xx is success).
+    Status(u16),
+    /// No answer within the delivery timeout.
+    Timeout,
+    /// No connection (refused, DNS, TLS): the text says which.
+    Failed(String),
+}
+
+impl DeliveryResult {
+    pub fn is_success(&self) -> bool {
+        matches!(self, DeliveryResult::Status(200..=299))
+    }
+}

@@ -1,0 +1,481 @@
+//! eSIMs: provisioning, reads, the data switch, throttle, terminate, fund and defund.
+
+use crate::codes;
+use crate::engine::{limits, Engine};
+use crate::error::{ApiError, ErrorCode};
+use crate::event::EventName;
+use crate::ledger::Reason;
+use crate::money;
+use crate::reply::*;
+use crate::state::*;
+use rust_decimal::Decimal;
+use serde_json::{json, Map, Value};
+
+/// The throttle speeds the spec accepts: NO_LIMIT, 100 to 3000 Kbps in steps of 100,
+/// then 3500, 4000, 4500 and 5000.
+pub fn is_valid_speed(speed: &str) -> bool {
+    if speed == "NO_LIMIT" {
+        return true;
+    }
+    let Some(kbps) = speed.strip_prefix("SPEED_").and_then(|s| s.strip_suffix("_KBPS")) else {
+        return false;
+    };
+    if kbps.starts_with('0') || !kbps.bytes().all(|b| b.is_ascii_digit()) || kbps.len() > 4 {
+        return false;
+    }
+    let Ok(value) = kbps.parse::<u32>() else { return false };
+    (value % 100 == 0 && (100..=3_000).contains(&value)) || matches!(value, 3_500 | 4_000 | 4_500 | 5_000)
+}
+
+pub(crate) fn check_text(field: &str, value: &Option<String>) -> Result<(), ApiError> {
+    match value {
+        Some(text) if text.chars().count() > limits::MAX_TEXT_LEN => {
+            Err(ApiError::validation(format!("{field} is longer than {} characters", limits::MAX_TEXT_LEN)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks and clamps list paging: limit default 50, 1 to 100 (above 100 is clamped).
+pub(crate) fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64), ApiError> {
+    let limit = limit.unwrap_or(limits::PAGE_DEFAULT);
+    if limit == 0 {
+        return Err(ApiError::validation("limit must be at least 1"));
+    }
+    Ok((limit.min(limits::PAGE_MAX), offset.unwrap_or(0)))
+}
+
+impl Engine {
+    /// The eSIM of `iccid` on `account`; another account's eSIM is as unknown as a missing one.
+    pub(crate) fn sim_of(&self, account: u32, iccid: &str) -> Result<u32, ApiError> {
+        match self.iccid_index.get(iccid) {
+            Some(&sim) if self.esims[sim as usize].account == account => Ok(sim),
+            _ => Err(ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}"))),
+        }
+    }
+
+    /// Data of an `esim.*` event: the common fields, then the event's own.
+    pub(crate) fn emit_esim_event(&mut self, sim: u32, name: EventName, extra: Value) {
+        let esim = &self.esims[sim as usize];
+        let mut data = Map::new();
+        data.insert("iccid".into(), json!(esim.iccid));
+        data.insert("end_user_reference".into(), json!(esim.end_user_reference));
+        data.insert("label".into(), json!(esim.label));
+        if let Value::Object(fields) = extra {
+            data.extend(fields);
+        }
+        let account = esim.account;
+        self.emit(account, name, Value::Object(data));
+    }
+
+    /// What the SIM's wallet shows: its exact credit plus a return on its way, rounded down.
+    pub(crate) fn sim_displayed_balance(&self, sim: u32) -> Decimal {
+        let esim = &self.esims[sim as usize];
+        if esim.group.is_some() {
+            return Decimal::ZERO;
+        }
+        let pending = esim.pending.as_ref().map_or(Decimal::ZERO, PendingReturn::amount);
+        money::displayed(self.ledger.balance(esim.wallet.slots.credit) + pending)
+    }
+
+    pub(crate) fn esim_item(&self, sim: u32, euicc: Option<EuiccState>) -> EsimItem {
+        let esim = &self.esims[sim as usize];
+        let group = esim.group.map(|g| &self.groups[g as usize]);
+        EsimItem {
+            id: esim.id.clone(),
+            iccid: esim.iccid.clone(),
+            status: esim.status.as_str(),
+            euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),
+            end_user_reference: esim.end_user_reference.clone(),
+            label: esim.label.clone(),
+            wallet_balance_usd: self.sim_displayed_balance(sim),
+            total_data_charged_usd: match group {
+                Some(_) => None,
+                None => Some(self.ledger.balance(esim.wallet.slots.reported).normalize()),
+            },
+            activated_at: esim.activated_at,
+            terminated_at: esim.terminated_at,
+            created_at: esim.created_at,
+            group_id: group.map(|g| g.id.clone()),
+        }
+    }
+
+    pub(crate) fn provision(
+        &mut self,
+        account: u32,
+        end_user_reference: Option<String>,
+        label: Option<String>,
+        group_id: Option<String>,
+    ) -> Response {
+        check_text("end_user_reference", &end_user_reference)?;
+        check_text("label", &label)?;
+        let group = match &group_id {
+            Some(id) => {
+                let group = self.group_of(account, id)?;
+                self.require_group_room(group)?;
+                Some(group)
+            }
+            None => None,
+        };
+        self.require_not_frozen(account)?;
+        let fee = money::provisioning_fee_usd();
+        self.require_balance(account, fee)?;
+        if self.inventory == 0 {
+            return Err(ApiError::new(ErrorCode::NoEsimsAvailable, "eSIM inventory is depleted; try again later"));
+        }
+        self.inventory -= 1;
+        let fees = self.accounts[account as usize].slots.fees;
+        self.spend(account, fees, fee, Reason::ProvisioningFee);
+        self.accounts[account as usize].lifetime_usage += fee;
+
+        if self.next_serial == 0 {
+            // A random starting serial makes ICCIDs look issued from a real range.
+            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>()) % 100_000_000_000 + 1;
+        }
+        let iccid = codes::iccid_for_serial(self.next_serial);
+        self.next_serial += 1;
+        let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>()));
+        let id = self.random_uuid();
+        let slots = self.ledger.open_sim_wallet(account);
+        let sim = self.esims.len() as u32;
+        self.esims.push(Esim {
+            id: id.clone(),
+            iccid: iccid.clone(),
+            account,
+            lpa_string: lpa_string.clone(),
+            status: EsimStatus::Pending,
+            euicc_network: EuiccState::Released,
+            euicc_cached: EuiccState::Released,
+            end_user_reference: end_user_reference.clone(),
+            label: label.clone(),
+            created_at: self.now,
+            activated_at: None,
+            terminated_at: None,
+            data_enabled: true,
+            throttle: "NO_LIMIT".into(),
+            wallet: Wallet::new(slots),
+            wallet_created: false,
+            group,
+            pending: None,
+        });
+        let previous = self.iccid_index.insert(iccid.clone(), sim);
+        assert!(previous.is_none(), "ICCIDs are unique");
+        self.accounts[account as usize].esims.push(sim);
+        if let Some(group) = group {
+            self.groups[group as usize].members.insert(sim);
+        }
+        let created_at = self.now;
+        self.emit_esim_event(
+            sim,
+            EventName::EsimProvisioned,
+            json!({
+                "lpa_string": lpa_string,
+                "status": "pending",
+                "created_at": created_at.to_rfc3339(),
+                "group_id": group_id,
+            }),
+        );
+        let balance_remaining = self.reseller_balance(account);
+        if balance_remaining < money::low_balance_threshold_usd() {
+            self.start_auto_refill(account);
+        }
+        Ok(Reply::Provisioned(ProvisionedEsim {
+            id,
+            iccid,
+            qr_code: QrCodeDataUrl(lpa_string.clone()),
+            direct_install_url: codes::direct_install_url(&lpa_string),
+            lpa_string,
+            status: "pending",
+            euicc_state: "RELEASED",
+            end_user_reference,
+            label,
+            cost: fee,
+            balance_remaining,
+            created_at,
+            group_id,
+        }))
+    }
+
+    pub(crate) fn list_esims(
+        &self,
+        account: u32,
+        status: Option<String>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    ) -> Response {
+        let status =
+            match status.as_deref() {
+                None => None,
+                Some(text) => Some(EsimStatus::parse(text).ok_or_else(|| {
+                    ApiError::validation("status must be one of pending, active, suspended, terminated")
+                })?),
+            };
+        let (limit, offset) = page(limit, offset)?;
+        let matching = self.accounts[account as usize]
+            .esims
+            .iter()
+            .copied()
+            .filter(|&sim| status.is_none_or(|s| self.esims[sim as usize].status == s));
+        let mut total = 0u64;
+        let mut esims = Vec::new();
+        for sim in matching {
+            if total >= offset && (esims.len() as u64) < limit {
+                esims.push(self.esim_item(sim, None));
+            }
+            total += 1;
+        }
+        Ok(Reply::EsimPage(EsimPage { esims, total, limit, offset }))
+    }
+
+    pub(crate) fn get_esim(&self, account: u32, iccid: &str) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        let esim = &self.esims[sim as usize];
+        // The live state comes from the network; when that read fails, the cached one.
+        let euicc = if self.faults.network_read_fails { esim.euicc_cached } else { esim.euicc_network };
+        let group_total = esim.group.map(|g| {
+            let group = &self.groups[g as usize];
+            self.ledger.balance(group.wallet.slots.reported).normalize()
+        });
+        Ok(Reply::Esim(EsimDetail {
+            item: self.esim_item(sim, Some(euicc)),
+            lpa_string: esim.lpa_string.clone(),
+            data_enabled: esim.data_enabled,
+            throttle: esim.throttle.clone(),
+            group_total_data_charged_usd: group_total,
+            pending: esim.pending.as_ref().map(|p| match p {
+                PendingReturn::Defund { .. } => "defund_pending",
+                PendingReturn::Move { .. } => "move_pending",
+            }),
+        }))
+    }
+
+    fn require_not_terminated(&self, sim: u32) -> Result<(), ApiError> {
+        if self.esims[sim as usize].status == EsimStatus::Terminated {
+            return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
+        }
+        Ok(())
+    }
+
+    /// Refuses a change while the eSIM's balance is on its way back or into a group.
+    fn require_no_pending(&self, sim: u32) -> Result<(), ApiError> {
+        match self.esims[sim as usize].pending {
+            Some(PendingReturn::Defund { .. }) => Err(ApiError::new(
+                ErrorCode::DefundPending,
+                "a balance return for this eSIM is in progress; try again once it has settled",
+            )),
+            Some(PendingReturn::Move { .. }) => {
+                Err(ApiError::new(ErrorCode::MovePending, "a move of this eSIM into a group is in progress"))
+            }
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn enable(&mut self, account: u32, iccid: &str) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        self.require_not_terminated(sim)?;
+        self.require_no_pending(sim)?;
+        self.require_not_frozen(account)?;
+        let balance = self.reseller_balance(account);
+        if balance <= Decimal::ZERO {
+            return Err(ApiError::new(
+                ErrorCode::InsufficientBalance,
+                format!("required more than 0 USD, available {balance} USD"),
+            ));
+        }
+        let esim = &mut self.esims[sim as usize];
+        if !esim.data_enabled {
+            esim.data_enabled = true;
+            esim.status = if esim.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
+            self.emit_esim_event(sim, EventName::EsimDataResumed, json!({}));
+        }
+        Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: true }))
+    }
+
+    pub(crate) fn disable(&mut self, account: u32, iccid: &str) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        self.require_not_terminated(sim)?;
+        let esim = &mut self.esims[sim as usize];
+        if esim.data_enabled {
+            esim.data_enabled = false;
+            esim.status = EsimStatus::Suspended;
+            self.emit_esim_event(sim, EventName::EsimDataSuspended, json!({}));
+        }
+        Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: false }))
+    }
+
+    pub(crate) fn throttle(&mut self, account: u32, iccid: &str, speed: String) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        if !is_valid_speed(&speed) {
+            return Err(ApiError::validation(
+                "speed must be NO_LIMIT, SPEED_100_KBPS to SPEED_3000_KBPS in 100 Kbps steps, or SPEED_3500_KBPS, SPEED_4000_KBPS, SPEED_4500_KBPS, SPEED_5000_KBPS",
+            ));
+        }
+        self.require_not_terminated(sim)?;
+        self.esims[sim as usize].throttle = speed.clone();
+        Ok(Reply::Throttled(Throttled { success: true, iccid: iccid.to_string(), throttle: speed }))
+    }
+
+    pub(crate) fn terminate(&mut self, account: u32, iccid: &str) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        self.require_not_terminated(sim)?;
+        let now = self.now;
+        let forfeited_slot = self.accounts[account as usize].slots.forfeited;
+        let esim = &mut self.esims[sim as usize];
+        esim.status = EsimStatus::Terminated;
+        esim.terminated_at = Some(now);
+        esim.data_enabled = false;
+        let credit = esim.wallet.slots.credit;
+        let group = esim.group.take();
+        if let Some(group) = group {
+            self.groups[group as usize].members.remove(&sim);
+        }
+        let forfeited = self.ledger.transfer_all(credit, forfeited_slot, Reason::Forfeit);
+        self.emit_esim_event(
+            sim,
+            EventName::EsimTerminated,
+            json!({ "status": "terminated", "terminated_at": now.to_rfc3339(), "forfeited_usd": money::displayed(forfeited) }),
+        );
+        Ok(Reply::Terminated(Terminated { success: true, iccid: iccid.to_string(), status: "terminated" }))
+    }
+
+    pub(crate) fn fund(&mut self, account: u32, iccid: &str, amount: Decimal) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
+        self.require_not_terminated(sim)?;
+        if let Some(group) = self.esims[sim as usize].group {
+            return Err(ApiError::new(
+                ErrorCode::EsimInGroup,
+                format!("the eSIM is a member of group {}; fund the group instead", self.groups[group as usize].id),
+            ));
+        }
+        self.require_no_pending(sim)?;
+        self.require_not_frozen(account)?;
+        let amount = amount.normalize();
+        self.require_balance(account, amount)?;
+
+        let credit = money::upstream_credit(cents);
+        let slots = self.accounts[account as usize].slots;
+        let wallet_credit = self.esims[sim as usize].wallet.slots.credit;
+        self.ledger.transfer(slots.reseller, wallet_credit, credit, Reason::EsimFund);
+        self.ledger.transfer(slots.reseller, slots.dust, amount - credit, Reason::ConversionDust);
+        self.accounts[account as usize].lifetime_usage += amount;
+        self.after_reseller_debit(account);
+        let pause_until = self.now.plus_ms(self.config.reporting_pause_ms);
+        let exact = self.ledger.balance(wallet_credit);
+        let esim = &mut self.esims[sim as usize];
+        esim.wallet_created = true;
+        esim.wallet.reporting_paused_until = pause_until;
+        if money::displayed(exact) >= money::low_balance_threshold_usd() {
+            esim.wallet.low_armed = true;
+        }
+        esim.wallet.depleted_sent = false;
+        Ok(Reply::Funded(Funded {
+            success: true,
+            iccid: iccid.to_string(),
+            funded_usd: amount,
+            wallet_balance_usd: money::displayed(exact),
+            account_balance_remaining: self.reseller_balance(account),
+        }))
+    }
+
+    pub(crate) fn defund(&mut self, account: u32, iccid: &str) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        self.require_not_terminated(sim)?;
+        let esim = &self.esims[sim as usize];
+        if esim.group.is_some() {
+            return Err(ApiError::new(ErrorCode::EsimInGroup, "the eSIM is a group member; defund the group instead"));
+        }
+        match esim.pending {
+            Some(PendingReturn::Defund { .. }) => {
+                return Err(ApiError::new(ErrorCode::DefundAlreadyPending, "a balance return is already in progress"))
+            }
+            Some(PendingReturn::Move { .. }) => {
+                return Err(ApiError::new(ErrorCode::MovePending, "a move of this eSIM into a group is in progress"))
+            }
+            None => {}
+        }
+        if !esim.wallet_created {
+            return Err(ApiError::new(ErrorCode::WalletNotReady, "the eSIM has no wallet yet: it was never funded"));
+        }
+        let exact = self.ledger.balance(esim.wallet.slots.credit);
+        let estimate = money::displayed(exact);
+        if estimate.is_zero() {
+            return Err(ApiError::new(ErrorCode::NoBalanceToReturn, "the wallet holds nothing to return"));
+        }
+        if self.faults.upstream_pause_fails {
+            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
+        }
+        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
+        let returns = self.accounts[account as usize].slots.returns_pending;
+        let credit = esim.wallet.slots.credit;
+        let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
+        let esim = &mut self.esims[sim as usize];
+        esim.wallet.paused = true;
+        esim.pending = Some(PendingReturn::Defund { amount, settles_at });
+        self.schedule(settles_at, Timer::SettleReturn(sim));
+        Ok(Reply::DefundAccepted(DefundAccepted {
+            success: true,
+            iccid: iccid.to_string(),
+            status: "defund_pending",
+            estimated_return_usd: estimate,
+            settles_in_minutes: self.settles_in_minutes(),
+        }))
+    }
+
+    pub(crate) fn settles_in_minutes(&self) -> u64 {
+        (self.config.settle_delay_ms.max(0) as u64).div_ceil(60_000)
+    }
+
+    /// A defund or a move settles: the displayed amount goes back to the reseller
+    /// balance, the sub-cent rest to dust; a move then joins its group.
+    pub(crate) fn settle_return(&mut self, sim: u32) {
+        let Some(pending) = self.esims[sim as usize].pending.take() else { return };
+        let account = self.esims[sim as usize].account;
+        let slots = self.accounts[account as usize].slots;
+        let amount = pending.amount();
+        let returned = money::displayed(amount);
+        self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
+        self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
+        self.after_reseller_credit(account);
+        self.esims[sim as usize].wallet.paused = false;
+        match pending {
+            PendingReturn::Defund { .. } => {
+                self.emit_esim_event(sim, EventName::EsimDefunded, json!({ "returned_usd": returned }));
+            }
+            PendingReturn::Move { group, .. } => {
+                self.groups[group as usize].incoming_moves -= 1;
+                if self.esims[sim as usize].status != EsimStatus::Terminated {
+                    self.join_group(sim, group, Some(returned));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_valid_speed;
+
+    #[test]
+    fn throttle_speeds_are_exactly_the_spec_values() {
+        let mut valid: Vec<String> = vec!["NO_LIMIT".into()];
+        valid.extend((1..=30).map(|k| format!("SPEED_{}_KBPS", k * 100)));
+        valid.extend([3_500, 4_000, 4_500, 5_000].map(|k| format!("SPEED_{k}_KBPS")));
+        for speed in &valid {
+            assert!(is_valid_speed(speed), "{speed}");
+        }
+        for speed in [
+            "SPEED_50_KBPS",
+            "SPEED_3100_KBPS",
+            "SPEED_150_KBPS",
+            "SPEED_0100_KBPS",
+            "speed_100_kbps",
+            "",
+            "SPEED_6000_KBPS",
+            "SPEED_KBPS",
+            "NO_LIMIT ",
+        ] {
+            assert!(!is_valid_speed(speed), "{speed}");
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Events: the names of the spec (plus `esim.defunded`), and the envelope.
+
+use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum EventName {
+    EsimProvisioned,
+    EsimActivated,
+    EsimTerminated,
+    EsimDataSuspended,
+    EsimDataResumed,
+    EsimBalanceLow,
+    EsimBalanceDepleted,
+    EsimDefunded,
+    BalanceLow,
+    BalanceDepleted,
+    BalanceToppedUp,
+    BalanceAutoRefillSucceeded,
+    BalanceAutoRefillFailed,
+    GroupBalanceLow,
+    GroupFunded,
+    GroupBalanceDepleted,
+    GroupDefunded,
+    EsimGroupAssigned,
+    EsimGroupRemoved,
+    Test,
+}
+
+impl EventName {
+    /// Every event a webhook can subscribe to (`test` needs no subscription).
+    pub const SUBSCRIBABLE: [EventName; 19] = [
+        EventName::EsimProvisioned,
+        EventName::EsimActivated,
+        EventName::EsimTerminated,
+        EventName::EsimDataSuspended,
+        EventName::EsimDataResumed,
+        EventName::EsimBalanceLow,
+        EventName::EsimBalanceDepleted,
+        EventName::EsimDefunded,
+        EventName::BalanceLow,
+        EventName::BalanceDepleted,
+        EventName::BalanceToppedUp,
+        EventName::BalanceAutoRefillSucceeded,
+        EventName::BalanceAutoRefillFailed,
+        EventName::GroupBalanceLow,
+        EventName::GroupFunded,
+        EventName::GroupBalanceDepleted,
+        EventName::GroupDefunded,
+        EventName::EsimGroupAssigned,
+        EventName::EsimGroupRemoved,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        use EventName::*;
+        match self {
+            EsimProvisioned => "esim.provisioned",
+            EsimActivated => "esim.activated",
+            EsimTerminated => "esim.terminated",
+            EsimDataSuspended => "esim.data_suspended",
+            EsimDataResumed => "esim.data_resumed",
+            EsimBalanceLow => "esim.balance_low",
+            EsimBalanceDepleted => "esim.balance_depleted",
+            EsimDefunded => "esim.defunded",
+            BalanceLow => "balance.low",
+            BalanceDepleted => "balance.depleted",
+            BalanceToppedUp => "balance.topped_up",
+            BalanceAutoRefillSucceeded => "balance.auto_refill_succeeded",
+            BalanceAutoRefillFailed => "balance.auto_refill_failed",
+            GroupBalanceLow => "group.balance_low",
+            GroupFunded => "group.funded",
+            GroupBalanceDepleted => "group.balance_depleted",
+            GroupDefunded => "group.defunded",
+            EsimGroupAssigned => "esim.group_assigned",
+            EsimGroupRemoved => "esim.group_removed",
+            Test => "test",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<EventName> {
+        Self::SUBSCRIBABLE.into_iter().chain([EventName::Test]).find(|e| e.as_str() == name)
+    }
+}
+
+/// One emitted event: the delivery envelope plus the account it belongs to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: String,
+    pub account: u32,
+    pub name: EventName,
+    pub created_at: Millis,
+    pub data: serde_json::Value,
+}
+
+impl Event {
+    /// The exact bytes POSTed to receivers: `{"id","event","created_at","data"}`.
+    pub fn envelope_bytes(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Envelope<'a> {
+            id: &'a str,
+            event: &'static str,
+            created_at: String,
+            data: &'a serde_json::Value,
+        }
+        serde_json::to_vec(&Envelope {
+            id: &self.id,
+            event: self.name.as_str(),
+            created_at: self.created_at.to_rfc3339(),
+            data: &self.data,
+        })
+        .expect("event envelopes always serialize")
+    }
+}

@@ -1,0 +1,465 @@
+//! Shared-balance groups: records, fund and defund, members and moves, and the
+//! group low-balance loop with auto-refill.
+
+use crate::engine::Engine;
+use crate::error::{ApiError, ErrorCode};
+use crate::esim::page;
+use crate::event::EventName;
+use crate::ledger::Reason;
+use crate::money;
+use crate::reply::*;
+use crate::state::*;
+use rust_decimal::Decimal;
+use serde_json::{json, Map, Value};
+
+/// Longest group name.
+const MAX_GROUP_NAME_LEN: usize = 100;
+
+fn check_name(name: &str) -> Result<String, ApiError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > MAX_GROUP_NAME_LEN {
+        return Err(ApiError::validation("name must be 1 to 100 characters"));
+    }
+    Ok(name.to_string())
+}
+
+/// Threshold: 0 to 10000 USD; refill amount: 0.01 to 10000 USD (a fund call's bounds).
+fn check_group_amount(field: &str, value: Decimal, allow_zero: bool) -> Result<Decimal, ApiError> {
+    let ok = match money::to_cents(value) {
+        Some(0) => allow_zero,
+        Some(cents) => (1..=money::MAX_FUND_CENTS).contains(&cents),
+        None => false,
+    };
+    if !ok {
+        let low = if allow_zero { "0" } else { "0.01" };
+        return Err(ApiError::validation(format!("{field} must be {low} to 10000 with at most 2 decimals")));
+    }
+    Ok(value.normalize())
+}
+
+impl Engine {
+    pub(crate) fn group_of(&self, account: u32, group_id: &str) -> Result<u32, ApiError> {
+        match self.group_index.get(group_id) {
+            Some(&group) if self.groups[group as usize].account == account => Ok(group),
+            _ => Err(ApiError::new(ErrorCode::GroupNotFound, format!("no group {group_id}"))),
+        }
+    }
+
+    pub(crate) fn require_group_room(&self, group: u32) -> Result<(), ApiError> {
+        let record = &self.groups[group as usize];
+        let max = self.accounts[record.account as usize].max_group_size;
+        if record.members.len() as u64 + u64::from(record.incoming_moves) >= u64::from(max) {
+            return Err(ApiError::new(
+                ErrorCode::GroupFull,
+                format!("the group already holds the maximum of {max} eSIMs"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn group_displayed_balance(&self, group: u32) -> Decimal {
+        let record = &self.groups[group as usize];
+        let pending = record.defund.map_or(Decimal::ZERO, |(amount, _)| amount);
+        money::displayed(self.ledger.balance(record.wallet.slots.credit) + pending)
+    }
+
+    pub(crate) fn group_record(&self, group: u32) -> GroupRecord {
+        let record = &self.groups[group as usize];
+        GroupRecord {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            balance_usd: self.group_displayed_balance(group),
+            low_balance_threshold_usd: record.low_balance_threshold,
+            refill_amount_usd: record.refill_amount,
+            esim_count: record.members.len() as u64,
+            total_data_charged_usd: self.ledger.balance(record.wallet.slots.reported).normalize(),
+            status: if record.defund.is_some() { "defund_pending" } else { "active" },
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+        }
+    }
+
+    /// Data of a `group.*` event: group_id, name, balance_usd, then the event's own.
+    fn emit_group_event(&mut self, group: u32, name: EventName, extra: Value) {
+        let record = &self.groups[group as usize];
+        let mut data = Map::new();
+        data.insert("group_id".into(), json!(record.id));
+        data.insert("name".into(), json!(record.name));
+        data.insert("balance_usd".into(), json!(self.group_displayed_balance(group)));
+        if let Value::Object(fields) = extra {
+            data.extend(fields);
+        }
+        let account = record.account;
+        self.emit(account, name, Value::Object(data));
+    }
+
+    pub(crate) fn list_groups(&self, account: u32) -> Response {
+        let groups: Vec<GroupRecord> =
+            self.accounts[account as usize].groups.iter().rev().map(|&g| self.group_record(g)).collect();
+        Ok(Reply::GroupList(GroupList { total: groups.len() as u64, groups }))
+    }
+
+    pub(crate) fn create_group(
+        &mut self,
+        account: u32,
+        name: String,
+        threshold: Option<Decimal>,
+        refill: Option<Decimal>,
+    ) -> Response {
+        let name = check_name(&name)?;
+        let threshold = check_group_amount("low_balance_threshold_usd", threshold.unwrap_or(Decimal::TEN), true)?;
+        let refill = check_group_amount("refill_amount_usd", refill.unwrap_or(Decimal::new(25, 0)), false)?;
+        self.require_unique_name(account, &name, None)?;
+        let max = self.accounts[account as usize].max_groups;
+        if self.accounts[account as usize].groups.len() as u32 >= max {
+            return Err(ApiError::new(
+                ErrorCode::GroupLimitReached,
+                format!("the account already has the maximum of {max} groups"),
+            ));
+        }
+        let id = self.random_uuid();
+        let slots = self.ledger.open_group_wallet(account);
+        let group = self.groups.len() as u32;
+        let mut wallet = Wallet::new(slots);
+        // A new group is at $0: nothing to cross until it is funded.
+        wallet.low_armed = false;
+        wallet.depleted_sent = true;
+        self.groups.push(Group {
+            id: id.clone(),
+            account,
+            name,
+            low_balance_threshold: threshold,
+            refill_amount: refill,
+            wallet,
+            members: Default::default(),
+            incoming_moves: 0,
+            defund: None,
+            low_event_waiting_until: None,
+            created_at: self.now,
+            updated_at: self.now,
+        });
+        self.group_index.insert(id, group);
+        self.accounts[account as usize].groups.push(group);
+        Ok(Reply::GroupCreated(self.group_record(group)))
+    }
+
+    fn require_unique_name(&self, account: u32, name: &str, except: Option<u32>) -> Result<(), ApiError> {
+        let taken = self.accounts[account as usize]
+            .groups
+            .iter()
+            .any(|&g| Some(g) != except && self.groups[g as usize].name == name);
+        if taken {
+            return Err(ApiError::new(ErrorCode::GroupNameTaken, format!("a group named {name:?} already exists")));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get_group(&self, account: u32, group_id: &str) -> Response {
+        let group = self.group_of(account, group_id)?;
+        Ok(Reply::Group(self.group_record(group)))
+    }
+
+    pub(crate) fn update_group(
+        &mut self,
+        account: u32,
+        group_id: &str,
+        name: Option<String>,
+        threshold: Option<Decimal>,
+        refill: Option<Decimal>,
+    ) -> Response {
+        let group = self.group_of(account, group_id)?;
+        if name.is_none() && threshold.is_none() && refill.is_none() {
+            return Err(ApiError::validation(
+                "give at least one of name, low_balance_threshold_usd, refill_amount_usd",
+            ));
+        }
+        let name = name.map(|n| check_name(&n)).transpose()?;
+        let threshold = threshold.map(|t| check_group_amount("low_balance_threshold_usd", t, true)).transpose()?;
+        let refill = refill.map(|r| check_group_amount("refill_amount_usd", r, false)).transpose()?;
+        if let Some(name) = &name {
+            self.require_unique_name(account, name, Some(group))?;
+        }
+        let now = self.now;
+        let record = &mut self.groups[group as usize];
+        if let Some(name) = name {
+            record.name = name;
+        }
+        if let Some(threshold) = threshold {
+            record.low_balance_threshold = threshold;
+        }
+        if let Some(refill) = refill {
+            record.refill_amount = refill;
+        }
+        record.updated_at = now;
+        Ok(Reply::Group(self.group_record(group)))
+    }
+
+    pub(crate) fn fund_group(&mut self, account: u32, group_id: &str, amount: Decimal) -> Response {
+        let group = self.group_of(account, group_id)?;
+        let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
+        if self.groups[group as usize].defund.is_some() {
+            return Err(ApiError::new(ErrorCode::GroupDefundPending, "a group balance return is in progress"));
+        }
+        self.require_not_frozen(account)?;
+        let amount = amount.normalize();
+        self.require_balance(account, amount)?;
+        let credit = money::upstream_credit(cents);
+        let slots = self.accounts[account as usize].slots;
+        let group_credit = self.groups[group as usize].wallet.slots.credit;
+        self.ledger.transfer(slots.reseller, group_credit, credit, Reason::GroupFund);
+        self.ledger.transfer(slots.reseller, slots.dust, amount - credit, Reason::ConversionDust);
+        self.accounts[account as usize].lifetime_usage += amount;
+        self.after_reseller_debit(account);
+        let now = self.now;
+        let pause_until = now.plus_ms(self.config.reporting_pause_ms);
+        let record = &mut self.groups[group as usize];
+        record.wallet.reporting_paused_until = pause_until;
+        record.wallet.low_armed = true;
+        record.wallet.depleted_sent = false;
+        record.low_event_waiting_until = None;
+        record.updated_at = now;
+        self.emit_group_event(group, EventName::GroupFunded, json!({ "amount_usd": amount }));
+        Ok(Reply::GroupFunded(GroupFunded {
+            success: true,
+            group_id: group_id.to_string(),
+            funded_usd: amount,
+            balance_usd: self.group_displayed_balance(group),
+            account_balance_remaining: self.reseller_balance(account),
+        }))
+    }
+
+    pub(crate) fn defund_group(&mut self, account: u32, group_id: &str) -> Response {
+        let group = self.group_of(account, group_id)?;
+        if self.groups[group as usize].defund.is_some() {
+            return Err(ApiError::new(ErrorCode::GroupDefundPending, "a group balance return is already in progress"));
+        }
+        let estimate = self.group_displayed_balance(group);
+        if estimate.is_zero() {
+            return Err(ApiError::new(ErrorCode::NoBalanceToReturn, "the group holds nothing to return"));
+        }
+        if self.faults.upstream_pause_fails {
+            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
+        }
+        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
+        let returns = self.accounts[account as usize].slots.returns_pending;
+        let credit = self.groups[group as usize].wallet.slots.credit;
+        let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
+        let record = &mut self.groups[group as usize];
+        record.wallet.paused = true;
+        record.defund = Some((amount, settles_at));
+        record.low_event_waiting_until = None;
+        self.schedule(settles_at, Timer::SettleGroupDefund(group));
+        Ok(Reply::GroupDefundAccepted(GroupDefundAccepted {
+            success: true,
+            group_id: group_id.to_string(),
+            status: "defund_pending",
+            estimated_return_usd: estimate,
+            settles_in_minutes: self.settles_in_minutes(),
+        }))
+    }
+
+    pub(crate) fn settle_group_defund(&mut self, group: u32) {
+        let Some((amount, _)) = self.groups[group as usize].defund.take() else { return };
+        let account = self.groups[group as usize].account;
+        let slots = self.accounts[account as usize].slots;
+        let returned = money::displayed(amount);
+        self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
+        self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
+        self.after_reseller_credit(account);
+        let now = self.now;
+        let record = &mut self.groups[group as usize];
+        record.wallet.paused = false;
+        record.wallet.low_armed = false;
+        record.wallet.depleted_sent = true;
+        record.updated_at = now;
+        self.emit_group_event(group, EventName::GroupDefunded, json!({ "returned_usd": returned }));
+    }
+
+    pub(crate) fn list_group_esims(
+        &self,
+        account: u32,
+        group_id: &str,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    ) -> Response {
+        let group = self.group_of(account, group_id)?;
+        let (limit, offset) = page(limit, offset)?;
+        let members = &self.groups[group as usize].members;
+        let esims = members
+            .iter()
+            .skip(offset.min(usize::MAX as u64) as usize)
+            .take(limit as usize)
+            .map(|&sim| self.esim_item(sim, None))
+            .collect();
+        Ok(Reply::GroupMembers(GroupMembers {
+            group_id: group_id.to_string(),
+            esims,
+            total: members.len() as u64,
+            limit,
+            offset,
+        }))
+    }
+
+    pub(crate) fn add_group_esim(&mut self, account: u32, group_id: &str, iccid: &str) -> Response {
+        let group = self.group_of(account, group_id)?;
+        let sim = self.sim_of(account, iccid)?;
+        let esim = &self.esims[sim as usize];
+        if esim.status == EsimStatus::Terminated {
+            return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
+        }
+        if let Some(current) = esim.group {
+            return Err(ApiError::new(
+                ErrorCode::EsimAlreadyInGroup,
+                format!("the eSIM is already a member of group {}", self.groups[current as usize].id),
+            ));
+        }
+        match esim.pending {
+            Some(PendingReturn::Move { .. }) => {
+                return Err(ApiError::new(ErrorCode::MovePending, "a move of this eSIM is already in progress"))
+            }
+            Some(PendingReturn::Defund { .. }) => {
+                return Err(ApiError::new(ErrorCode::DefundPending, "a balance return for this eSIM is in progress"))
+            }
+            None => {}
+        }
+        self.require_group_room(group)?;
+        let credit_slot = esim.wallet.slots.credit;
+        let exact = self.ledger.balance(credit_slot);
+        let slots = self.accounts[account as usize].slots;
+        if money::displayed(exact).is_zero() {
+            // Nothing worth returning: a sub-cent rest goes to dust, the move is immediate.
+            self.ledger.transfer(credit_slot, slots.dust, exact, Reason::MoveDust);
+            self.join_group(sim, group, None);
+            return Ok(Reply::GroupMemberAdded(GroupMemberChange {
+                success: true,
+                group_id: group_id.to_string(),
+                iccid: iccid.to_string(),
+                status: "assigned",
+                settles_in_minutes: None,
+                estimated_return_usd: None,
+            }));
+        }
+        if self.faults.upstream_pause_fails {
+            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
+        }
+        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
+        let amount = self.ledger.transfer_all(credit_slot, slots.returns_pending, Reason::ReturnRequested);
+        let esim = &mut self.esims[sim as usize];
+        esim.wallet.paused = true;
+        esim.pending = Some(PendingReturn::Move { group, amount, settles_at });
+        self.groups[group as usize].incoming_moves += 1;
+        self.schedule(settles_at, Timer::SettleReturn(sim));
+        Ok(Reply::GroupMovePending(GroupMemberChange {
+            success: true,
+            group_id: group_id.to_string(),
+            iccid: iccid.to_string(),
+            status: "move_pending",
+            settles_in_minutes: Some(self.settles_in_minutes()),
+            estimated_return_usd: Some(money::displayed(amount)),
+        }))
+    }
+
+    /// The eSIM becomes a member (immediately, or when its pending move settles).
+    pub(crate) fn join_group(&mut self, sim: u32, group: u32, returned: Option<Decimal>) {
+        self.esims[sim as usize].group = Some(group);
+        self.groups[group as usize].members.insert(sim);
+        let record = &self.groups[group as usize];
+        let mut extra = json!({ "group_id": record.id, "group_name": record.name });
+        if let Some(returned) = returned {
+            extra["returned_usd"] = json!(returned);
+        }
+        self.emit_esim_event(sim, EventName::EsimGroupAssigned, extra);
+    }
+
+    pub(crate) fn remove_group_esim(&mut self, account: u32, group_id: &str, iccid: &str) -> Response {
+        let group = self.group_of(account, group_id)?;
+        let sim = self.sim_of(account, iccid)?;
+        if self.esims[sim as usize].group != Some(group) {
+            return Err(ApiError::new(
+                ErrorCode::EsimNotFound,
+                format!("eSIM {iccid} is not a member of group {group_id}"),
+            ));
+        }
+        self.groups[group as usize].members.remove(&sim);
+        let esim = &mut self.esims[sim as usize];
+        esim.group = None;
+        // Standalone again at $0: nothing to notify until it is funded.
+        esim.wallet.low_armed = false;
+        esim.wallet.depleted_sent = true;
+        let name = self.groups[group as usize].name.clone();
+        self.emit_esim_event(sim, EventName::EsimGroupRemoved, json!({ "group_id": group_id, "group_name": name }));
+        Ok(Reply::GroupMemberRemoved(GroupMemberChange {
+            success: true,
+            group_id: group_id.to_string(),
+            iccid: iccid.to_string(),
+            status: "removed",
+            settles_in_minutes: None,
+            estimated_return_usd: None,
+        }))
+    }
+
+    /// The group low-balance loop, run on every change of the group balance by usage or
+    /// fund: group.balance_low once per crossing (held back while an auto-refill charge
+    /// for the refill is on its way), group.balance_depleted at exactly 0.
+    pub(crate) fn check_group_balance(&mut self, group: u32) {
+        let record = &self.groups[group as usize];
+        if record.defund.is_some() {
+            return;
+        }
+        let account = record.account;
+        let exact = self.ledger.balance(record.wallet.slots.credit);
+        let below = money::displayed(exact) < record.low_balance_threshold;
+        let refill = record.refill_amount;
+        if below && record.wallet.low_armed {
+            self.groups[group as usize].wallet.low_armed = false;
+            let underfunded = self.reseller_balance(account) < refill;
+            if underfunded && self.accounts[account as usize].auto_refill.enabled && self.start_auto_refill(account) {
+                let deadline = self.now.plus_ms(self.config.group_low_wait_ms);
+                self.groups[group as usize].low_event_waiting_until = Some(deadline);
+                self.schedule(deadline, Timer::GroupLowDeadline(group));
+            } else {
+                self.emit_group_low(group, underfunded);
+            }
+        }
+        let record = &mut self.groups[group as usize];
+        if exact.is_zero() && !record.wallet.depleted_sent {
+            record.wallet.depleted_sent = true;
+            self.emit_group_event(group, EventName::GroupBalanceDepleted, json!({}));
+        }
+    }
+
+    fn emit_group_low(&mut self, group: u32, account_underfunded: bool) {
+        let record = &self.groups[group as usize];
+        let extra = json!({
+            "suggested_amount_usd": record.refill_amount,
+            "threshold_usd": record.low_balance_threshold,
+            "account_underfunded": account_underfunded,
+        });
+        self.emit_group_event(group, EventName::GroupBalanceLow, extra);
+    }
+
+    /// A card charge ended: the held-back group.balance_low events go out now.
+    pub(crate) fn release_waiting_group_events(&mut self, account: u32, charge_failed: bool) {
+        let waiting: Vec<u32> = self.accounts[account as usize]
+            .groups
+            .iter()
+            .copied()
+            .filter(|&g| self.groups[g as usize].low_event_waiting_until.is_some())
+            .collect();
+        for group in waiting {
+            self.groups[group as usize].low_event_waiting_until = None;
+            let underfunded =
+                charge_failed || self.reseller_balance(account) < self.groups[group as usize].refill_amount;
+            self.emit_group_low(group, underfunded);
+        }
+    }
+
+    /// About 30 minutes passed without a credit: the event goes out, underfunded.
+    pub(crate) fn group_low_deadline(&mut self, group: u32) {
+        let due = self.groups[group as usize].low_event_waiting_until.is_some_and(|at| at <= self.now);
+        if due {
+            self.groups[group as usize].low_event_waiting_until = None;
+            self.emit_group_low(group, true);
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The double-entry ledger: the one place where money moves.
+//!
+//! Every balance that holds money (a reseller balance, a SIM's exact credit, a group
+//! balance, returns on their way back, fees, data charged, forfeits, dust) is a ledger
+//! *slot*. Money moves only through [`Ledger::transfer`], which takes from one slot and
+//! gives to another of the same reseller account, so the sum of an account's slots is
+//! always zero: the `World` slot goes negative by exactly what came in from outside.
+//! That is DESIGN.md rule 6 as an identity, checked by the simulation after every step.
+
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// Index of a slot in the ledger.
+pub type Slot = u32;
+
+/// What a slot holds. Only `World` may go below zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum SlotKind {
+    /// The outside world: card payments and manual top-ups come from here.
+    World,
+    /// The reseller balance.
+    Reseller,
+    /// Balances on their way back to the reseller balance (eSIM defund, move, group defund).
+    ReturnsPending,
+    /// Provisioning fees earned by the service.
+    Fees,
+    /// Wallet remainders forfeited on terminate.
+    Forfeited,
+    /// Conversion dust (fund amount minus upstream credit) and sub-cent remainders on return.
+    Dust,
+    /// The exact upstream credit of one SIM wallet.
+    SimCredit,
+    /// Data charged to one SIM, used but not yet reported by the upstream pipeline.
+    SimUnreported,
+    /// Data charged to one SIM and reported (`total_data_charged_usd`).
+    SimReported,
+    /// The exact upstream credit of one group.
+    GroupCredit,
+    GroupUnreported,
+    GroupReported,
+}
+
+/// Why money moved: the lines of the finance report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Reason {
+    TopUp,
+    AutoRefill,
+    ProvisioningFee,
+    EsimFund,
+    GroupFund,
+    ConversionDust,
+    DataCharge,
+    DataReport,
+    ReturnRequested,
+    ReturnSettled,
+    ReturnDust,
+    Forfeit,
+    /// A sub-cent credit left on a SIM that joins a group (members hold no wallet).
+    MoveDust,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 13] = [
+        Reason::TopUp,
+        Reason::AutoRefill,
+        Reason::ProvisioningFee,
+        Reason::EsimFund,
+        Reason::GroupFund,
+        Reason::ConversionDust,
+        Reason::DataCharge,
+        Reason::DataReport,
+        Reason::ReturnRequested,
+        Reason::ReturnSettled,
+        Reason::ReturnDust,
+        Reason::Forfeit,
+        Reason::MoveDust,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::TopUp => "top_ups",
+            Reason::AutoRefill => "auto_refills",
+            Reason::ProvisioningFee => "provisioning_fees",
+            Reason::EsimFund => "esim_funds",
+            Reason::GroupFund => "group_funds",
+            Reason::ConversionDust => "conversion_dust",
+            Reason::DataCharge => "data_charged",
+            Reason::DataReport => "data_reported",
+            Reason::ReturnRequested => "returns_requested",
+            Reason::ReturnSettled => "returns_settled",
+            Reason::ReturnDust => "return_dust",
+            Reason::Forfeit => "forfeited",
+            Reason::MoveDust => "move_dust",
+        }
+    }
+}
+
+/// A slot's owner (the reseller account index) and kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotInfo {
+    pub account: u32,
+    pub kind: SlotKind,
+}
+
+/// The fixed slots every reseller account has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountSlots {
+    pub world: Slot,
+    pub reseller: Slot,
+    pub returns_pending: Slot,
+    pub fees: Slot,
+    pub forfeited: Slot,
+    pub dust: Slot,
+}
+
+/// The three slots of a wallet (a SIM's or a group's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalletSlots {
+    pub credit: Slot,
+    pub unreported: Slot,
+    pub reported: Slot,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ledger {
+    balances: Vec<Decimal>,
+    info: Vec<SlotInfo>,
+    /// Per account, the sum moved for each [`Reason`] (indexed like `Reason::ALL`).
+    flows: Vec<[Decimal; Reason::ALL.len()]>,
+}
+
+impl Ledger {
+    fn open(&mut self, account: u32, kind: SlotKind) -> Slot {
+        let slot = self.balances.len() as Slot;
+        self.balances.push(Decimal::ZERO);
+        self.info.push(SlotInfo { account, kind });
+        slot
+    }
+
+    /// Opens the fixed slots of a new reseller account (`account` must be the next index).
+    pub fn open_account(&mut self, account: u32) -> AccountSlots {
+        assert_eq!(account as usize, self.flows.len(), "accounts are opened in order");
+        self.flows.push([Decimal::ZERO; Reason::ALL.len()]);
+        AccountSlots {
+            world: self.open(account, SlotKind::World),
+            reseller: self.open(account, SlotKind::Reseller),
+            returns_pending: self.open(account, SlotKind::ReturnsPending),
+            fees: self.open(account, SlotKind::Fees),
+            forfeited: self.open(account, SlotKind::Forfeited),
+            dust: self.open(account, SlotKind::Dust),
+        }
+    }
+
+    pub fn open_sim_wallet(&mut self, account: u32) -> WalletSlots {
+        WalletSlots {
+            credit: self.open(account, SlotKind::SimCredit),
+            unreported: self.open(account, SlotKind::SimUnreported),
+            reported: self.open(account, SlotKind::SimReported),
+        }
+    }
+
+    pub fn open_group_wallet(&mut self, account: u32) -> WalletSlots {
+        WalletSlots {
+            credit: self.open(account, SlotKind::GroupCredit),
+            unreported: self.open(account, SlotKind::GroupUnreported),
+            reported: self.open(account, SlotKind::GroupReported),
+        }
+    }
+
+    pub fn balance(&self, slot: Slot) -> Decimal {
+        self.balances[slot as usize]
+    }
+
+    /// Moves `amount` from one slot to another of the same account. A zero amount is a
+    /// no-op. Panics on a broken precondition (negative amount, cross-account move, or
+    /// overdrawing a slot other than `World`): callers check business rules first, so
+    /// reaching one is a bug, not an input error.
+    pub fn transfer(&mut self, from: Slot, to: Slot, amount: Decimal, reason: Reason) {
+        assert!(amount >= Decimal::ZERO, "negative transfer {amount} ({reason:?})");
+        if amount.is_zero() {
+            return;
+        }
+        let (from_info, to_info) = (self.info[from as usize], self.info[to as usize]);
+        assert_eq!(from_info.account, to_info.account, "transfers stay inside one account");
+        let from_balance = self.balances[from as usize] - amount;
+        assert!(
+            from_info.kind == SlotKind::World || from_balance >= Decimal::ZERO,
+            "{reason:?} would overdraw {:?} by {}",
+            from_info.kind,
+            -from_balance
+        );
+        self.balances[from as usize] = from_balance;
+        self.balances[to as usize] += amount;
+        let index = reason as usize;
+        self.flows[from_info.account as usize][index] += amount;
+    }
+
+    /// Moves everything a slot holds; returns the amount.
+    pub fn transfer_all(&mut self, from: Slot, to: Slot, reason: Reason) -> Decimal {
+        let amount = self.balance(from);
+        self.transfer(from, to, amount, reason);
+        amount
+    }
+
+    pub fn flow(&self, account: u32, reason: Reason) -> Decimal {
+        let index = reason as usize;
+        self.flows[account as usize][index]
+    }
+
+    /// Every slot with its owner and balance, in slot order (for reports and checkers).
+    pub fn slots(&self) -> impl Iterator<Item = (Slot, SlotInfo, Decimal)> + '_ {
+        self.info.iter().zip(&self.balances).enumerate().map(|(i, (info, balance))| (i as Slot, *info, *balance))
+    }
+
+    /// Sum of an account's balances by kind (for the conservation report).
+    pub fn totals_by_kind(&self, account: u32) -> Vec<(SlotKind, Decimal)> {
+        let mut totals: std::collections::BTreeMap<SlotKind, Decimal> = Default::default();
+        for (_, info, balance) in self.slots().filter(|(_, info, _)| info.account == account) {
+            *totals.entry(info.kind).or_default() += balance;
+        }
+        totals.into_iter().collect()
+    }
+
+    /// Test and checker hook: overwrite a balance to prove the checkers fire.
+    #[doc(hidden)]
+    pub fn corrupt_for_test(&mut self, slot: Slot, balance: Decimal) {
+        self.balances[slot as usize] = balance;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_balance_and_record_flows() {
+        let mut ledger = Ledger::default();
+        let slots = ledger.open_account(0);
+        ledger.transfer(slots.world, slots.reseller, Decimal::new(100, 0), Reason::TopUp);
+        ledger.transfer(slots.reseller, slots.fees, Decimal::new(175, 2), Reason::ProvisioningFee);
+        assert_eq!(ledger.balance(slots.world), Decimal::new(-100, 0));
+        assert_eq!(ledger.balance(slots.reseller), Decimal::new(9825, 2));
+        let sum: Decimal = ledger.slots().map(|(_, _, b)| b).sum();
+        assert_eq!(sum, Decimal::ZERO);
+        assert_eq!(ledger.flow(0, Reason::ProvisioningFee), Decimal::new(175, 2));
+    }
+
+    #[test]
+    #[should_panic(expected = "overdraw")]
+    fn overdraw_is_a_bug() {
+        let mut ledger = Ledger::default();
+        let slots = ledger.open_account(0);
+        ledger.transfer(slots.reseller, slots.fees, Decimal::ONE, Reason::ProvisioningFee);
+    }
+}

@@ -1,0 +1,240 @@
+//! The upstream network model (driven by the sandbox API and the simulation): profile
+//! installs, metered usage that stops at $0, the reporting pipeline on sync cycles, and
+//! injectable faults.
+
+use crate::command::SandboxOp;
+use crate::engine::{limits, Engine};
+use crate::error::{ApiError, ErrorCode};
+use crate::event::EventName;
+use crate::ledger::Reason;
+use crate::money;
+use crate::rates::RateTable;
+use crate::reply::*;
+use crate::state::*;
+use crate::time::Millis;
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde_json::json;
+
+impl Engine {
+    pub(crate) fn handle_sandbox(&mut self, op: SandboxOp) -> Response {
+        match op {
+            SandboxOp::Install { iccid } => self.install(&iccid),
+            SandboxOp::Usage { iccid, mb, country, operator } => self.usage(&iccid, mb, &country, operator.as_deref()),
+            SandboxOp::SetFaults { upstream_pause_fails, network_read_fails } => {
+                if let Some(value) = upstream_pause_fails {
+                    self.faults.upstream_pause_fails = value;
+                }
+                if let Some(value) = network_read_fails {
+                    self.faults.network_read_fails = value;
+                }
+                Ok(Reply::AdminUpdated(json!({
+                    "upstream_pause_fails": self.faults.upstream_pause_fails,
+                    "network_read_fails": self.faults.network_read_fails,
+                })))
+            }
+        }
+    }
+
+    fn any_sim(&self, iccid: &str) -> Result<u32, ApiError> {
+        self.iccid_index
+            .get(iccid)
+            .copied()
+            .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))
+    }
+
+    /// The customer installs and boots the profile; the first time it becomes ENABLED.
+    fn install(&mut self, iccid: &str) -> Response {
+        let sim = self.any_sim(iccid)?;
+        let now = self.now;
+        let esim = &mut self.esims[sim as usize];
+        if esim.status == EsimStatus::Terminated {
+            return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
+        }
+        if esim.activated_at.is_none() {
+            esim.euicc_network = EuiccState::Enabled;
+            esim.euicc_cached = EuiccState::Enabled;
+            esim.activated_at = Some(now);
+            if esim.status == EsimStatus::Pending {
+                esim.status = EsimStatus::Active;
+            }
+            let status = esim.status.as_str();
+            self.emit_esim_event(
+                sim,
+                EventName::EsimActivated,
+                json!({ "activated_at": now.to_rfc3339(), "euicc_state": "ENABLED", "status": status }),
+            );
+        }
+        let esim = &self.esims[sim as usize];
+        Ok(Reply::Installed(Installed {
+            success: true,
+            iccid: iccid.to_string(),
+            status: esim.status.as_str(),
+            euicc_state: esim.euicc_network.as_str(),
+            activated_at: esim.activated_at,
+        }))
+    }
+
+    /// Why data cannot flow for this SIM right now, if it cannot.
+    fn data_blocked(&self, sim: u32) -> Option<&'static str> {
+        let esim = &self.esims[sim as usize];
+        if esim.status == EsimStatus::Terminated {
+            return Some("terminated");
+        }
+        if esim.euicc_network != EuiccState::Enabled {
+            return Some("profile_not_installed");
+        }
+        if !esim.data_enabled {
+            return Some("data_disabled");
+        }
+        if self.accounts[esim.account as usize].frozen {
+            return Some("account_frozen");
+        }
+        let paused = match esim.group {
+            Some(group) => self.groups[group as usize].wallet.paused,
+            None => esim.wallet.paused || esim.pending.is_some(),
+        };
+        if paused {
+            return Some("data_paused");
+        }
+        None
+    }
+
+    /// A device uses `mb` of data in a country on an operator (default: the cheapest).
+    /// Charged at the reseller per-MB price; cut off where the credit runs out.
+    fn usage(&mut self, iccid: &str, mb: Decimal, country: &str, operator: Option<&str>) -> Response {
+        let sim = self.any_sim(iccid)?;
+        if mb <= Decimal::ZERO || mb > Decimal::from(limits::MAX_USAGE_MB) {
+            return Err(ApiError::validation(format!("mb must be above 0 and at most {}", limits::MAX_USAGE_MB)));
+        }
+        let table = RateTable::builtin();
+        let Some(place) = table.by_iso2(country) else {
+            return Err(ApiError::validation(format!("country {country:?} is not an ISO2 code of the rates table")));
+        };
+        let Some(network) = table.network(country, operator) else {
+            return Err(ApiError::validation(format!(
+                "operator {:?} does not serve {}",
+                operator.unwrap_or(""),
+                place.iso2
+            )));
+        };
+        let stopped = |reason| {
+            Ok(Reply::Usage(UsageResult {
+                used_mb: Decimal::ZERO,
+                charged_usd: Decimal::ZERO,
+                data_stopped: true,
+                reason: Some(reason),
+            }))
+        };
+        if !place.has_data {
+            return stopped("no_data_coverage");
+        }
+        if let Some(reason) = self.data_blocked(sim) {
+            return stopped(reason);
+        }
+        let owner = match self.esims[sim as usize].group {
+            Some(group) => WalletOwner::Group(group),
+            None => WalletOwner::Sim(sim),
+        };
+        let slots = self.wallet(owner).slots;
+        let credit = self.ledger.balance(slots.credit);
+        if credit.is_zero() {
+            return stopped("no_credit");
+        }
+        let per_mb = network.per_mb_usd;
+        let wanted = mb * per_mb;
+        let (used_mb, charged, data_stopped) = if wanted >= credit {
+            let used = (credit / per_mb).round_dp_with_strategy(6, RoundingStrategy::ToZero).min(mb);
+            (used, credit, true)
+        } else {
+            (mb, wanted, false)
+        };
+        self.ledger.transfer(slots.credit, slots.unreported, charged, Reason::DataCharge);
+        self.schedule_report(owner);
+        if let WalletOwner::Group(group) = owner {
+            self.check_group_balance(group);
+        }
+        Ok(Reply::Usage(UsageResult {
+            used_mb: used_mb.normalize(),
+            charged_usd: charged.normalize(),
+            data_stopped,
+            reason: data_stopped.then_some("no_credit"),
+        }))
+    }
+
+    pub(crate) fn wallet(&self, owner: WalletOwner) -> &Wallet {
+        match owner {
+            WalletOwner::Sim(sim) => &self.esims[sim as usize].wallet,
+            WalletOwner::Group(group) => &self.groups[group as usize].wallet,
+        }
+    }
+
+    fn wallet_mut(&mut self, owner: WalletOwner) -> &mut Wallet {
+        match owner {
+            WalletOwner::Sim(sim) => &mut self.esims[sim as usize].wallet,
+            WalletOwner::Group(group) => &mut self.groups[group as usize].wallet,
+        }
+    }
+
+    /// The next sync-cycle boundary strictly after `at`.
+    fn next_sync(&self, at: Millis) -> Millis {
+        let interval = self.config.sync_interval_ms.max(1);
+        Millis((at.0.div_euclid(interval) + 1) * interval)
+    }
+
+    fn schedule_report(&mut self, owner: WalletOwner) {
+        let wallet = self.wallet(owner);
+        if wallet.report_scheduled {
+            return;
+        }
+        let due = self.next_sync(self.now.max(wallet.reporting_paused_until));
+        self.wallet_mut(owner).report_scheduled = true;
+        self.schedule(due, Timer::Report(owner));
+    }
+
+    /// A sync cycle reaches a wallet with unreported usage: after the pause, the usage
+    /// becomes reported, and the eSIM balance events follow what was reported.
+    pub(crate) fn report_usage(&mut self, owner: WalletOwner) {
+        let now = self.now;
+        let wallet = self.wallet_mut(owner);
+        wallet.report_scheduled = false;
+        if now < wallet.reporting_paused_until {
+            self.schedule_report(owner);
+            return;
+        }
+        let slots = wallet.slots;
+        self.ledger.transfer_all(slots.unreported, slots.reported, Reason::DataReport);
+        if let WalletOwner::Sim(sim) = owner {
+            self.check_sim_balance(sim);
+        }
+    }
+
+    /// esim.balance_low once per crossing below $5, esim.balance_depleted at $0.
+    fn check_sim_balance(&mut self, sim: u32) {
+        let esim = &self.esims[sim as usize];
+        if esim.status == EsimStatus::Terminated || esim.group.is_some() || esim.pending.is_some() {
+            return;
+        }
+        let exact = self.ledger.balance(esim.wallet.slots.credit);
+        let shown = money::displayed(exact);
+        let threshold = money::low_balance_threshold_usd();
+        let low = shown < threshold && esim.wallet.low_armed;
+        let depleted = exact.is_zero() && !esim.wallet.depleted_sent;
+        let wallet = &mut self.esims[sim as usize].wallet;
+        if low {
+            wallet.low_armed = false;
+        }
+        if depleted {
+            wallet.depleted_sent = true;
+        }
+        if low {
+            self.emit_esim_event(
+                sim,
+                EventName::EsimBalanceLow,
+                json!({ "wallet_balance_usd": shown, "threshold_usd": threshold }),
+            );
+        }
+        if depleted {
+            self.emit_esim_event(sim, EventName::EsimBalanceDepleted, json!({ "wallet_balance_usd": shown }));
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The records the engine keeps. Plain data: every rule lives in the `impl Engine`
+//! blocks of the resource modules, so this file only says what is remembered and why.
+
+use crate::command::CardBehavior;
+use crate::event::EventName;
+use crate::ledger::{AccountSlots, WalletSlots};
+use crate::time::Millis;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EsimStatus {
+    Pending,
+    Active,
+    Suspended,
+    Terminated,
+}
+
+impl EsimStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EsimStatus::Pending => "pending",
+            EsimStatus::Active => "active",
+            EsimStatus::Suspended => "suspended",
+            EsimStatus::Terminated => "terminated",
+        }
+    }
+    pub fn parse(text: &str) -> Option<EsimStatus> {
+        [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EuiccState {
+    Released,
+    Downloaded,
+    Installed,
+    Enabled,
+}
+
+impl EuiccState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EuiccState::Released => "RELEASED",
+            EuiccState::Downloaded => "DOWNLOADED",
+            EuiccState::Installed => "INSTALLED",
+            EuiccState::Enabled => "ENABLED",
+        }
+    }
+}
+
+/// The upstream view of one wallet (a standalone SIM's or a group's) and the state of
+/// its reporting pipeline and low-balance notifications.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Wallet {
+    pub slots: WalletSlots,
+    /// Reporting is paused until then (set by every fund call).
+    pub reporting_paused_until: Millis,
+    /// A report timer is pending for usage not yet reported.
+    pub report_scheduled: bool,
+    /// Armed: the next crossing below the low threshold notifies.
+    pub low_armed: bool,
+    /// The depleted event was sent and no fund has come since.
+    pub depleted_sent: bool,
+    /// Data paused while a return is on its way (defund, move, group defund).
+    pub paused: bool,
+}
+
+impl Wallet {
+    pub fn new(slots: WalletSlots) -> Self {
+        Wallet {
+            slots,
+            reporting_paused_until: Millis(i64::MIN),
+            report_scheduled: false,
+            low_armed: true,
+            depleted_sent: false,
+            paused: false,
+        }
+    }
+}
+
+/// A balance on its way back to the reseller balance.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum PendingReturn {
+    /// eSIM defund: the exact credit taken off the SIM.
+    Defund { amount: Decimal, settles_at: Millis },
+    /// Adding a funded standalone eSIM to a group.
+    Move { group: u32, amount: Decimal, settles_at: Millis },
+}
+
+impl PendingReturn {
+    pub fn amount(&self) -> Decimal {
+        match self {
+            PendingReturn::Defund { amount, .. } | PendingReturn::Move { amount, .. } => *amount,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Esim {
+    pub id: String,
+    pub iccid: String,
+    pub account: u32,
+    pub lpa_string: String,
+    pub status: EsimStatus,
+    /// What the network says now (the live state).
+    pub euicc_network: EuiccState,
+    /// What we last read from the network (served when a network read fails).
+    pub euicc_cached: EuiccState,
+    pub end_user_reference: Option<String>,
+    pub label: Option<String>,
+    pub created_at: Millis,
+    pub activated_at: Option<Millis>,
+    pub terminated_at: Option<Millis>,
+    /// The reseller's data switch (enable/disable).
+    pub data_enabled: bool,
+    pub throttle: String,
+    pub wallet: Wallet,
+    /// The upstream wallet exists once the SIM was first funded.
+    pub wallet_created: bool,
+    pub group: Option<u32>,
+    pub pending: Option<PendingReturn>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AutoRefill {
+    pub enabled: bool,
+    pub amount: Decimal,
+    pub card: CardBehavior,
+    /// Times of the charges started in the last 24 hours (bounded by the daily limit).
+    pub recent_charges: Vec<Millis>,
+    /// A charge is on its way (the card settles after a short delay).
+    pub charge_in_flight: Option<Decimal>,
+    pub last_error: Option<(String, String, Millis)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Account {
+    pub id: String,
+    pub contact_email: String,
+    pub company_name: Option<String>,
+    pub created_at: Millis,
+    pub frozen: bool,
+    pub slots: AccountSlots,
+    pub lifetime_topup: Decimal,
+    pub lifetime_usage: Decimal,
+    /// balance.low fires on the next crossing below $5 while armed.
+    pub low_armed: bool,
+    pub depleted_sent: bool,
+    /// eSIM indexes in provisioning order.
+    pub esims: Vec<u32>,
+    /// Group indexes in creation order.
+    pub groups: Vec<u32>,
+    /// Webhook indexes (deleted ones are removed).
+    pub webhooks: Vec<u32>,
+    pub max_groups: u32,
+    pub max_group_size: u32,
+    pub auto_refill: AutoRefill,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Group {
+    pub id: String,
+    pub account: u32,
+    pub name: String,
+    pub low_balance_threshold: Decimal,
+    pub refill_amount: Decimal,
+    pub wallet: Wallet,
+    /// Member eSIM indexes.
+    pub members: BTreeSet<u32>,
+    /// Moves on their way in (they count against the size limit).
+    pub incoming_moves: u32,
+    pub defund: Option<(Decimal, Millis)>,
+    /// group.balance_low is held back until this deadline while a card charge is on its way.
+    pub low_event_waiting_until: Option<Millis>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Subscription {
+    All,
+    Events(BTreeSet<EventName>),
+}
+
+impl Subscription {
+    pub fn covers(&self, name: EventName) -> bool {
+        match self {
+            Subscription::All => name != EventName::Test,
+            Subscription::Events(set) => set.contains(&name),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Webhook {
+    pub id: String,
+    pub account: u32,
+    pub url: String,
+    pub events: Vec<String>,
+    pub subscription: Subscription,
+    pub signing_secret: String,
+    pub active: bool,
+    pub failure_count: u32,
+    pub last_triggered_at: Option<Millis>,
+    pub last_failure_at: Option<Millis>,
+    pub created_at: Millis,
+    pub deleted: bool,
+}
+
+/// A delivery the engine is responsible for until it succeeds or is given up.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeliveryState {
+    pub webhook: u32,
+    pub event_id: String,
+    pub event: EventName,
+    pub body: String,
+    pub attempt: u32,
+    pub first_attempt_at: Millis,
+    /// Handed out and waiting for its outcome (otherwise waiting for a retry timer).
+    pub in_flight: bool,
+    /// A `test` delivery: one attempt, outcome answered to the caller, counts nothing.
+    pub test: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub digest: [u8; 32],
+    pub account: u32,
+    pub revoked: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IdempotencyEntry {
+    pub fingerprint: [u8; 32],
+    pub status: u16,
+    pub body: String,
+    pub expires_at: Millis,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Faults {
+    pub upstream_pause_fails: bool,
+    pub network_read_fails: bool,
+}
+
+/// Which wallet a report timer is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum WalletOwner {
+    Sim(u32),
+    Group(u32),
+}
+
+/// Everything the engine waits for. Fired in deadline order, ties by scheduling order.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Timer {
+    Report(WalletOwner),
+    SettleReturn(u32),
+    SettleGroupDefund(u32),
+    RetryDelivery(u64),
+    CardSettles(u32),
+    GroupLowDeadline(u32),
+    ExpireIdempotency(u32, String),
+}
+
+/// Serializes a map whose keys are not strings as a list of `[key, value]` pairs, so
+/// that JSON (digest, snapshots) can hold it.
+pub mod map_as_pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?.into_iter().collect())
+    }
+}

@@ -1,0 +1,175 @@
+//! Service time: a millisecond newtype, and RFC 3339 text for it.
+//!
+//! The engine never reads a clock. Every input carries its `now`, and timers are
+//! deadlines in the same unit, so a run is a pure function of its inputs.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Milliseconds since the Unix epoch, on the service clock (wall, sped-up or virtual).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+pub struct Millis(pub i64);
+
+impl Millis {
+    pub const SECOND: i64 = 1_000;
+    pub const MINUTE: i64 = 60 * Self::SECOND;
+    pub const HOUR: i64 = 60 * Self::MINUTE;
+    pub const DAY: i64 = 24 * Self::HOUR;
+
+    /// 2026-01-01T00:00:00Z: where a virtual clock starts unless told otherwise.
+    pub const VIRTUAL_EPOCH: Millis = Millis(1_767_225_600_000);
+
+    pub fn plus_ms(self, ms: i64) -> Millis {
+        Millis(self.0.saturating_add(ms))
+    }
+
+    /// Whole seconds from `self` until `later`, rounded up (what a Retry-After header wants).
+    pub fn seconds_until_ceil(self, later: Millis) -> u64 {
+        let ms = (later.0 - self.0).max(0) as u64;
+        ms.div_ceil(1_000)
+    }
+
+    /// RFC 3339 in UTC with milliseconds, e.g. `2026-01-01T00:00:00.000Z`.
+    pub fn to_rfc3339(self) -> String {
+        self.to_string()
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z` or with a `+HH:MM`/`-HH:MM` offset.
+    pub fn parse_rfc3339(text: &str) -> Option<Millis> {
+        let b = text.trim().as_bytes();
+        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') {
+            return None;
+        }
+        let num = |s: &[u8]| -> Option<i64> {
+            if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            Some(s.iter().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')))
+        };
+        let (year, month, day) = (num(&b[0..4])?, num(&b[5..7])?, num(&b[8..10])?);
+        if b[13] != b':' || b[16] != b':' {
+            return None;
+        }
+        let (hour, minute, second) = (num(&b[11..13])?, num(&b[14..16])?, num(&b[17..19])?);
+        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+            return None;
+        }
+        let mut rest = &b[19..];
+        let mut millis = 0i64;
+        if rest.first() == Some(&b'.') {
+            let digits = rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if digits == 0 {
+                return None;
+            }
+            let frac = &rest[1..1 + digits];
+            for (i, d) in frac.iter().take(3).enumerate() {
+                millis += i64::from(d - b'0') * [100, 10, 1][i];
+            }
+            rest = &rest[1 + digits..];
+        }
+        let offset_minutes = match rest {
+            [b'Z'] | [b'z'] => 0,
+            [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+                let value = num(&[*h1, *h2])? * 60 + num(&[*m1, *m2])?;
+                if *sign == b'+' {
+                    value
+                } else {
+                    -value
+                }
+            }
+            _ => return None,
+        };
+        let days = days_from_civil(year, month, day);
+        let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
+        Some(Millis(seconds * 1_000 + millis))
+    }
+}
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total_seconds = self.0.div_euclid(1_000);
+        let millis = self.0.rem_euclid(1_000);
+        let days = total_seconds.div_euclid(86_400);
+        let second_of_day = total_seconds.rem_euclid(86_400);
+        let (year, month, day) = civil_from_days(days);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+            second_of_day / 3_600,
+            (second_of_day / 60) % 60,
+            second_of_day % 60
+        )
+    }
+}
+
+impl Serialize for Millis {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_i64(self.0)
+    }
+}
+
+/// Serializes a timestamp as RFC 3339 text (what API bodies carry).
+pub mod rfc3339 {
+    use super::Millis;
+    pub fn serialize<S: serde::Serializer>(value: &Millis, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(value)
+    }
+    pub mod option {
+        use super::Millis;
+        pub fn serialize<S: serde::Serializer>(value: &Option<Millis>, serializer: S) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(v) => serializer.collect_str(v),
+                None => serializer.serialize_none(),
+            }
+        }
+    }
+}
+
+/// Days since 1970-01-01 to (year, month, day); Howard Hinnant's algorithm.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses_round_trip() {
+        assert_eq!(Millis::VIRTUAL_EPOCH.to_string(), "2026-01-01T00:00:00.000Z");
+        assert_eq!(Millis(0).to_string(), "1970-01-01T00:00:00.000Z");
+        for ms in [0, 951_782_400_123, 1_767_225_600_000, 4_102_444_799_999] {
+            let text = Millis(ms).to_string();
+            assert_eq!(Millis::parse_rfc3339(&text), Some(Millis(ms)), "{text}");
+        }
+        assert_eq!(Millis::parse_rfc3339("2026-01-01T02:00:00+02:00"), Some(Millis::VIRTUAL_EPOCH));
+        assert_eq!(Millis::parse_rfc3339("2026-13-01T00:00:00Z"), None);
+        assert_eq!(Millis::parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(Millis(0).seconds_until_ceil(Millis(1)), 1);
+        assert_eq!(Millis(0).seconds_until_ceil(Millis(60_000)), 60);
+        assert_eq!(Millis(5).seconds_until_ceil(Millis(0)), 0);
+    }
+}

@@ -1,0 +1,352 @@
+//! Webhooks: registration, and delivery as engine logic. The engine picks the targets,
+//! builds the exact body and its signature, hands a delivery to the shell as an effect,
+//! and takes the outcome back as a command: failure counting, retries and the
+//! auto-disable at 10 are decided here, so they are journaled and simulated.
+
+use crate::command::DeliveryResult;
+use crate::engine::{limits, Delivery, Effect, Engine};
+use crate::error::{ApiError, ErrorCode};
+use crate::event::{Event, EventName};
+use crate::reply::*;
+use crate::state::*;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::collections::BTreeSet;
+
+/// The note returned with a new webhook's signing secret.
+const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. Verify X-Service-Signature as the lowercase hex HMAC-SHA256 of the raw body.";
+
+/// Lowercase hex HMAC-SHA256 of `body` keyed with `secret`.
+pub fn sign(secret: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    mac.update(body);
+    crate::engine::hex(&mac.finalize().into_bytes())
+}
+
+/// Wait before retry number `attempt + 1` after `attempt` failed attempts.
+pub fn retry_wait_ms(failed_attempts: u32) -> i64 {
+    let doubling = failed_attempts.saturating_sub(1).min(20);
+    (limits::RETRY_BASE_MS << doubling).min(limits::RETRY_MAX_WAIT_MS)
+}
+
+/// True for hosts that only a local developer should target.
+fn is_private_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    if host == "localhost"
+        || host.ends_with(".localhost")
+        || host.ends_with(".local")
+        || host == "::1"
+        || host == "0.0.0.0"
+    {
+        return true;
+    }
+    if host.starts_with("fc") || host.starts_with("fd") || host.starts_with("fe80:") {
+        return host.contains(':');
+    }
+    let octets: Vec<u8> = host.split('.').filter_map(|p| p.parse().ok()).collect();
+    if octets.len() != 4 || host.split('.').count() != 4 {
+        return false;
+    }
+    matches!((octets[0], octets[1]), (127, _) | (10, _) | (192, 168) | (169, 254) | (0, _) | (100, 64..=127))
+        || (octets[0] == 172 && (16..=31).contains(&octets[1]))
+}
+
+impl Engine {
+    /// Checks a webhook URL: HTTPS to a public host, unless insecure webhooks are allowed.
+    fn check_url(&self, url: &str) -> Result<String, ApiError> {
+        let url = url.trim();
+        let bad = || {
+            ApiError::validation(
+                "url must be an absolute https:// URL (http:// and private hosts only in insecure sandbox mode)",
+            )
+        };
+        if url.len() > 2_048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad());
+        }
+        let insecure = self.config.allow_insecure_webhooks;
+        let rest = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+            (Some(rest), _) => rest,
+            (None, Some(rest)) if insecure => rest,
+            _ => return Err(bad()),
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host_port = authority.rsplit('@').next().unwrap_or("");
+        let host = if host_port.starts_with('[') {
+            host_port.split(']').next().map(|h| format!("{h}]")).unwrap_or_default()
+        } else {
+            host_port.split(':').next().unwrap_or("").to_string()
+        };
+        if host.is_empty() || authority.contains('@') {
+            return Err(bad());
+        }
+        if !insecure && is_private_host(&host) {
+            return Err(bad());
+        }
+        Ok(url.to_string())
+    }
+
+    fn check_events(events: &[String]) -> Result<Subscription, ApiError> {
+        if events.is_empty() {
+            return Err(ApiError::validation("events must list at least one event name, or [\"*\"]"));
+        }
+        if events.iter().any(|e| e == "*") {
+            return Ok(Subscription::All);
+        }
+        let mut set = BTreeSet::new();
+        for name in events {
+            match EventName::parse(name) {
+                Some(event) if event != EventName::Test => {
+                    set.insert(event);
+                }
+                _ => return Err(ApiError::validation(format!("events: unknown event name {name:?}"))),
+            }
+        }
+        Ok(Subscription::Events(set))
+    }
+
+    fn webhook_of(&self, account: u32, webhook_id: &str) -> Result<u32, ApiError> {
+        match self.webhook_index.get(webhook_id) {
+            Some(&w) if self.webhooks[w as usize].account == account && !self.webhooks[w as usize].deleted => Ok(w),
+            _ => Err(ApiError::new(ErrorCode::NotFound, format!("no webhook {webhook_id}"))),
+        }
+    }
+
+    fn webhook_record(&self, webhook: u32) -> WebhookRecord {
+        let w = &self.webhooks[webhook as usize];
+        WebhookRecord {
+            id: w.id.clone(),
+            url: w.url.clone(),
+            events: w.events.clone(),
+            active: w.active,
+            failure_count: w.failure_count,
+            last_triggered_at: w.last_triggered_at,
+            last_failure_at: w.last_failure_at,
+            created_at: w.created_at,
+        }
+    }
+
+    pub(crate) fn list_webhooks(&self, account: u32) -> Response {
+        Ok(Reply::WebhookList(WebhookList {
+            webhooks: self.accounts[account as usize].webhooks.iter().map(|&w| self.webhook_record(w)).collect(),
+            available_events: EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect(),
+        }))
+    }
+
+    pub(crate) fn create_webhook(&mut self, account: u32, url: String, events: Vec<String>) -> Response {
+        let url = self.check_url(&url)?;
+        let subscription = Self::check_events(&events)?;
+        if self.accounts[account as usize].webhooks.len() >= limits::MAX_WEBHOOKS {
+            return Err(ApiError::new(
+                ErrorCode::WebhookLimitReached,
+                format!("at most {} webhooks per account", limits::MAX_WEBHOOKS),
+            ));
+        }
+        let id = self.random_id("wh_", 8);
+        let signing_secret = self.random_id("whsec_", 24);
+        let webhook = self.webhooks.len() as u32;
+        self.webhooks.push(Webhook {
+            id: id.clone(),
+            account,
+            url,
+            events,
+            subscription,
+            signing_secret: signing_secret.clone(),
+            active: true,
+            failure_count: 0,
+            last_triggered_at: None,
+            last_failure_at: None,
+            created_at: self.now,
+            deleted: false,
+        });
+        self.webhook_index.insert(id, webhook);
+        self.accounts[account as usize].webhooks.push(webhook);
+        Ok(Reply::WebhookCreated(WebhookCreated {
+            webhook: self.webhook_record(webhook),
+            signing_secret,
+            note: SECRET_NOTE,
+        }))
+    }
+
+    pub(crate) fn get_webhook(&self, account: u32, webhook_id: &str) -> Response {
+        Ok(Reply::Webhook(self.webhook_record(self.webhook_of(account, webhook_id)?)))
+    }
+
+    pub(crate) fn update_webhook(
+        &mut self,
+        account: u32,
+        webhook_id: &str,
+        url: Option<String>,
+        events: Option<Vec<String>>,
+        active: Option<bool>,
+    ) -> Response {
+        let webhook = self.webhook_of(account, webhook_id)?;
+        let url = url.map(|u| self.check_url(&u)).transpose()?;
+        let subscription = events.as_deref().map(Self::check_events).transpose()?;
+        let record = &mut self.webhooks[webhook as usize];
+        if let Some(url) = url {
+            record.url = url;
+        }
+        if let (Some(events), Some(subscription)) = (events, subscription) {
+            record.events = events;
+            record.subscription = subscription;
+        }
+        if let Some(active) = active {
+            record.active = active;
+            if active {
+                record.failure_count = 0;
+            }
+        }
+        Ok(Reply::Webhook(self.webhook_record(webhook)))
+    }
+
+    pub(crate) fn delete_webhook(&mut self, account: u32, webhook_id: &str) -> Response {
+        let webhook = self.webhook_of(account, webhook_id)?;
+        self.webhooks[webhook as usize].deleted = true;
+        self.webhooks[webhook as usize].active = false;
+        self.accounts[account as usize].webhooks.retain(|&w| w != webhook);
+        Ok(Reply::Success(Success { success: true }))
+    }
+
+    pub(crate) fn test_webhook(&mut self, account: u32, webhook_id: &str) -> Response {
+        let webhook = self.webhook_of(account, webhook_id)?;
+        let event = Event {
+            id: self.random_id("evt_", 12),
+            account,
+            name: EventName::Test,
+            created_at: self.now,
+            data: serde_json::json!({ "webhook_id": webhook_id, "message": "This is a test event." }),
+        };
+        let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
+        let delivery_id = self.start_delivery(webhook, &event, body, true);
+        Ok(Reply::WebhookTestDispatched { delivery_id })
+    }
+
+    /// Hands a first attempt to the shell.
+    pub(crate) fn start_delivery(&mut self, webhook: u32, event: &Event, body: String, test: bool) -> u64 {
+        let id = self.next_delivery_id;
+        self.next_delivery_id += 1;
+        self.deliveries.insert(
+            id,
+            DeliveryState {
+                webhook,
+                event_id: event.id.clone(),
+                event: event.name,
+                body,
+                attempt: 1,
+                first_attempt_at: self.now,
+                in_flight: true,
+                test,
+            },
+        );
+        self.push_delivery_effect(id);
+        id
+    }
+
+    fn push_delivery_effect(&mut self, id: u64) {
+        let state = &self.deliveries[&id];
+        let webhook = &self.webhooks[state.webhook as usize];
+        let delivery = Delivery {
+            delivery_id: id,
+            webhook_id: webhook.id.clone(),
+            url: webhook.url.clone(),
+            event_id: state.event_id.clone(),
+            event: state.event,
+            signature: sign(&webhook.signing_secret, state.body.as_bytes()),
+            body: state.body.clone(),
+            timestamp: self.now,
+            attempt: state.attempt,
+        };
+        self.effects.push_back(Effect::Deliver(delivery));
+    }
+
+    /// Deliveries handed out whose outcome never came back (the shell restarted):
+    /// hand them out again. Receivers de-duplicate by event id.
+    pub fn redeliver_in_flight(&mut self) {
+        let ids: Vec<u64> = self.deliveries.iter().filter(|(_, d)| d.in_flight).map(|(id, _)| *id).collect();
+        for id in ids {
+            self.push_delivery_effect(id);
+        }
+    }
+
+    pub(crate) fn record_delivery_outcome(&mut self, id: u64, result: DeliveryResult) -> Response {
+        let Some(state) = self.deliveries.get_mut(&id).filter(|d| d.in_flight) else {
+            return Err(ApiError::new(ErrorCode::NotFound, format!("no delivery {id} awaits an outcome")));
+        };
+        state.in_flight = false;
+        let (webhook, test, attempt, first) = (state.webhook, state.test, state.attempt, state.first_attempt_at);
+        let success = result.is_success();
+        if test {
+            self.deliveries.remove(&id);
+            let (status, error) = match &result {
+                DeliveryResult::Status(code) => (*code, None),
+                DeliveryResult::Timeout => (0, Some("timeout".to_string())),
+                DeliveryResult::Failed(why) => (0, Some(why.clone())),
+            };
+            return Ok(Reply::WebhookTest(WebhookTestResult { success, status, error }));
+        }
+        let now = self.now;
+        let record = &mut self.webhooks[webhook as usize];
+        record.last_triggered_at = Some(now);
+        if success {
+            record.failure_count = 0;
+            self.deliveries.remove(&id);
+            return Ok(Reply::Success(Success { success: true }));
+        }
+        if !record.active || record.deleted {
+            self.deliveries.remove(&id);
+            return Ok(Reply::Success(Success { success: true }));
+        }
+        record.failure_count += 1;
+        record.last_failure_at = Some(now);
+        if record.failure_count >= limits::WEBHOOK_DISABLE_AT {
+            record.active = false;
+            // Disabled: nothing more goes to it, including retries already waiting.
+            self.deliveries.retain(|_, d| d.webhook != webhook || d.in_flight);
+            self.deliveries.remove(&id);
+            return Ok(Reply::Success(Success { success: true }));
+        }
+        let retry_at = now.plus_ms(retry_wait_ms(attempt));
+        if retry_at.0 - first.0 > limits::RETRY_WINDOW_MS {
+            self.deliveries.remove(&id);
+        } else {
+            self.schedule(retry_at, Timer::RetryDelivery(id));
+        }
+        Ok(Reply::Success(Success { success: true }))
+    }
+
+    pub(crate) fn retry_delivery(&mut self, id: u64) {
+        let Some(state) = self.deliveries.get(&id) else { return };
+        let webhook = &self.webhooks[state.webhook as usize];
+        if !webhook.active || webhook.deleted {
+            self.deliveries.remove(&id);
+            return;
+        }
+        let state = self.deliveries.get_mut(&id).expect("checked above");
+        state.attempt += 1;
+        state.in_flight = true;
+        self.push_delivery_effect(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_schedule_doubles_and_caps() {
+        assert_eq!(retry_wait_ms(1), 30_000);
+        assert_eq!(retry_wait_ms(2), 60_000);
+        assert_eq!(retry_wait_ms(3), 120_000);
+        assert_eq!(retry_wait_ms(40), limits::RETRY_MAX_WAIT_MS);
+    }
+
+    #[test]
+    fn private_hosts() {
+        for host in ["localhost", "127.0.0.1", "10.1.2.3", "192.168.0.1", "172.20.0.1", "[::1]", "169.254.1.1"] {
+            assert!(is_private_host(host), "{host}");
+        }
+        for host in ["example.com", "8.8.8.8", "172.32.0.1", "hooks.reseller.io"] {
+            assert!(!is_private_host(host), "{host}");
+        }
+    }
+}

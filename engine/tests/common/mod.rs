@@ -1,0 +1,158 @@
+//! A small driver for engine tests: holds the engine and a virtual clock, and keeps
+//! every emitted event so tests can assert on them.
+#![allow(dead_code)]
+
+use esim_engine::*;
+use rust_decimal::Decimal;
+use std::str::FromStr;
+
+pub fn d(text: &str) -> Decimal {
+    Decimal::from_str(text).unwrap()
+}
+
+pub struct Harness {
+    pub engine: Engine,
+    pub now: Millis,
+    pub events: Vec<Event>,
+    pub effects: Vec<Effect>,
+}
+
+pub struct Reseller {
+    pub account_id: String,
+    pub api_key: String,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Self::with_config(EngineConfig { seed: 7, ..EngineConfig::default() })
+    }
+
+    pub fn with_config(config: EngineConfig) -> Self {
+        Harness {
+            engine: Engine::new(config, Millis::VIRTUAL_EPOCH),
+            now: Millis::VIRTUAL_EPOCH,
+            events: vec![],
+            effects: vec![],
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Some(event) = self.engine.poll_event() {
+            self.events.push(event);
+        }
+        while let Some(effect) = self.engine.poll_effect() {
+            self.effects.push(effect);
+        }
+    }
+
+    pub fn run(&mut self, command: Command) -> Response {
+        let response = self.engine.handle(self.now, command);
+        self.drain();
+        response
+    }
+
+    pub fn advance_secs(&mut self, seconds: i64) {
+        self.now = self.now.plus_ms(seconds * 1_000);
+        self.engine.handle_timeout(self.now);
+        self.drain();
+    }
+
+    pub fn admin(&mut self, op: AdminOp) -> Response {
+        self.run(Command::Admin(op))
+    }
+
+    pub fn sandbox(&mut self, op: SandboxOp) -> Response {
+        self.run(Command::Sandbox(op))
+    }
+
+    pub fn call(&mut self, reseller: &Reseller, op: ResellerOp) -> Response {
+        self.run(Command::Reseller(ResellerRequest { api_key: reseller.api_key.clone(), idempotency_key: None, op }))
+    }
+
+    /// A new account topped up with `amount` (no top-up when 0).
+    pub fn reseller(&mut self, amount: &str) -> Reseller {
+        let Ok(Reply::AccountCreated(created)) = self.admin(AdminOp::CreateAccount {
+            contact_email: "ops@reseller.example".into(),
+            company_name: Some("Reseller".into()),
+        }) else {
+            panic!("account creation failed")
+        };
+        let reseller = Reseller { account_id: created.account_id, api_key: created.api_key };
+        if d(amount) > Decimal::ZERO {
+            self.admin(AdminOp::TopUp { account_id: reseller.account_id.clone(), amount_usd: d(amount) }).unwrap();
+        }
+        reseller
+    }
+
+    pub fn provision(&mut self, reseller: &Reseller) -> String {
+        match self.call(
+            reseller,
+            ResellerOp::Provision {
+                end_user_reference: Some("order-1".into()),
+                label: Some("Trip".into()),
+                group_id: None,
+            },
+        ) {
+            Ok(Reply::Provisioned(p)) => p.iccid,
+            other => panic!("provision failed: {other:?}"),
+        }
+    }
+
+    pub fn provision_installed(&mut self, reseller: &Reseller) -> String {
+        let iccid = self.provision(reseller);
+        self.sandbox(SandboxOp::Install { iccid: iccid.clone() }).unwrap();
+        iccid
+    }
+
+    pub fn fund(&mut self, reseller: &Reseller, iccid: &str, amount: &str) -> Response {
+        self.call(reseller, ResellerOp::Fund { iccid: iccid.into(), amount: d(amount) })
+    }
+
+    pub fn usage(&mut self, iccid: &str, mb: &str) -> UsageOut {
+        match self.sandbox(SandboxOp::Usage { iccid: iccid.into(), mb: d(mb), country: "DE".into(), operator: None }) {
+            Ok(Reply::Usage(u)) => {
+                UsageOut { used_mb: u.used_mb, charged_usd: u.charged_usd, data_stopped: u.data_stopped }
+            }
+            other => panic!("usage failed: {other:?}"),
+        }
+    }
+
+    pub fn detail(&mut self, reseller: &Reseller, iccid: &str) -> esim_engine::reply::EsimDetail {
+        match self.call(reseller, ResellerOp::GetEsim { iccid: iccid.into() }) {
+            Ok(Reply::Esim(detail)) => detail,
+            other => panic!("detail failed: {other:?}"),
+        }
+    }
+
+    pub fn balance(&mut self, reseller: &Reseller) -> Decimal {
+        match self.call(reseller, ResellerOp::WalletBalance) {
+            Ok(Reply::WalletBalance(w)) => w.balance_usd,
+            other => panic!("balance failed: {other:?}"),
+        }
+    }
+
+    pub fn events_named(&self, name: &str) -> Vec<&Event> {
+        self.events.iter().filter(|e| e.name.as_str() == name).collect()
+    }
+
+    /// Conservation, exact, for every account: the report's every difference is 0.
+    pub fn assert_conserved(&self) {
+        let report = self.engine.conservation_report(None).unwrap();
+        assert!(report.conserved, "not conserved: {}", report.to_markdown());
+    }
+}
+
+pub mod actions;
+
+pub struct UsageOut {
+    pub used_mb: Decimal,
+    pub charged_usd: Decimal,
+    pub data_stopped: bool,
+}
+
+pub fn code(response: Response) -> &'static str {
+    match response {
+        Err(error) => error.code.as_str(),
+        Ok(reply) => panic!("expected an error, got {reply:?}"),
+    }
+}

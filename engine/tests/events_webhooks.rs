@@ -1,0 +1,419 @@
+//! Events (every name, exact data fields), webhook delivery, signatures and failure counting.
+
+mod common;
+use common::*;
+use esim_engine::*;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn insecure() -> Harness {
+    Harness::with_config(EngineConfig { seed: 11, allow_insecure_webhooks: true, ..EngineConfig::default() })
+}
+
+fn register(h: &mut Harness, r: &Reseller, events: &[&str]) -> (String, String) {
+    match h.call(
+        r,
+        ResellerOp::CreateWebhook {
+            url: "https://hooks.example.com/esim".into(),
+            events: events.iter().map(|e| e.to_string()).collect(),
+        },
+    ) {
+        Ok(Reply::WebhookCreated(w)) => (w.webhook.id, w.signing_secret),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn deliveries(h: &mut Harness) -> Vec<Delivery> {
+    h.effects.drain(..).map(|Effect::Deliver(d)| d).collect()
+}
+
+/// Drives one run that emits every subscribable event at least once.
+fn run_everything(h: &mut Harness) -> Reseller {
+    let r = h.reseller("40");
+    register(h, &r, &["*"]);
+    h.admin(AdminOp::SetAutoRefill {
+        account_id: r.account_id.clone(),
+        enabled: true,
+        amount_usd: Some(d("50")),
+        card: Some(CardBehavior::Ok),
+    })
+    .unwrap();
+    let iccid = h.provision_installed(&r);
+    h.fund(&r, &iccid, "9").unwrap();
+    h.call(&r, ResellerOp::Disable { iccid: iccid.clone() }).unwrap();
+    h.call(&r, ResellerOp::Enable { iccid: iccid.clone() }).unwrap();
+    h.usage(&iccid, "999999");
+    h.advance_secs(17 * 60); // esim.balance_low + esim.balance_depleted
+    h.fund(&r, &iccid, "9").unwrap();
+    h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }).unwrap();
+    h.advance_secs(15 * 60); // esim.defunded
+    let gid = match h.call(
+        &r,
+        ResellerOp::CreateGroup { name: "G".into(), low_balance_threshold_usd: None, refill_amount_usd: None },
+    ) {
+        Ok(Reply::GroupCreated(g)) => g.id,
+        other => panic!("{other:?}"),
+    };
+    h.call(&r, ResellerOp::AddGroupEsim { group_id: gid.clone(), iccid: iccid.clone() }).unwrap();
+    h.call(&r, ResellerOp::FundGroup { group_id: gid.clone(), amount: d("12") }).unwrap();
+    h.usage(&iccid, "999999"); // group.balance_low (waits for the card) + group.balance_depleted
+    h.advance_secs(180); // card settles: topped_up + auto_refill_succeeded + the held low event
+    h.call(&r, ResellerOp::FundGroup { group_id: gid.clone(), amount: d("10") }).unwrap();
+    h.call(&r, ResellerOp::DefundGroup { group_id: gid.clone() }).unwrap();
+    h.advance_secs(15 * 60); // group.defunded
+    h.call(&r, ResellerOp::RemoveGroupEsim { group_id: gid.clone(), iccid: iccid.clone() }).unwrap();
+    h.call(&r, ResellerOp::Terminate { iccid: iccid.clone() }).unwrap();
+    // balance.low, balance.depleted and a failing card.
+    h.admin(AdminOp::SetAutoRefill {
+        account_id: r.account_id.clone(),
+        enabled: true,
+        amount_usd: None,
+        card: Some(CardBehavior::Expired),
+    })
+    .unwrap();
+    let other = h.provision(&r);
+    let balance = h.balance(&r);
+    h.fund(&r, &other, &(balance - d("1.75")).to_string()).unwrap();
+    h.provision(&r);
+    h.advance_secs(180);
+    r
+}
+
+#[test]
+fn every_event_is_emitted_with_exactly_its_fields() {
+    let mut h = insecure();
+    run_everything(&mut h);
+    let esim_common = ["iccid", "end_user_reference", "label"];
+    let group_common = ["group_id", "name", "balance_usd"];
+    let expected: BTreeMap<&str, Vec<&str>> = [
+        ("esim.provisioned", vec!["lpa_string", "status", "created_at", "group_id"]),
+        ("esim.activated", vec!["activated_at", "euicc_state", "status"]),
+        ("esim.terminated", vec!["status", "terminated_at", "forfeited_usd"]),
+        ("esim.data_suspended", vec![]),
+        ("esim.data_resumed", vec![]),
+        ("esim.balance_low", vec!["wallet_balance_usd", "threshold_usd"]),
+        ("esim.balance_depleted", vec!["wallet_balance_usd"]),
+        ("esim.defunded", vec!["returned_usd"]),
+        ("esim.group_assigned", vec!["group_id", "group_name"]),
+        ("esim.group_removed", vec!["group_id", "group_name"]),
+        ("balance.low", vec!["balance_usd", "threshold_usd"]),
+        ("balance.depleted", vec!["balance_usd"]),
+        ("balance.topped_up", vec!["amount_usd", "new_balance_usd", "balance_usd", "source", "topup_id"]),
+        ("balance.auto_refill_succeeded", vec!["amount_usd", "payment_intent_id", "balance_usd"]),
+        ("balance.auto_refill_failed", vec!["amount_usd", "error_code", "error_message", "balance_usd"]),
+        ("group.balance_low", vec!["suggested_amount_usd", "threshold_usd", "account_underfunded"]),
+        ("group.funded", vec!["amount_usd"]),
+        ("group.balance_depleted", vec![]),
+        ("group.defunded", vec!["returned_usd"]),
+    ]
+    .into_iter()
+    .collect();
+    let seen: BTreeSet<&str> = h.events.iter().map(|e| e.name.as_str()).collect();
+    let subscribable: BTreeSet<&str> = EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect();
+    assert_eq!(seen, subscribable, "every subscribable event is emitted by some operation");
+    for event in &h.events {
+        let mut want: BTreeSet<&str> = expected[event.name.as_str()].iter().copied().collect();
+        let common: &[&str] = match event.name.as_str().split('.').next().unwrap() {
+            "esim" => &esim_common,
+            "group" => &group_common,
+            _ => &["balance_usd"],
+        };
+        want.extend(common);
+        let keys: BTreeSet<&str> = event.data.as_object().unwrap().keys().map(String::as_str).collect();
+        // topped_up from auto-refill has no topup_id; every other field is always there.
+        if event.name == EventName::BalanceToppedUp && event.data["source"] == "auto_refill" {
+            want.remove("topup_id");
+        }
+        assert_eq!(keys, want, "{}", event.name.as_str());
+        assert!(event.id.starts_with("evt_"));
+    }
+    // The spec's own examples of values.
+    let activated = h.events.iter().find(|e| e.name == EventName::EsimActivated).unwrap();
+    assert_eq!(activated.data["euicc_state"], "ENABLED");
+    let low = h.events.iter().find(|e| e.name == EventName::GroupBalanceLow).unwrap();
+    assert_eq!(low.data["suggested_amount_usd"], 25.0);
+    h.assert_conserved();
+}
+
+#[test]
+fn deliveries_reach_subscribed_active_webhooks_with_a_verifiable_signature() {
+    let mut h = insecure();
+    let r = h.reseller("20");
+    let (all_id, all_secret) = register(&mut h, &r, &["*"]);
+    let (only_id, _) = register(&mut h, &r, &["esim.activated"]);
+    h.effects.clear();
+    let iccid = h.provision(&r);
+    let sent = deliveries(&mut h);
+    assert_eq!(sent.len(), 1, "only the * webhook wants esim.provisioned");
+    let delivery = &sent[0];
+    assert_eq!(delivery.webhook_id, all_id);
+    // Independent HMAC over the delivered bytes.
+    let mut mac = Hmac::<Sha256>::new_from_slice(all_secret.as_bytes()).unwrap();
+    mac.update(delivery.body.as_bytes());
+    let expected: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(delivery.signature, expected);
+    let headers: BTreeMap<&str, String> = delivery.headers().into_iter().collect();
+    assert_eq!(headers["X-Service-Signature"], expected);
+    assert_eq!(headers["X-Service-Delivery-Attempt"], "1");
+    let envelope: serde_json::Value = serde_json::from_str(&delivery.body).unwrap();
+    assert_eq!(envelope["event"], "esim.provisioned");
+    assert_eq!(headers["X-Service-Event-Id"], envelope["id"].as_str().unwrap());
+    assert_eq!(envelope.as_object().unwrap().keys().collect::<Vec<_>>(), ["created_at", "data", "event", "id"]);
+    h.sandbox(SandboxOp::Install { iccid }).unwrap();
+    let sent = deliveries(&mut h);
+    let targets: BTreeSet<String> = sent.iter().map(|d| d.webhook_id.clone()).collect();
+    assert_eq!(targets, [all_id, only_id].into_iter().collect());
+}
+
+fn fail(h: &mut Harness, id: u64) {
+    h.run(Command::DeliveryOutcome { delivery_id: id, result: DeliveryResult::Status(500) }).unwrap();
+}
+
+fn webhook(h: &mut Harness, r: &Reseller, id: &str) -> esim_engine::reply::WebhookRecord {
+    match h.call(r, ResellerOp::GetWebhook { webhook_id: id.into() }) {
+        Ok(Reply::Webhook(w)) => w,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn ten_consecutive_failures_disable_a_webhook_success_resets_and_put_active_resets() {
+    let mut h = insecure();
+    let r = h.reseller("100");
+    let (id, _) = register(&mut h, &r, &["esim.provisioned"]);
+    // 9 failures, then a success: the count resets.
+    h.provision(&r);
+    let mut delivery = deliveries(&mut h).remove(0);
+    for attempt in 1..=9 {
+        assert_eq!(delivery.attempt, attempt);
+        fail(&mut h, delivery.delivery_id);
+        assert_eq!(webhook(&mut h, &r, &id).failure_count, attempt);
+        h.advance_secs(7 * 3600);
+        delivery = deliveries(&mut h).remove(0);
+    }
+    h.run(Command::DeliveryOutcome { delivery_id: delivery.delivery_id, result: DeliveryResult::Status(200) }).unwrap();
+    assert_eq!(webhook(&mut h, &r, &id).failure_count, 0);
+    // 10 in a row (timeouts count too): inactive, and nothing more is sent.
+    h.provision(&r);
+    let mut delivery = deliveries(&mut h).remove(0);
+    for attempt in 1..=10 {
+        h.run(Command::DeliveryOutcome {
+            delivery_id: delivery.delivery_id,
+            result: if attempt % 2 == 0 { DeliveryResult::Timeout } else { DeliveryResult::Status(503) },
+        })
+        .unwrap();
+        h.advance_secs(7 * 3600);
+        if attempt < 10 {
+            delivery = deliveries(&mut h).remove(0);
+        }
+    }
+    let w = webhook(&mut h, &r, &id);
+    assert_eq!((w.failure_count, w.active), (10, false));
+    assert!(w.last_failure_at.is_some());
+    h.provision(&r);
+    h.advance_secs(3600);
+    assert!(deliveries(&mut h).is_empty(), "an inactive webhook gets nothing");
+    h.call(&r, ResellerOp::UpdateWebhook { webhook_id: id.clone(), url: None, events: None, active: Some(true) })
+        .unwrap();
+    let w = webhook(&mut h, &r, &id);
+    assert_eq!((w.failure_count, w.active), (0, true));
+    h.provision(&r);
+    assert_eq!(deliveries(&mut h).len(), 1);
+}
+
+#[test]
+fn retries_follow_the_exponential_schedule_and_give_up_after_three_days() {
+    let mut h = insecure();
+    let r = h.reseller("20");
+    register(&mut h, &r, &["esim.provisioned"]);
+    h.provision(&r);
+    let first = deliveries(&mut h).remove(0);
+    fail(&mut h, first.delivery_id);
+    h.advance_secs(29);
+    assert!(deliveries(&mut h).is_empty());
+    h.advance_secs(1);
+    let second = deliveries(&mut h).remove(0);
+    assert_eq!((second.delivery_id, second.attempt, second.body.as_str()), (first.delivery_id, 2, first.body.as_str()));
+    fail(&mut h, second.delivery_id);
+    h.advance_secs(59);
+    assert!(deliveries(&mut h).is_empty());
+    h.advance_secs(1);
+    assert_eq!(deliveries(&mut h)[0].attempt, 3);
+}
+
+#[test]
+fn webhook_registration_rules() {
+    let mut h = Harness::new();
+    let r = h.reseller("20");
+    for (url, events) in [
+        ("http://hooks.example.com/x", vec!["*"]),
+        ("https://127.0.0.1/x", vec!["*"]),
+        ("not a url", vec!["*"]),
+        ("https://hooks.example.com/x", vec![]),
+        ("https://hooks.example.com/x", vec!["esim.unknown"]),
+        ("https://hooks.example.com/x", vec!["test"]),
+    ] {
+        let error = h
+            .call(
+                &r,
+                ResellerOp::CreateWebhook { url: url.into(), events: events.iter().map(|e| e.to_string()).collect() },
+            )
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::ValidationError, "{url} {events:?}");
+    }
+    let Ok(Reply::WebhookCreated(w)) =
+        h.call(&r, ResellerOp::CreateWebhook { url: "https://hooks.example.com/x".into(), events: vec!["*".into()] })
+    else {
+        panic!()
+    };
+    assert!(w.signing_secret.starts_with("whsec_"));
+    assert!(!w.note.is_empty());
+    for _ in 0..4 {
+        h.call(&r, ResellerOp::CreateWebhook { url: "https://hooks.example.com/x".into(), events: vec!["*".into()] })
+            .unwrap();
+    }
+    assert_eq!(
+        code(h.call(
+            &r,
+            ResellerOp::CreateWebhook { url: "https://hooks.example.com/x".into(), events: vec!["*".into()] }
+        )),
+        "WEBHOOK_LIMIT_REACHED"
+    );
+    let Ok(Reply::WebhookList(list)) = h.call(&r, ResellerOp::ListWebhooks) else { panic!() };
+    assert_eq!(list.webhooks.len(), 5);
+    assert_eq!(list.available_events.len(), EventName::SUBSCRIBABLE.len());
+    assert!(list.available_events.contains(&"group.balance_low"));
+    let json = serde_json::to_value(&list.webhooks[0]).unwrap();
+    assert!(json.get("signing_secret").is_none(), "the secret is shown only once");
+    h.call(&r, ResellerOp::DeleteWebhook { webhook_id: w.webhook.id.clone() }).unwrap();
+    assert_eq!(code(h.call(&r, ResellerOp::GetWebhook { webhook_id: w.webhook.id.clone() })), "NOT_FOUND");
+    assert_eq!(code(h.call(&r, ResellerOp::DeleteWebhook { webhook_id: w.webhook.id })), "NOT_FOUND");
+}
+
+#[test]
+fn test_endpoint_reports_the_receivers_status_without_counting() {
+    let mut h = insecure();
+    let r = h.reseller("20");
+    let (id, _) = register(&mut h, &r, &["esim.activated"]);
+    let Ok(Reply::WebhookTestDispatched { delivery_id }) =
+        h.call(&r, ResellerOp::TestWebhook { webhook_id: id.clone() })
+    else {
+        panic!()
+    };
+    let sent = deliveries(&mut h);
+    assert_eq!(sent[0].event, EventName::Test);
+    let Ok(Reply::WebhookTest(result)) =
+        h.run(Command::DeliveryOutcome { delivery_id, result: DeliveryResult::Status(418) })
+    else {
+        panic!()
+    };
+    assert_eq!((result.success, result.status), (false, 418));
+    assert_eq!(webhook(&mut h, &r, &id).failure_count, 0);
+    assert!(h.events.iter().all(|e| e.name != EventName::Test), "test events are not account events");
+}
+
+/// Every error code the engine owns is produced by some command.
+#[test]
+fn every_engine_error_code_is_reachable() {
+    let mut h = insecure();
+    let mut seen = BTreeSet::new();
+    let mut note = |response: Response| {
+        if let Err(error) = response {
+            seen.insert(error.code);
+        }
+    };
+    let r = h.reseller("30");
+    let poor = h.reseller("0");
+    let bad_key = Reseller { account_id: String::new(), api_key: "rsk_x".into() };
+    note(h.call(&bad_key, ResellerOp::Account));
+    note(h.call(&poor, ResellerOp::Provision { end_user_reference: None, label: None, group_id: None }));
+    let iccid = h.provision_installed(&r);
+    note(h.fund(&r, &iccid, "0"));
+    note(h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }));
+    note(h.fund(&r, &iccid, "0.01"));
+    note(h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }));
+    note(h.call(&r, ResellerOp::GetEsim { iccid: "89".into() }));
+    note(h.call(&r, ResellerOp::GetWebhook { webhook_id: "wh_x".into() }));
+    note(h.call(&r, ResellerOp::GetGroup { group_id: "g".into() }));
+    h.fund(&r, &iccid, "10").unwrap();
+    h.sandbox(SandboxOp::SetFaults { upstream_pause_fails: Some(true), network_read_fails: None }).unwrap();
+    note(h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }));
+    h.sandbox(SandboxOp::SetFaults { upstream_pause_fails: Some(false), network_read_fails: None }).unwrap();
+    h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }).unwrap();
+    note(h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }));
+    note(h.fund(&r, &iccid, "1"));
+    let Ok(Reply::GroupCreated(g)) = h.call(
+        &r,
+        ResellerOp::CreateGroup { name: "A".into(), low_balance_threshold_usd: None, refill_amount_usd: None },
+    ) else {
+        panic!()
+    };
+    note(h.call(
+        &r,
+        ResellerOp::CreateGroup { name: "A".into(), low_balance_threshold_usd: None, refill_amount_usd: None },
+    ));
+    h.admin(AdminOp::SetLimits { account_id: r.account_id.clone(), max_groups: Some(1), max_group_size: Some(2) })
+        .unwrap();
+    note(h.call(
+        &r,
+        ResellerOp::CreateGroup { name: "B".into(), low_balance_threshold_usd: None, refill_amount_usd: None },
+    ));
+    let member = h.provision(&r);
+    h.call(&r, ResellerOp::AddGroupEsim { group_id: g.id.clone(), iccid: member.clone() }).unwrap();
+    note(h.call(&r, ResellerOp::AddGroupEsim { group_id: g.id.clone(), iccid: member.clone() }));
+    note(h.fund(&r, &member, "1"));
+    let mover = h.provision(&r);
+    h.fund(&r, &mover, "2").unwrap();
+    h.call(&r, ResellerOp::AddGroupEsim { group_id: g.id.clone(), iccid: mover.clone() }).unwrap();
+    note(h.call(&r, ResellerOp::AddGroupEsim { group_id: g.id.clone(), iccid: mover.clone() }));
+    let third = h.provision(&r);
+    note(h.call(&r, ResellerOp::AddGroupEsim { group_id: g.id.clone(), iccid: third.clone() }));
+    h.call(&r, ResellerOp::FundGroup { group_id: g.id.clone(), amount: d("1") }).unwrap();
+    h.call(&r, ResellerOp::DefundGroup { group_id: g.id.clone() }).unwrap();
+    note(h.call(&r, ResellerOp::DefundGroup { group_id: g.id.clone() }));
+    h.call(&r, ResellerOp::Terminate { iccid: third.clone() }).unwrap();
+    note(h.call(&r, ResellerOp::Terminate { iccid: third.clone() }));
+    for _ in 0..5 {
+        h.call(&r, ResellerOp::CreateWebhook { url: "https://hooks.example.com".into(), events: vec!["*".into()] })
+            .unwrap();
+    }
+    note(h.call(&r, ResellerOp::CreateWebhook { url: "https://hooks.example.com".into(), events: vec!["*".into()] }));
+    let key = |k: &str| {
+        Command::Reseller(ResellerRequest {
+            api_key: r.api_key.clone(),
+            idempotency_key: Some(k.into()),
+            op: ResellerOp::Disable { iccid: iccid.clone() },
+        })
+    };
+    h.run(key("k")).ok();
+    note(h.run(Command::Reseller(ResellerRequest {
+        api_key: r.api_key.clone(),
+        idempotency_key: Some("k".into()),
+        op: ResellerOp::Enable { iccid: iccid.clone() },
+    })));
+    h.admin(AdminOp::SetInventory { available: 0 }).unwrap();
+    note(h.call(&r, ResellerOp::Provision { end_user_reference: None, label: None, group_id: None }));
+    h.admin(AdminOp::Freeze { account_id: r.account_id.clone(), frozen: true }).unwrap();
+    note(h.call(&r, ResellerOp::Enable { iccid: member.clone() }));
+    note(h.admin(AdminOp::TopUp { account_id: "acc_missing".into(), amount_usd: d("10") }));
+    for _ in 0..100 {
+        note(h.call(&r, ResellerOp::WalletBalance));
+    }
+    let engine_codes: BTreeSet<ErrorCode> = ErrorCode::ALL
+        .into_iter()
+        .filter(|c| {
+            !matches!(
+                c,
+                ErrorCode::InvalidAdminToken
+                    | ErrorCode::ClockNotVirtual
+                    | ErrorCode::ServiceUnavailable
+                    | ErrorCode::RouteNotFound
+                    | ErrorCode::MethodNotAllowed
+                    | ErrorCode::PayloadTooLarge
+            )
+        })
+        .collect();
+    let missing: Vec<_> = engine_codes.difference(&seen).collect();
+    assert!(missing.is_empty(), "never produced: {missing:?}");
+}

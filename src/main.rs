@@ -1,0 +1,178 @@
+//! `esim`: the Reseller eSIM Connectivity Service.
+//!
+//! `esim serve` runs the HTTP service; the other commands are listed by `esim --help`.
+
+use clap::{Parser, Subcommand};
+use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
+use esim_transport::server::{self, NoJournal, ServerOptions};
+use esim_transport::{ClockMode, Service};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "esim", version, about = "Reseller eSIM Connectivity Service v2.0: service, simulation and reports")]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run the HTTP service (reseller API, admin API and sandbox API on one listener).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Bind address; port 0 picks a free port.
+    #[arg(long, env = "ESIM_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Journal and snapshots; created when missing.
+    #[arg(long, env = "ESIM_DATA_DIR", default_value = "./esim-data")]
+    data_dir: PathBuf,
+    /// `virtual`: time moves only through POST /sandbox/v1/clock/advance.
+    #[arg(long, env = "ESIM_CLOCK", default_value = "wall", value_parser = ["wall", "virtual"])]
+    clock: String,
+    /// Wall clock only: service time runs N times faster than real time.
+    #[arg(long, env = "ESIM_SPEED", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    speed: u32,
+    /// Seed of the engine's randomness on a new data dir (default: from the OS).
+    #[arg(long, env = "ESIM_SEED")]
+    seed: Option<u64>,
+    /// Token of the admin and sandbox APIs (default: generated into DIR/admin-token).
+    #[arg(long, env = "ESIM_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Accept http:// webhook URLs and loopback or private targets (local development only).
+    #[arg(long, env = "ESIM_ALLOW_INSECURE_WEBHOOKS", value_parser = clap::builder::FalseyValueParser::new())]
+    allow_insecure_webhooks: bool,
+    /// Create a demo account with a $100 top-up and print its API key (default: on a new data dir).
+    #[arg(long, env = "ESIM_DEMO", value_parser = clap::builder::FalseyValueParser::new())]
+    demo: bool,
+}
+
+fn os_random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
+        let _ = file.read_exact(&mut bytes);
+    }
+    u64::from_le_bytes(bytes) ^ (server::real_now_ms() as u64).rotate_left(17)
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 24];
+    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
+        let _ = file.read_exact(&mut bytes);
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("adm_{hex}")
+}
+
+fn write_admin_token(dir: &Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("admin-token");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    let mut file = options.open(&path)?;
+    file.write_all(token.as_bytes())?;
+    file.write_all(b"\n")
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
+    let new_data_dir = !args.data_dir.join("journal").exists();
+    let admin_token = match args.admin_token {
+        Some(token) if !token.is_empty() => token,
+        _ => {
+            let existing =
+                std::fs::read_to_string(args.data_dir.join("admin-token")).ok().map(|t| t.trim().to_string());
+            let token = existing.filter(|t| !t.is_empty()).unwrap_or_else(random_token);
+            write_admin_token(&args.data_dir, &token).map_err(|e| format!("cannot write the admin token file: {e}"))?;
+            token
+        }
+    };
+    let clock = if args.clock == "virtual" { ClockMode::Virtual } else { ClockMode::Wall };
+    let config = EngineConfig {
+        seed: args.seed.unwrap_or_else(os_random_u64),
+        allow_insecure_webhooks: args.allow_insecure_webhooks,
+        ..EngineConfig::default()
+    };
+    let start = match clock {
+        ClockMode::Virtual => Millis::VIRTUAL_EPOCH,
+        ClockMode::Wall => Millis(server::real_now_ms()),
+    };
+    let mut service = Service::new(Engine::new(config, start), admin_token, clock);
+    let demo_key = if args.demo || new_data_dir { Some(create_demo_account(&mut service)?) } else { None };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let address = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("listening on http://{address}");
+        if let Some(key) = demo_key {
+            println!("demo account API key (shown once): {key}");
+        }
+        tracing::info!(data_dir = %args.data_dir.display(), clock = ?clock, speed = args.speed, "service started");
+        let options = ServerOptions { speed: args.speed, allow_insecure_webhooks: args.allow_insecure_webhooks };
+        server::serve(listener, service, Box::new(NoJournal), options, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())
+    })
+}
+
+fn create_demo_account(service: &mut Service) -> Result<String, String> {
+    let now = service.now(Millis(server::real_now_ms()));
+    let engine = service.engine_mut();
+    let created = engine.handle(
+        now,
+        Command::Admin(AdminOp::CreateAccount {
+            contact_email: "demo@reseller.example".into(),
+            company_name: Some("Demo Reseller".into()),
+        }),
+    );
+    let Ok(Reply::AccountCreated(created)) = created else { return Err("demo account creation failed".into()) };
+    engine
+        .handle(now, Command::Admin(AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: 100.into() }))
+        .map_err(|e| e.to_string())?;
+    Ok(created.api_key)
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let result = match cli.command {
+        Commands::Serve(args) => serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("esim: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! End-to-end test support: the real server type on 127.0.0.1:0, a real HTTP client,
+//! and a real webhook receiver that records what it gets.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use esim_engine::{Engine, EngineConfig, Millis};
+use esim_transport::server::{self, NoJournal, ServerOptions};
+use esim_transport::{ClockMode, Service};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+pub const ADMIN: &str = "test-admin-token";
+
+pub struct TestServer {
+    pub base: String,
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Value,
+    pub raw: Bytes,
+}
+
+impl TestServer {
+    /// The real server on a free loopback port, virtual clock, insecure webhooks allowed.
+    pub async fn start() -> TestServer {
+        let config = EngineConfig { seed: 5, allow_insecure_webhooks: true, ..EngineConfig::default() };
+        let service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = ServerOptions { speed: 1, allow_insecure_webhooks: true };
+        let task = tokio::spawn(server::serve(listener, service, Box::new(NoJournal), options, async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            base,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap().unwrap();
+    }
+
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Reply {
+        let mut request = http::Request::builder().method(method).uri(format!("{}{}", self.base, path));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self.client.request(request.body(Full::new(body)).unwrap()).await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let raw = response.into_body().collect().await.unwrap().to_bytes();
+        let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+        Reply { status, headers, body, raw }
+    }
+
+    pub async fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> Reply {
+        let bytes = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        self.raw(method, path, Some(token), &[("content-type", "application/json")], bytes).await
+    }
+
+    /// Reseller API call (path relative to /api/v2/reseller).
+    pub async fn api(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> Reply {
+        self.call(method, &format!("/api/v2/reseller{path}"), key, body).await
+    }
+
+    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
+        self.call(method, path, ADMIN, body).await
+    }
+
+    /// A new account with a top-up; returns (account_id, api_key).
+    pub async fn account(&self, amount: f64) -> (String, String) {
+        let created = self
+            .admin(
+                "POST",
+                "/admin/v1/accounts",
+                Some(json!({"contact_email": "it@reseller.example", "company_name": "IT"})),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{}", created.body);
+        let id = created.body["account_id"].as_str().unwrap().to_string();
+        let key = created.body["api_key"].as_str().unwrap().to_string();
+        if amount > 0.0 {
+            let top = self
+                .admin("POST", &format!("/admin/v1/accounts/{id}/topups"), Some(json!({"amount_usd": amount})))
+                .await;
+            assert_eq!(top.status, 201, "{}", top.body);
+        }
+        (id, key)
+    }
+
+    pub async fn advance(&self, seconds: u64) {
+        let reply = self.admin("POST", "/sandbox/v1/clock/advance", Some(json!({ "seconds": seconds }))).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+
+    pub async fn digest(&self) -> String {
+        self.admin("GET", "/admin/v1/state", None).await.body["state_digest"].as_str().unwrap().to_string()
+    }
+
+    pub async fn provision(&self, key: &str, group_id: Option<&str>) -> String {
+        let body = match group_id {
+            Some(g) => json!({"group_id": g, "end_user_reference": "cust-1", "label": "Trip"}),
+            None => json!({"end_user_reference": "cust-1", "label": "Trip"}),
+        };
+        let reply = self.api("POST", "/esim/provision", key, Some(body)).await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.body["iccid"].as_str().unwrap().to_string()
+    }
+}
+
+/// One POST a receiver got.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Received {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+    pub fn event(&self) -> String {
+        self.json()["event"].as_str().unwrap().to_string()
+    }
+}
+
+/// A real webhook receiver on loopback; answers with `status` (changeable).
+pub struct Receiver {
+    pub url: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    pub status: Arc<AtomicU16>,
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address: SocketAddr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(AtomicU16::new(200));
+        let (store, answer) = (received.clone(), status.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let (store, answer) = (store.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                        let (store, answer) = (store.clone(), answer.clone());
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let body = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+                            store.lock().unwrap().push(Received { headers: parts.headers, body });
+                            let status = answer.load(Ordering::SeqCst);
+                            Ok::<_, std::convert::Infallible>(
+                                http::Response::builder().status(status).body(Full::new(Bytes::new())).unwrap(),
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Receiver { url: format!("http://{address}/hooks"), received, status }
+    }
+
+    /// Waits until at least `count` deliveries arrived (at most 10 s).
+    pub async fn wait_for(&self, count: usize) -> Vec<Received> {
+        for _ in 0..1_000 {
+            if self.received.lock().unwrap().len() >= count {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.received.lock().unwrap().clone()
+    }
+
+    pub fn events(&self) -> Vec<String> {
+        self.received.lock().unwrap().iter().map(Received::event).collect()
+    }
+
+    /// Waits for an event by name (at most 10 s).
+    pub async fn wait_event(&self, name: &str) -> Received {
+        for _ in 0..1_000 {
+            if let Some(found) = self.received.lock().unwrap().iter().find(|r| r.event() == name) {
+                return found.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no {name} event arrived; got {:?}", self.events());
+    }
+}
+
+/// Verifies a delivery's signature with an HMAC computed here, independently.
+pub fn verify_signature(delivery: &Received, secret: &str) {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(&delivery.body);
+    let expected: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let header = delivery.headers.get("x-service-signature").expect("signature header").to_str().unwrap();
+    assert_eq!(header, expected, "signature of {}", delivery.event());
+    let envelope = delivery.json();
+    assert_eq!(delivery.headers.get("x-service-event-id").unwrap().to_str().unwrap(), envelope["id"].as_str().unwrap());
+    assert!(delivery.headers.get("x-service-timestamp").is_some());
+    assert!(delivery.headers.get("x-service-delivery-attempt").is_some());
+}

@@ -1,0 +1,392 @@
+//! The pure API layer: an HTTP request becomes a [`Routed`] action (an engine command,
+//! a clock operation, a report, or an immediate error), and an engine response becomes
+//! an HTTP response. No sockets, no runtime, no clock, no business rules: everything
+//! here is parsing, validation of shapes, and rendering.
+
+use crate::routes::{self, Api, Match, ROUTES};
+use bytes::Bytes;
+use esim_engine::{
+    AdminOp, ApiError, CardBehavior, Command, ErrorCode, ResellerOp, ResellerRequest, Response, SandboxOp,
+};
+use rust_decimal::Decimal;
+use serde_json::{Map, Value};
+use std::str::FromStr;
+
+/// Largest request body accepted (413 above it).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// What a request asks for, once parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Routed {
+    /// Apply this command to the engine.
+    Engine(Command),
+    /// `GET /sandbox/v1/clock`.
+    ClockRead,
+    /// `POST /sandbox/v1/clock/advance` by this many milliseconds.
+    ClockAdvance { ms: i64 },
+    /// `GET /admin/v1/reports/conservation`.
+    Report { account_id: Option<String>, format: String },
+    /// `GET /admin/v1/state`: the engine's state digest and clock.
+    StateDigest,
+    /// `GET /api/v2/reseller/openapi.json`.
+    OpenApi,
+    /// Answer at once with this error.
+    Reject(ApiError),
+}
+
+/// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(&key.replace('+', " ")), percent_decode(&value.replace('+', " ")))
+        })
+        .collect()
+}
+
+fn query_value<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn query_u64(query: &[(String, String)], name: &str) -> Result<Option<u64>, ApiError> {
+    match query_value(query, name) {
+        None => Ok(None),
+        Some(text) => text
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| ApiError::validation(format!("{name} must be a non-negative integer"))),
+    }
+}
+
+/// A parsed JSON body: an object, or empty when the body was absent.
+struct Body(Map<String, Value>);
+
+impl Body {
+    fn parse(bytes: &[u8]) -> Result<Body, ApiError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Body(Map::new()));
+        }
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(map)) => Ok(Body(map)),
+            Ok(_) => Err(ApiError::validation("the body must be a JSON object")),
+            Err(error) => Err(ApiError::validation(format!("malformed JSON body: {error}"))),
+        }
+    }
+
+    fn present(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn string(&self, name: &str) -> Result<Option<String>, ApiError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(_) => Err(ApiError::validation(format!("{name} must be a string"))),
+        }
+    }
+
+    fn required_string(&self, name: &str) -> Result<String, ApiError> {
+        self.string(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
+    }
+
+    fn decimal(&self, name: &str) -> Result<Option<Decimal>, ApiError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(Value::Number(number)) => {
+                let text = number.to_string();
+                Decimal::from_str(&text)
+                    .or_else(|_| Decimal::from_scientific(&text))
+                    .map(Some)
+                    .map_err(|_| ApiError::validation(format!("{name} is out of range")))
+            }
+            Some(_) => Err(ApiError::validation(format!("{name} must be a number"))),
+        }
+    }
+
+    fn required_decimal(&self, name: &str) -> Result<Decimal, ApiError> {
+        self.decimal(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
+    }
+
+    fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(Value::Bool(value)) => Ok(Some(*value)),
+            Some(_) => Err(ApiError::validation(format!("{name} must be true or false"))),
+        }
+    }
+
+    fn required_bool(&self, name: &str) -> Result<bool, ApiError> {
+        self.bool(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
+    }
+
+    fn integer(&self, name: &str, max: u64) -> Result<Option<u64>, ApiError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(Value::Number(number)) => match number.as_u64() {
+                Some(value) if value <= max => Ok(Some(value)),
+                _ => Err(ApiError::validation(format!("{name} must be an integer from 0 to {max}"))),
+            },
+            Some(_) => Err(ApiError::validation(format!("{name} must be an integer"))),
+        }
+    }
+
+    fn strings(&self, name: &str) -> Result<Option<Vec<String>>, ApiError> {
+        match self.present(name) {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_string))
+                .collect::<Option<Vec<String>>>()
+                .map(Some)
+                .ok_or_else(|| ApiError::validation(format!("{name} must be an array of strings"))),
+            Some(_) => Err(ApiError::validation(format!("{name} must be an array of strings"))),
+        }
+    }
+}
+
+/// The credential of a request: the token after `Bearer `, or empty.
+pub fn bearer(headers: &http::HeaderMap) -> String {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
+        .map(|token| token.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Parses a request into what it asks for. `admin_token` guards the admin and sandbox APIs.
+pub fn route(request: &http::Request<Bytes>, admin_token: &str) -> Routed {
+    match try_route(request, admin_token) {
+        Ok(routed) => routed,
+        Err(error) => Routed::Reject(error),
+    }
+}
+
+fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed, ApiError> {
+    if request.body().len() > MAX_BODY_BYTES {
+        return Err(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")));
+    }
+    let path = request.uri().path();
+    let (index, params) = match routes::find(request.method().as_str(), path) {
+        Match::Found(index, params) => (index, params),
+        Match::WrongMethod(allowed) => {
+            return Err(ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
+            ))
+        }
+        Match::NotFound => return Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
+    };
+    let (api, method, pattern) = ROUTES[index];
+    let credential = bearer(request.headers());
+    if matches!(api, Api::Admin | Api::Sandbox)
+        && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())
+    {
+        return Err(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"));
+    }
+    let query = parse_query(request.uri().query());
+    let body = Body::parse(request.body())?;
+    let param = |i: usize| params[i].clone();
+    let reseller = |op: ResellerOp| {
+        let idempotency_key =
+            request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+        Routed::Engine(Command::Reseller(ResellerRequest { api_key: credential.clone(), idempotency_key, op }))
+    };
+    let admin = |op: AdminOp| Routed::Engine(Command::Admin(op));
+    let sandbox = |op: SandboxOp| Routed::Engine(Command::Sandbox(op));
+    Ok(match (method, pattern) {
+        ("POST", "/esim/provision") => reseller(ResellerOp::Provision {
+            end_user_reference: body.string("end_user_reference")?,
+            label: body.string("label")?,
+            group_id: body.string("group_id")?,
+        }),
+        ("GET", "/esim/list") => reseller(ResellerOp::ListEsims {
+            status: query_value(&query, "status").map(str::to_string),
+            limit: query_u64(&query, "limit")?,
+            offset: query_u64(&query, "offset")?,
+        }),
+        ("GET", "/esim/{iccid}") => reseller(ResellerOp::GetEsim { iccid: param(0) }),
+        ("POST", "/esim/{iccid}/enable") => reseller(ResellerOp::Enable { iccid: param(0) }),
+        ("POST", "/esim/{iccid}/disable") => reseller(ResellerOp::Disable { iccid: param(0) }),
+        ("POST", "/esim/{iccid}/terminate") => reseller(ResellerOp::Terminate { iccid: param(0) }),
+        ("POST", "/esim/{iccid}/throttle") => {
+            reseller(ResellerOp::Throttle { iccid: param(0), speed: body.required_string("speed")? })
+        }
+        ("POST", "/esim/{iccid}/fund") => {
+            reseller(ResellerOp::Fund { iccid: param(0), amount: body.required_decimal("amount")? })
+        }
+        ("POST", "/esim/{iccid}/defund") => reseller(ResellerOp::Defund { iccid: param(0) }),
+        ("GET", "/groups") => reseller(ResellerOp::ListGroups),
+        ("POST", "/groups") => reseller(ResellerOp::CreateGroup {
+            name: body.required_string("name")?,
+            low_balance_threshold_usd: body.decimal("low_balance_threshold_usd")?,
+            refill_amount_usd: body.decimal("refill_amount_usd")?,
+        }),
+        ("GET", "/groups/{id}") => reseller(ResellerOp::GetGroup { group_id: param(0) }),
+        ("PATCH", "/groups/{id}") => reseller(ResellerOp::UpdateGroup {
+            group_id: param(0),
+            name: body.string("name")?,
+            low_balance_threshold_usd: body.decimal("low_balance_threshold_usd")?,
+            refill_amount_usd: body.decimal("refill_amount_usd")?,
+        }),
+        ("POST", "/groups/{id}/fund") => {
+            reseller(ResellerOp::FundGroup { group_id: param(0), amount: body.required_decimal("amount")? })
+        }
+        ("POST", "/groups/{id}/defund") => reseller(ResellerOp::DefundGroup { group_id: param(0) }),
+        ("GET", "/groups/{id}/esims") => reseller(ResellerOp::ListGroupEsims {
+            group_id: param(0),
+            limit: query_u64(&query, "limit")?,
+            offset: query_u64(&query, "offset")?,
+        }),
+        ("POST", "/groups/{id}/esims") => {
+            reseller(ResellerOp::AddGroupEsim { group_id: param(0), iccid: body.required_string("iccid")? })
+        }
+        ("DELETE", "/groups/{id}/esims/{iccid}") => {
+            reseller(ResellerOp::RemoveGroupEsim { group_id: param(0), iccid: param(1) })
+        }
+        ("GET", "/wallet/balance") => reseller(ResellerOp::WalletBalance),
+        ("GET", "/rates") => reseller(ResellerOp::Rates {
+            country: query_value(&query, "country").map(str::to_string),
+            continent: query_value(&query, "continent").map(str::to_string),
+        }),
+        ("GET", "/account") => reseller(ResellerOp::Account),
+        ("GET", "/webhooks") => reseller(ResellerOp::ListWebhooks),
+        ("POST", "/webhooks") => reseller(ResellerOp::CreateWebhook {
+            url: body.required_string("url")?,
+            events: body.strings("events")?.ok_or_else(|| ApiError::validation("events is required"))?,
+        }),
+        ("GET", "/webhooks/{id}") => reseller(ResellerOp::GetWebhook { webhook_id: param(0) }),
+        ("PUT", "/webhooks/{id}") => reseller(ResellerOp::UpdateWebhook {
+            webhook_id: param(0),
+            url: body.string("url")?,
+            events: body.strings("events")?,
+            active: body.bool("active")?,
+        }),
+        ("DELETE", "/webhooks/{id}") => reseller(ResellerOp::DeleteWebhook { webhook_id: param(0) }),
+        ("POST", "/webhooks/{id}/test") => reseller(ResellerOp::TestWebhook { webhook_id: param(0) }),
+        ("GET", "/openapi.json") => Routed::OpenApi,
+        ("POST", "/admin/v1/accounts") => admin(AdminOp::CreateAccount {
+            contact_email: body.required_string("contact_email")?,
+            company_name: body.string("company_name")?,
+        }),
+        ("POST", "/admin/v1/accounts/{account_id}/topups") => {
+            admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_decimal("amount_usd")? })
+        }
+        ("POST", "/admin/v1/accounts/{account_id}/keys") => admin(AdminOp::CreateKey { account_id: param(0) }),
+        ("DELETE", "/admin/v1/keys/{api_key}") => admin(AdminOp::RevokeKey { api_key: param(0) }),
+        ("PUT", "/admin/v1/accounts/{account_id}/freeze") => {
+            admin(AdminOp::Freeze { account_id: param(0), frozen: body.required_bool("frozen")? })
+        }
+        ("PUT", "/admin/v1/accounts/{account_id}/auto-refill") => {
+            let card = match body.string("card")?.as_deref() {
+                None => None,
+                Some("ok") => Some(CardBehavior::Ok),
+                Some("declined") => Some(CardBehavior::Declined),
+                Some("requires_action") => Some(CardBehavior::RequiresAction),
+                Some("expired") => Some(CardBehavior::Expired),
+                Some(_) => {
+                    return Err(ApiError::validation("card must be one of ok, declined, requires_action, expired"))
+                }
+            };
+            admin(AdminOp::SetAutoRefill {
+                account_id: param(0),
+                enabled: body.required_bool("enabled")?,
+                amount_usd: body.decimal("amount_usd")?,
+                card,
+            })
+        }
+        ("PUT", "/admin/v1/accounts/{account_id}/limits") => admin(AdminOp::SetLimits {
+            account_id: param(0),
+            max_groups: body.integer("max_groups", u32::MAX.into())?.map(|v| v as u32),
+            max_group_size: body.integer("max_group_size", u32::MAX.into())?.map(|v| v as u32),
+        }),
+        ("PUT", "/admin/v1/inventory") => admin(AdminOp::SetInventory {
+            available: body
+                .integer("available", 1_000_000_000)?
+                .ok_or_else(|| ApiError::validation("available is required"))?,
+        }),
+        ("GET", "/admin/v1/reports/conservation") => {
+            let format = query_value(&query, "format").unwrap_or("json").to_string();
+            if !matches!(format.as_str(), "json" | "csv" | "md") {
+                return Err(ApiError::validation("format must be json, csv or md"));
+            }
+            Routed::Report { account_id: query_value(&query, "account_id").map(str::to_string), format }
+        }
+        ("GET", "/admin/v1/state") => Routed::StateDigest,
+        ("GET", "/sandbox/v1/clock") => Routed::ClockRead,
+        ("POST", "/sandbox/v1/clock/advance") => {
+            let seconds = body.required_decimal("seconds")?;
+            if seconds <= Decimal::ZERO || seconds > Decimal::from(366 * 24 * 3600) {
+                return Err(ApiError::validation("seconds must be above 0 and at most one year"));
+            }
+            let ms = (seconds * Decimal::from(1000)).trunc();
+            Routed::ClockAdvance { ms: ms.to_string().parse().unwrap_or(1).max(1) }
+        }
+        ("POST", "/sandbox/v1/esims/{iccid}/install") => sandbox(SandboxOp::Install { iccid: param(0) }),
+        ("POST", "/sandbox/v1/esims/{iccid}/usage") => sandbox(SandboxOp::Usage {
+            iccid: param(0),
+            mb: body.required_decimal("mb")?,
+            country: body.required_string("country")?,
+            operator: body.string("operator")?,
+        }),
+        ("PUT", "/sandbox/v1/faults") => sandbox(SandboxOp::SetFaults {
+            upstream_pause_fails: body.bool("upstream_pause_fails")?,
+            network_read_fails: body.bool("network_read_fails")?,
+        }),
+        _ => unreachable!("every route of the table is handled: {method} {pattern}"),
+    })
+}
+
+/// A JSON response with the given status and body.
+pub fn json_response(status: u16, body: impl Into<Bytes>) -> http::Response<Bytes> {
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.into())
+        .expect("valid response parts")
+}
+
+/// Renders an engine response: the success body or the spec's error body, with
+/// `Retry-After` on a rate limit.
+pub fn respond(response: &Response) -> http::Response<Bytes> {
+    let (status, body) = esim_engine::render(response);
+    let mut http_response = json_response(status, body);
+    if let Err(ApiError { retry_after_secs: Some(seconds), .. }) = response {
+        http_response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(*seconds));
+    }
+    if let Err(ApiError { code: ErrorCode::MethodNotAllowed, message, .. }) = response {
+        if let Some(allowed) = message.split("use ").nth(1) {
+            if let Ok(value) = http::HeaderValue::from_str(allowed) {
+                http_response.headers_mut().insert(http::header::ALLOW, value);
+            }
+        }
+    }
+    http_response
+}
+
+/// Renders an error alone.
+pub fn error_response(error: ApiError) -> http::Response<Bytes> {
+    respond(&Err(error))
+}

@@ -1,0 +1,17 @@
+//! # esim-transport: the API layer and the production shell
+//!
+//! - [`routes`] and [`api`]: the pure mapping between HTTP and engine commands (routing,
+//!   authentication header, body parsing and validation, rendering). No IO.
+//! - [`service`]: the engine with its clock mode behind that mapping; also pure, so the
+//!   simulation and tests run exactly what production runs.
+//! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod openapi;
+pub mod routes;
+pub mod sender;
+pub mod server;
+pub mod service;
+
+pub use service::{ClockMode, JournalEntry, Outcome, Service};

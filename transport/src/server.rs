@@ -1,0 +1,252 @@
+//! The production shell: hyper 1.x serving the [`Service`] from one owner task.
+//!
+//! - Connections: `hyper_util::server::conn::auto::Builder` with `TokioIo` and
+//!   `service_fn`, each in a `JoinSet` and watched by a `GracefulShutdown`.
+//! - Handlers only turn HTTP into a message for the owner task and its answer back
+//!   into HTTP. The owner task applies everything in one total order, makes the journal
+//!   entries durable (group commit: one flush for a whole batch of requests) before it
+//!   answers, fires timers, and hands webhook deliveries to the [`Sender`].
+
+use crate::api::{error_response, MAX_BODY_BYTES};
+use crate::sender::Sender;
+use crate::service::{ClockMode, JournalEntry, Outcome, Service};
+use bytes::Bytes;
+use esim_engine::{ApiError, DeliveryResult, Effect, ErrorCode, Millis};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+/// A slow client must send its headers within this time.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long in-flight requests get to finish on shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Requests waiting for the owner task (back-pressure beyond it).
+const QUEUE_DEPTH: usize = 4_096;
+/// Requests applied per group commit at most.
+const MAX_BATCH: usize = 512;
+
+/// Where journal entries go before a response is sent. `append` must make them durable.
+pub trait JournalSink: Send + 'static {
+    fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()>;
+}
+
+/// No durability (tests, and until a data directory journal is configured).
+pub struct NoJournal;
+
+impl JournalSink for NoJournal {
+    fn append(&mut self, _entries: &[JournalEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Service time from the wall clock: `origin` plus elapsed real time times `speed`.
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    real_origin_ms: i64,
+    service_origin: Millis,
+    speed: u32,
+}
+
+pub fn real_now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl WallClock {
+    pub fn new(service_origin: Millis, speed: u32) -> WallClock {
+        WallClock { real_origin_ms: real_now_ms(), service_origin, speed: speed.max(1) }
+    }
+    pub fn now(&self) -> Millis {
+        self.service_origin.plus_ms((real_now_ms() - self.real_origin_ms) * i64::from(self.speed))
+    }
+    /// Real time until a service-time deadline.
+    pub fn until(&self, deadline: Millis) -> Duration {
+        let service_ms = (deadline.0 - self.now().0).max(0);
+        Duration::from_millis((service_ms / i64::from(self.speed)) as u64 + 1)
+    }
+}
+
+enum Message {
+    Request(Box<http::Request<Bytes>>, oneshot::Sender<http::Response<Bytes>>),
+    Delivered(u64, DeliveryResult),
+    /// Every connection is closed: flush and end.
+    Stop,
+}
+
+pub struct ServerOptions {
+    pub speed: u32,
+    pub allow_insecure_webhooks: bool,
+}
+
+/// Serves until `shutdown` resolves, then finishes in-flight requests and returns.
+pub async fn serve(
+    listener: TcpListener,
+    service: Service,
+    journal: Box<dyn JournalSink>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
+    let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
+    let sender = Sender::new(options.allow_insecure_webhooks);
+    let owner = tokio::spawn(owner_task(service, journal, clock, inbox, to_owner.clone(), sender));
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed");
+                        continue;
+                    }
+                };
+                let to_owner = to_owner.clone();
+                let service = hyper::service::service_fn(move |request| handle(request, to_owner.clone(), peer));
+                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let connection = graceful.watch(connection);
+                connections.spawn(async move {
+                    let _ = connection.await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: finishing in-flight requests");
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("some connections did not finish in time");
+    }
+    connections.abort_all();
+    let _ = to_owner.send(Message::Stop).await;
+    owner.await.map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+async fn handle(
+    request: http::Request<Incoming>,
+    to_owner: mpsc::Sender<Message>,
+    _peer: SocketAddr,
+) -> Result<http::Response<Full<Bytes>>, Infallible> {
+    let started = std::time::Instant::now();
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let (parts, body) = request.into_parts();
+    let response = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => error_response(
+            ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")),
+        ),
+        Err(_) => error_response(ApiError::validation("the request body could not be read")),
+        Ok(collected) => {
+            let request = http::Request::from_parts(parts, collected.to_bytes());
+            let (reply, answer) = oneshot::channel();
+            if to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
+                unavailable()
+            } else {
+                answer.await.unwrap_or_else(|_| unavailable())
+            }
+        }
+    };
+    // One line per request; never a credential (only method, path, status, time).
+    tracing::info!(%method, path = %path, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
+    Ok(response.map(Full::new))
+}
+
+fn unavailable() -> http::Response<Bytes> {
+    error_response(ApiError::new(ErrorCode::ServiceUnavailable, "the service is stopping or cannot take changes now"))
+}
+
+/// The one owner of the engine: applies requests in order, journals, answers.
+async fn owner_task(
+    mut service: Service,
+    mut journal: Box<dyn JournalSink>,
+    clock: WallClock,
+    mut inbox: mpsc::Receiver<Message>,
+    to_owner: mpsc::Sender<Message>,
+    sender: Sender,
+) {
+    // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
+    service.engine_mut().redeliver_in_flight();
+    let mut waiting_tests: BTreeMap<u64, oneshot::Sender<http::Response<Bytes>>> = BTreeMap::new();
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    loop {
+        let deadline = match service.clock() {
+            ClockMode::Wall => service.poll_timeout().map(|d| clock.until(d)),
+            ClockMode::Virtual => None,
+        };
+        let first = tokio::select! {
+            message = inbox.recv() => match message {
+                Some(Message::Stop) | None => break,
+                Some(message) => Some(message),
+            },
+            _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => None,
+        };
+        batch.clear();
+        batch.extend(first);
+        while batch.len() < MAX_BATCH {
+            match inbox.try_recv() {
+                Ok(message) => batch.push(message),
+                Err(_) => break,
+            }
+        }
+        service.tick(clock.now());
+        let mut stopping = false;
+        let mut answers = Vec::with_capacity(batch.len());
+        for message in batch.drain(..) {
+            match message {
+                Message::Request(request, reply) => match service.handle(clock.now(), &request) {
+                    Outcome::Respond(response) => answers.push((reply, response)),
+                    Outcome::AwaitDelivery(id) => {
+                        waiting_tests.insert(id, reply);
+                    }
+                },
+                Message::Stop => stopping = true,
+                Message::Delivered(id, result) => {
+                    let response = service.delivery_outcome(clock.now(), id, result);
+                    if let Some(reply) = waiting_tests.remove(&id) {
+                        answers.push((reply, response));
+                    }
+                }
+            }
+        }
+        // Group commit: one durable append for the whole batch, then the answers.
+        let entries = service.drain_journal();
+        if !entries.is_empty() {
+            if let Err(error) = journal.append(&entries) {
+                tracing::error!(%error, "journal append failed: refusing to acknowledge changes");
+                for (reply, _) in answers.drain(..) {
+                    let _ = reply.send(unavailable());
+                }
+                continue;
+            }
+        }
+        for (reply, response) in answers {
+            let _ = reply.send(response);
+        }
+        if stopping {
+            break;
+        }
+        while service.poll_event().is_some() {}
+        while let Some(Effect::Deliver(delivery)) = service.poll_effect() {
+            let sender = sender.clone();
+            let to_owner = to_owner.clone();
+            tokio::spawn(async move {
+                let result = sender.send(&delivery).await;
+                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
+            });
+        }
+    }
+}
