@@ -145,6 +145,16 @@ pub struct Engine {
     /// Soft state (not journaled, not in the digest): per-key request windows.
     #[serde(skip)]
     pub(crate) rate_windows: BTreeMap<[u8; 32], (Millis, u32)>,
+    /// A deliberately broken rule, switched on only by tests of the checkers.
+    #[serde(skip)]
+    pub(crate) injected_bug: Option<InjectedBug>,
+}
+
+/// Known bugs a test can switch on to prove that the simulation catches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// An eSIM defund or move settlement credits one cent more than it returns.
+    SettlementPaysOneCentMore,
 }
 
 impl Engine {
@@ -174,7 +184,42 @@ impl Engine {
             effects: VecDeque::new(),
             events: VecDeque::new(),
             rate_windows: BTreeMap::new(),
+            injected_bug: None,
         }
+    }
+
+    /// Test-only switch: turn on a known bug (see [`InjectedBug`]).
+    #[doc(hidden)]
+    pub fn inject_bug_for_test(&mut self, bug: Option<InjectedBug>) {
+        self.injected_bug = bug;
+    }
+
+    // ----- read-only views (for observers: the simulation's checkers, reports) -----
+
+    pub fn accounts(&self) -> &[Account] {
+        &self.accounts
+    }
+
+    pub fn esims(&self) -> &[Esim] {
+        &self.esims
+    }
+
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    pub fn webhooks(&self) -> &[Webhook] {
+        &self.webhooks
+    }
+
+    /// Deliveries the engine still owns (in flight or waiting for a retry).
+    pub fn pending_deliveries(&self) -> &BTreeMap<u64, DeliveryState> {
+        &self.deliveries
+    }
+
+    /// Displayed wallet balance of an eSIM (what the API shows).
+    pub fn esim_displayed_balance(&self, sim: u32) -> rust_decimal::Decimal {
+        self.sim_displayed_balance(sim)
     }
 
     pub fn config(&self) -> &EngineConfig {

@@ -182,7 +182,7 @@ impl Engine {
         Ok(Reply::Provisioned(ProvisionedEsim {
             id,
             iccid,
-            qr_code: QrCodeDataUrl(lpa_string.clone()),
+            qr_code: QrCodeDataUrl::new(lpa_string.clone()),
             direct_install_url: codes::direct_install_url(&lpa_string),
             lpa_string,
             status: "pending",
@@ -436,6 +436,11 @@ impl Engine {
         let returned = money::displayed(amount);
         self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
         self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
+        if self.injected_bug == Some(crate::engine::InjectedBug::SettlementPaysOneCentMore) {
+            // Deliberately broken rule, for the simulation's own tests only.
+            let balance = self.ledger.balance(slots.reseller);
+            self.ledger.corrupt_for_test(slots.reseller, balance + rust_decimal::Decimal::new(1, 2));
+        }
         self.after_reseller_credit(account);
         self.esims[sim as usize].wallet.paused = false;
         match pending {

@@ -60,7 +60,7 @@ pub mod time;
 pub mod webhook;
 
 pub use command::*;
-pub use engine::{limits, Delivery, Effect, Engine, EngineConfig};
+pub use engine::{limits, Delivery, Effect, Engine, EngineConfig, InjectedBug};
 pub use error::{ApiError, ErrorCode};
 pub use event::{Event, EventName};
 pub use reply::{render, Reply, Response};

@@ -93,11 +93,26 @@ pub fn render(response: &Response) -> (u16, Vec<u8>) {
 /// The `qr_code` field: rendered to a PNG data URL only when serialized, because
 /// drawing a QR code costs about a millisecond and most engine callers never show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QrCodeDataUrl(pub String);
+pub struct QrCodeDataUrl {
+    /// The text the QR code encodes (the LPA string).
+    pub text: String,
+    /// False only in the simulation, which renders millions of responses and never
+    /// looks at the picture: the field then carries an empty PNG data URL.
+    pub render: bool,
+}
+
+impl QrCodeDataUrl {
+    pub fn new(text: String) -> Self {
+        QrCodeDataUrl { text, render: true }
+    }
+}
 
 impl Serialize for QrCodeDataUrl {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let url = codes::qr_png_data_url(&self.0).map_err(serde::ser::Error::custom)?;
+        if !self.render {
+            return serializer.serialize_str("data:image/png;base64,");
+        }
+        let url = codes::qr_png_data_url(&self.text).map_err(serde::ser::Error::custom)?;
         serializer.serialize_str(&url)
     }
 }

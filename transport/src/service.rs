@@ -59,6 +59,8 @@ pub struct Service {
     /// Entries to journal, drained by the driver after every call.
     journal: Vec<JournalEntry>,
     openapi: Bytes,
+    /// Draw QR codes in provisioning responses (off only in the simulation).
+    render_qr: bool,
 }
 
 impl Service {
@@ -188,6 +190,10 @@ impl Service {
             }
             Routed::Engine(command) => match self.apply(now, command) {
                 Ok(Reply::WebhookTestDispatched { delivery_id }) => return Outcome::AwaitDelivery(delivery_id),
+                Ok(Reply::Provisioned(mut provisioned)) => {
+                    provisioned.qr_code.render = self.render_qr;
+                    respond(&Ok(Reply::Provisioned(provisioned)))
+                }
                 other => respond(&other),
             },
         };
