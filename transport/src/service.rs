@@ -73,7 +73,14 @@ impl Service {
             virtual_now,
             journal: Vec::new(),
             openapi: Bytes::from(crate::openapi::document()),
+            render_qr: true,
         }
+    }
+
+    /// The simulation renders millions of responses and never looks at QR pictures:
+    /// it turns them off (the field then holds an empty PNG data URL).
+    pub fn set_render_qr(&mut self, render: bool) {
+        self.render_qr = render;
     }
 
     pub fn engine(&self) -> &Engine {
