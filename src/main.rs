@@ -4,7 +4,8 @@
 
 use clap::{Parser, Subcommand};
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
-use esim_transport::server::{self, NoJournal, ServerOptions};
+use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
+use esim_transport::server::{self, JournalSink, ServerOptions};
 use esim_transport::{ClockMode, Service};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,38 @@ struct Cli {
 enum Commands {
     /// Run the HTTP service (reseller API, admin API and sandbox API on one listener).
     Serve(ServeArgs),
+    /// Rebuild the state from a data dir's journal; print its digest and a summary.
+    Replay(ReplayArgs),
+    /// Finance reports rebuilt offline.
+    Report {
+        #[command(subcommand)]
+        report: ReportKind,
+    },
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// The data dir of `esim serve`.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Stop before the first entry later than this time (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ReportKind {
+    /// Conservation report: every ledger line per account and in total, and the difference (must be 0).
+    Conservation {
+        /// The data dir of `esim serve`.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Only this account.
+        #[arg(long)]
+        account: Option<String>,
+        #[arg(long, default_value = "md", value_parser = ["json", "csv", "md"])]
+        format: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -85,7 +118,12 @@ fn write_admin_token(dir: &Path, token: &str) -> std::io::Result<()> {
 fn serve(args: ServeArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
-    let new_data_dir = !args.data_dir.join("journal").exists();
+    let recovery =
+        journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None }).map_err(|e| e.to_string())?;
+    for note in &recovery.repaired {
+        eprintln!("esim: recovery: {note}");
+    }
+    let new_data_dir = recovery.engine.is_none();
     let admin_token = match args.admin_token {
         Some(token) if !token.is_empty() => token,
         _ => {
@@ -97,17 +135,32 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
     };
     let clock = if args.clock == "virtual" { ClockMode::Virtual } else { ClockMode::Wall };
-    let config = EngineConfig {
-        seed: args.seed.unwrap_or_else(os_random_u64),
-        allow_insecure_webhooks: args.allow_insecure_webhooks,
-        ..EngineConfig::default()
+    let (engine, header) = match (recovery.engine, recovery.header) {
+        (Some(engine), Some(mut header)) => {
+            header.first_index = recovery.next_index;
+            (engine, header)
+        }
+        _ => {
+            // A new data dir: the seed and configuration go into the journal header.
+            let config = EngineConfig {
+                seed: args.seed.unwrap_or_else(os_random_u64),
+                allow_insecure_webhooks: args.allow_insecure_webhooks,
+                ..EngineConfig::default()
+            };
+            let start = match clock {
+                ClockMode::Virtual => Millis::VIRTUAL_EPOCH,
+                ClockMode::Wall => Millis(server::real_now_ms()),
+            };
+            let header = SegmentHeader { version: 1, config: config.clone(), clock, start, first_index: 0 };
+            (Engine::new(config, start), header)
+        }
     };
-    let start = match clock {
-        ClockMode::Virtual => Millis::VIRTUAL_EPOCH,
-        ClockMode::Wall => Millis(server::real_now_ms()),
-    };
-    let mut service = Service::new(Engine::new(config, start), admin_token, clock);
+    let replayed = (recovery.from_snapshot, recovery.replayed);
+    let mut journal = FileJournal::open(&args.data_dir, header, SnapshotPolicy::default())
+        .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?;
+    let mut service = Service::new(engine, admin_token, clock);
     let demo_key = if args.demo || new_data_dir { Some(create_demo_account(&mut service)?) } else { None };
+    journal.append(&service.drain_journal()).map_err(|e| format!("cannot write the journal: {e}"))?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
@@ -119,18 +172,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         if let Some(key) = demo_key {
             println!("demo account API key (shown once): {key}");
         }
-        tracing::info!(data_dir = %args.data_dir.display(), clock = ?clock, speed = args.speed, "service started");
+        tracing::info!(
+            data_dir = %args.data_dir.display(), clock = ?clock, speed = args.speed,
+            from_snapshot = replayed.0, replayed = replayed.1, "service started"
+        );
         let options = ServerOptions { speed: args.speed, allow_insecure_webhooks: args.allow_insecure_webhooks };
-        server::serve(listener, service, Box::new(NoJournal), options, shutdown_signal())
-            .await
-            .map_err(|e| e.to_string())
+        server::serve(listener, service, Box::new(journal), options, shutdown_signal()).await.map_err(|e| e.to_string())
     })
 }
 
 fn create_demo_account(service: &mut Service) -> Result<String, String> {
     let now = service.now(Millis(server::real_now_ms()));
-    let engine = service.engine_mut();
-    let created = engine.handle(
+    let created = service.apply_command(
         now,
         Command::Admin(AdminOp::CreateAccount {
             contact_email: "demo@reseller.example".into(),
@@ -138,10 +191,57 @@ fn create_demo_account(service: &mut Service) -> Result<String, String> {
         }),
     );
     let Ok(Reply::AccountCreated(created)) = created else { return Err("demo account creation failed".into()) };
-    engine
-        .handle(now, Command::Admin(AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: 100.into() }))
+    service
+        .apply_command(
+            now,
+            Command::Admin(AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: 100.into() }),
+        )
         .map_err(|e| e.to_string())?;
     Ok(created.api_key)
+}
+
+fn replay(args: ReplayArgs) -> Result<(), String> {
+    let until = match &args.until {
+        Some(text) => {
+            Some(Millis::parse_rfc3339(text).ok_or_else(|| format!("--until {text:?} is not an RFC 3339 time"))?)
+        }
+        None => None,
+    };
+    let started = std::time::Instant::now();
+    let recovery =
+        journal::recover(&args.data_dir, &RecoverOptions { repair: false, until }).map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", args.data_dir.display())) };
+    println!("state_digest {}", engine.state_digest());
+    println!("service time {}", engine.now());
+    println!(
+        "entries      {} ({} from the snapshot, {} replayed from the journal)",
+        recovery.next_index, recovery.from_snapshot, recovery.replayed
+    );
+    println!("accounts     {}", engine.accounts().len());
+    println!("esims        {}", engine.esims().len());
+    println!("groups       {}", engine.groups().len());
+    let report = engine.conservation_report(None).expect("all accounts");
+    println!("conserved    {}", if report.conserved { "yes (every difference is exactly 0)" } else { "NO" });
+    let seconds = elapsed.as_secs_f64().max(1e-9);
+    println!("replay time  {:.3} s ({:.0} entries/s)", seconds, recovery.replayed as f64 / seconds);
+    for note in &recovery.repaired {
+        println!("damage       {note} (not repaired here: `esim serve` cuts it on start)");
+    }
+    Ok(())
+}
+
+fn report_conservation(data_dir: &Path, account: Option<&str>, format: &str) -> Result<(), String> {
+    let recovery =
+        journal::recover(data_dir, &RecoverOptions { repair: false, until: None }).map_err(|e| e.to_string())?;
+    let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", data_dir.display())) };
+    let report = engine.conservation_report(account).ok_or_else(|| format!("no account {}", account.unwrap_or("")))?;
+    print!("{}", report.render(format).expect("format checked by clap"));
+    if report.conserved {
+        Ok(())
+    } else {
+        Err("money is not conserved: see the difference lines".into())
+    }
 }
 
 async fn shutdown_signal() {
@@ -167,6 +267,10 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Commands::Serve(args) => serve(args),
+        Commands::Replay(args) => replay(args),
+        Commands::Report { report: ReportKind::Conservation { data_dir, account, format } } => {
+            report_conservation(&data_dir, account.as_deref(), &format)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

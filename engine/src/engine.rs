@@ -244,8 +244,21 @@ impl Engine {
         }
     }
 
-    /// Like [`Engine::handle`], without the per-key rate limit: for replaying a journal,
-    /// which holds only commands that were admitted when they first ran.
+    /// The per-key rate limit on its own: a driver that journals commands asks first and
+    /// journals only what was admitted, then applies it with [`Engine::replay`]. (A
+    /// request refused here changes nothing, so it must not reach the journal.) An
+    /// unknown key is admitted here and refused by the command itself.
+    pub fn admit(&mut self, now: Millis, request: &ResellerRequest) -> Result<(), ApiError> {
+        self.handle_timeout(now);
+        let digest: [u8; 32] = Sha256::digest(request.api_key.as_bytes()).into();
+        match self.keys.get(&digest) {
+            Some(record) if !record.revoked => self.check_rate(digest),
+            _ => Ok(()),
+        }
+    }
+
+    /// Like [`Engine::handle`], without the per-key rate limit: for commands already
+    /// admitted, and for replaying a journal (which holds only admitted commands).
     pub fn replay(&mut self, now: Millis, command: Command) -> Response {
         self.handle_timeout(now);
         match command {
@@ -308,7 +321,7 @@ impl Engine {
             _ => return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
         };
         if rate_limited {
-            self.admit(digest)?;
+            self.check_rate(digest)?;
         }
         let Some(key) = idempotency_key.filter(|_| !op.is_read()) else {
             return self.dispatch(account, op);
@@ -349,7 +362,7 @@ impl Engine {
     }
 
     /// The per-key rate limit: a fixed one-minute window from the window's first request.
-    fn admit(&mut self, digest: [u8; 32]) -> Result<(), ApiError> {
+    fn check_rate(&mut self, digest: [u8; 32]) -> Result<(), ApiError> {
         let now = self.now;
         let limit = self.config.rate_limit_per_minute;
         let window = self.rate_windows.entry(digest).or_insert((now, 0));

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod journal;
 pub mod openapi;
 pub mod routes;
 pub mod sender;

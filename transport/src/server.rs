@@ -11,7 +11,7 @@ use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
-use esim_engine::{ApiError, DeliveryResult, Effect, ErrorCode, Millis};
+use esim_engine::{ApiError, DeliveryResult, Effect, Engine, ErrorCode, Millis};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -34,17 +34,43 @@ const QUEUE_DEPTH: usize = 4_096;
 /// Requests applied per group commit at most.
 const MAX_BATCH: usize = 512;
 
-/// Where journal entries go before a response is sent. `append` must make them durable.
+/// Where journal entries go before a response is sent: a small trait, so that a
+/// replicated log can back it later without touching the engine or the server.
 pub trait JournalSink: Send + 'static {
+    /// Makes the entries durable; only then are their responses sent.
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()>;
+    /// Called after a successful append with the engine that applied the entries.
+    fn after_append(&mut self, _engine: &Engine) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// After a failed append: the durable state to continue from.
+    fn reload(&mut self) -> Result<Engine, String>;
 }
 
-/// No durability (tests, and until a data directory journal is configured).
+/// No durability (tests that do not need it).
 pub struct NoJournal;
 
 impl JournalSink for NoJournal {
     fn append(&mut self, _entries: &[JournalEntry]) -> std::io::Result<()> {
         Ok(())
+    }
+    fn reload(&mut self) -> Result<Engine, String> {
+        Err("no journal to reload from".into())
+    }
+}
+
+impl JournalSink for crate::journal::FileJournal {
+    fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
+        self.append_entries(entries)
+    }
+    fn after_append(&mut self, engine: &Engine) -> std::io::Result<()> {
+        if self.snapshot_due() {
+            self.write_snapshot(engine)?;
+        }
+        Ok(())
+    }
+    fn reload(&mut self) -> Result<Engine, String> {
+        crate::journal::FileJournal::reload(self).map_err(|e| e.0)
     }
 }
 
@@ -226,11 +252,19 @@ async fn owner_task(
         let entries = service.drain_journal();
         if !entries.is_empty() {
             if let Err(error) = journal.append(&entries) {
-                tracing::error!(%error, "journal append failed: refusing to acknowledge changes");
+                tracing::error!(%error, "journal append failed: answering 503 and going back to the durable state");
                 for (reply, _) in answers.drain(..) {
                     let _ = reply.send(unavailable());
                 }
+                match journal.reload() {
+                    Ok(engine) => service.replace_engine(engine),
+                    Err(why) => tracing::error!(%why, "cannot reload the durable state; changes keep failing"),
+                }
+                while service.poll_effect().is_some() {}
                 continue;
+            }
+            if let Err(error) = journal.after_append(service.engine()) {
+                tracing::warn!(%error, "snapshot failed; the journal still holds everything");
             }
         }
         for (reply, response) in answers {

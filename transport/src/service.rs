@@ -91,6 +91,18 @@ impl Service {
         &mut self.engine
     }
 
+    /// Continues from another engine state (the durable one after a failed append).
+    pub fn replace_engine(&mut self, engine: Engine) {
+        self.virtual_now = self.virtual_now.max(engine.now());
+        self.engine = engine;
+        self.journal.clear();
+    }
+
+    /// Applies a command as a request would (journaled), e.g. the demo account.
+    pub fn apply_command(&mut self, now: Millis, command: Command) -> Response {
+        self.apply(now, command)
+    }
+
     pub fn clock(&self) -> ClockMode {
         self.clock
     }
@@ -141,14 +153,15 @@ impl Service {
 
     fn apply(&mut self, now: Millis, command: Command) -> Response {
         self.advance(now);
-        let journaled = match &command {
-            Command::Reseller(request) => !request.op.is_read(),
-            _ => true,
-        };
-        if journaled {
-            self.journal.push(JournalEntry::Command { at: now, command: command.clone() });
+        if let Command::Reseller(request) = &command {
+            // Refused by the rate limit: nothing changes, nothing is journaled.
+            self.engine.admit(now, request)?;
+            if request.op.is_read() {
+                return self.engine.replay(now, command);
+            }
         }
-        self.engine.handle(now, command)
+        self.journal.push(JournalEntry::Command { at: now, command: command.clone() });
+        self.engine.replay(now, command)
     }
 
     /// Handles one request.
@@ -172,7 +185,9 @@ impl Service {
                 } else {
                     self.virtual_now = self.virtual_now.plus_ms(ms);
                     let now = self.virtual_now;
-                    self.advance(now);
+                    // Always journaled: the virtual clock's position must survive a restart.
+                    self.engine.handle_timeout(now);
+                    self.journal.push(JournalEntry::Tick { at: now });
                     self.clock_body()
                 }
             }
