@@ -77,6 +77,18 @@ pub struct Country {
 #[derive(Debug)]
 pub struct RateTable {
     countries: Vec<Country>,
+    /// Position in `countries` by ISO2 letters (26 x 26), for the per-usage lookup.
+    by_iso2: Vec<Option<u16>>,
+}
+
+/// Slot of an ISO2 code in the lookup table (ASCII letters, any case).
+fn iso2_slot(iso2: &str) -> Option<usize> {
+    match iso2.as_bytes() {
+        [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
+            Some(usize::from(a.to_ascii_uppercase() - b'A') * 26 + usize::from(b.to_ascii_uppercase() - b'A'))
+        }
+        _ => None,
+    }
 }
 
 impl RateTable {
@@ -123,7 +135,8 @@ impl RateTable {
 
     /// Lookup by ISO2 (case-insensitive): usage reports and eSIMs name countries by ISO2.
     pub fn by_iso2(&self, iso2: &str) -> Option<&Country> {
-        self.countries.iter().find(|c| c.iso2.eq_ignore_ascii_case(iso2))
+        let position = self.by_iso2[iso2_slot(iso2)?]?;
+        Some(&self.countries[usize::from(position)])
     }
 
     /// The network a device uses: the named operator (case-insensitive exact name) or,
@@ -282,7 +295,12 @@ fn parse(text: &str) -> Result<RateTable, String> {
         countries.push(parse_line(line).map_err(|e| format!("line {}: {e}: {line}", number + 1))?);
     }
     countries.sort_by(|a, b| a.slug.cmp(&b.slug).then_with(|| a.name.cmp(&b.name)));
-    Ok(RateTable { countries })
+    let mut by_iso2 = vec![None; 26 * 26];
+    for (position, country) in countries.iter().enumerate() {
+        let slot = iso2_slot(&country.iso2).ok_or_else(|| format!("bad ISO2 {}", country.iso2))?;
+        by_iso2[slot] = Some(position as u16);
+    }
+    Ok(RateTable { countries, by_iso2 })
 }
 
 /// The retail table: `ISO2|ISO3|Name|Continent|Operator:retail USD per GB,...[|nodata]`.

@@ -52,6 +52,11 @@ impl TestServer {
         }
     }
 
+    /// A client for a server started elsewhere (stopped by its owner).
+    pub fn attach(base: String) -> TestServer {
+        TestServer { base, client: Client::builder(TokioExecutor::new()).build_http(), stop: None, task: None }
+    }
+
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         self.task.take().unwrap().await.unwrap().unwrap();

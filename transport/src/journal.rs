@@ -122,6 +122,54 @@ fn next_record<'a>(bytes: &'a [u8], offset: &mut usize) -> Next<'a> {
     Next::Record(payload)
 }
 
+/// Entries per decoded batch, and batches queued between the decoding and applying threads.
+const DECODE_BATCH: usize = 1_024;
+const DECODE_QUEUE_BATCHES: usize = 8;
+
+enum Decoded {
+    Batch(Vec<JournalEntry>),
+    /// A record whose checksum held but whose content is not an entry.
+    Unreadable(usize),
+    Damage {
+        offset: usize,
+        reaches_end: bool,
+        why: &'static str,
+    },
+}
+
+/// Decodes the records of a segment from `offset` on, in batches; stops at damage.
+fn decode_records(bytes: &[u8], mut offset: usize, out: std::sync::mpsc::SyncSender<Decoded>) {
+    let mut batch = Vec::with_capacity(DECODE_BATCH);
+    loop {
+        let start = offset;
+        let last = match next_record(bytes, &mut offset) {
+            Next::Record(payload) => match serde_json::from_slice::<JournalEntry>(payload) {
+                Ok(entry) => {
+                    batch.push(entry);
+                    if batch.len() < DECODE_BATCH {
+                        continue;
+                    }
+                    None
+                }
+                Err(_) => Some(Decoded::Unreadable(start)),
+            },
+            Next::End => Some(Decoded::Batch(Vec::new())),
+            Next::Damage { offset, reaches_end, why } => Some(Decoded::Damage { offset, reaches_end, why }),
+        };
+        if !batch.is_empty() && out.send(Decoded::Batch(std::mem::take(&mut batch))).is_err() {
+            return;
+        }
+        match last {
+            None => continue,
+            Some(Decoded::Batch(_)) => return,
+            Some(other) => {
+                let _ = out.send(other);
+                return;
+            }
+        }
+    }
+}
+
 fn list(dir: &Path, extension: &str) -> Result<Vec<(u64, PathBuf)>, JournalError> {
     let mut found = Vec::new();
     let entries = match fs::read_dir(dir) {
@@ -249,38 +297,52 @@ pub fn recover(data_dir: &Path, options: &RecoverOptions) -> Result<Recovery, Jo
         }
         let engine = recovery.engine.get_or_insert_with(|| Engine::new(header.config.clone(), header.start));
         recovery.header.get_or_insert(header.clone());
-        let mut index = header.first_index;
-        loop {
-            match next_record(&bytes, &mut offset) {
-                Next::End => break,
-                Next::Record(payload) => {
-                    let entry: JournalEntry = serde_json::from_slice(payload)
-                        .map_err(|_| damage(offset - payload.len() - 8, "unreadable entry"))?;
-                    if index >= recovery.next_index {
-                        if options.until.is_some_and(|until| entry_time(&entry) > until) {
-                            break 'segments;
+        // Decoding runs on a second thread while this one applies: the two halves of
+        // the work take about as long, so recovery runs near twice as fast on 2 cores.
+        let mut stop_all = false;
+        let outcome: Result<(), JournalError> = std::thread::scope(|scope| {
+            let (batches, decoded) = std::sync::mpsc::sync_channel::<Decoded>(DECODE_QUEUE_BATCHES);
+            let bytes = &bytes;
+            scope.spawn(move || decode_records(bytes, offset, batches));
+            let mut index = header.first_index;
+            for message in decoded {
+                match message {
+                    Decoded::Batch(entries) => {
+                        for entry in entries {
+                            if index >= recovery.next_index {
+                                if options.until.is_some_and(|until| entry_time(&entry) > until) {
+                                    stop_all = true;
+                                    return Ok(());
+                                }
+                                entry.replay(engine);
+                                recovery.next_index += 1;
+                                recovery.replayed += 1;
+                            }
+                            index += 1;
                         }
-                        entry.replay(engine);
-                        recovery.next_index += 1;
-                        recovery.replayed += 1;
                     }
-                    index += 1;
-                }
-                Next::Damage { offset: at, reaches_end: true, why } if position == last => {
-                    if options.repair {
-                        let file = OpenOptions::new().write(true).open(path).map_err(|e| io_error(path, e))?;
-                        file.set_len(at as u64).map_err(|e| io_error(path, e))?;
-                        file.sync_all().map_err(|e| io_error(path, e))?;
+                    Decoded::Unreadable(at) => return Err(damage(at, "unreadable entry")),
+                    Decoded::Damage { offset: at, reaches_end: true, why } if position == last => {
+                        if options.repair {
+                            let file = OpenOptions::new().write(true).open(path).map_err(|e| io_error(path, e))?;
+                            file.set_len(at as u64).map_err(|e| io_error(path, e))?;
+                            file.sync_all().map_err(|e| io_error(path, e))?;
+                        }
+                        recovery.repaired.push(format!(
+                            "cut a torn tail of {} bytes from {} at offset {at} ({why})",
+                            bytes.len() - at,
+                            path.display()
+                        ));
+                        return Ok(());
                     }
-                    recovery.repaired.push(format!(
-                        "cut a torn tail of {} bytes from {} at offset {at} ({why})",
-                        bytes.len() - at,
-                        path.display()
-                    ));
-                    break;
+                    Decoded::Damage { offset, why, .. } => return Err(damage(offset, why)),
                 }
-                Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
             }
+            Ok(())
+        });
+        outcome?;
+        if stop_all {
+            break 'segments;
         }
     }
     Ok(recovery)

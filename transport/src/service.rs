@@ -29,12 +29,12 @@ pub enum JournalEntry {
 
 impl JournalEntry {
     /// Applies the entry to an engine (replay: no rate limit, outputs dropped).
-    pub fn replay(&self, engine: &mut Engine) {
+    pub fn replay(self, engine: &mut Engine) {
         match self {
             JournalEntry::Command { at, command } => {
-                let _ = engine.replay(*at, command.clone());
+                let _ = engine.replay(at, command);
             }
-            JournalEntry::Tick { at } => engine.handle_timeout(*at),
+            JournalEntry::Tick { at } => engine.handle_timeout(at),
         }
         while engine.poll_effect().is_some() {}
         while engine.poll_event().is_some() {}
