@@ -176,7 +176,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             data_dir = %args.data_dir.display(), clock = ?clock, speed = args.speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let options = ServerOptions { speed: args.speed, allow_insecure_webhooks: args.allow_insecure_webhooks };
+        let options = ServerOptions::new(args.speed, args.allow_insecure_webhooks);
         server::serve(listener, service, Box::new(journal), options, shutdown_signal()).await.map_err(|e| e.to_string())
     })
 }

@@ -293,3 +293,22 @@ async fn webhook_test_endpoint_answers_with_the_receivers_real_status() {
     assert!(list.body["available_events"].as_array().unwrap().len() >= 18);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_is_cut_off_by_the_header_read_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut options = esim_transport::server::ServerOptions::new(1, true);
+    options.header_read_timeout = std::time::Duration::from_millis(300);
+    let server = TestServer::start_with(options).await;
+    let address = server.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream.write_all(b"GET /api/v2/reseller/account HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    // Never finish the headers: the server must close the connection by itself.
+    let mut buffer = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_end(&mut buffer)).await;
+    assert!(read.is_ok(), "the connection was not cut off");
+    // The service is still healthy for everyone else.
+    let reply = server.raw("GET", "/api/v2/reseller/openapi.json", None, &[], Bytes::new()).await;
+    assert_eq!(reply.status, 200);
+    server.stop().await;
+}

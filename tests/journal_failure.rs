@@ -43,15 +43,9 @@ async fn a_failing_journal_answers_503_for_changes_and_keeps_serving_reads() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve(
-        listener,
-        service,
-        Box::new(sink),
-        ServerOptions { speed: 1, allow_insecure_webhooks: true },
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let task = tokio::spawn(server::serve(listener, service, Box::new(sink), ServerOptions::new(1, true), async {
+        let _ = stopped.await;
+    }));
     let server = common::TestServer::attach(base);
     let (_, key) = server.account(50.0).await;
     let iccid = server.provision(&key, None).await;

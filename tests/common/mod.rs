@@ -35,12 +35,15 @@ pub struct Reply {
 impl TestServer {
     /// The real server on a free loopback port, virtual clock, insecure webhooks allowed.
     pub async fn start() -> TestServer {
+        Self::start_with(ServerOptions::new(1, true)).await
+    }
+
+    pub async fn start_with(options: ServerOptions) -> TestServer {
         let config = EngineConfig { seed: 5, allow_insecure_webhooks: true, ..EngineConfig::default() };
         let service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let options = ServerOptions { speed: 1, allow_insecure_webhooks: true };
         let task = tokio::spawn(server::serve(listener, service, Box::new(NoJournal), options, async {
             let _ = stopped.await;
         }));

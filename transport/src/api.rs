@@ -66,8 +66,9 @@ fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A query parameter; present but empty (`?country=`) counts as absent.
 fn query_value<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.trim().is_empty())
 }
 
 fn query_u64(query: &[(String, String)], name: &str) -> Result<Option<u64>, ApiError> {

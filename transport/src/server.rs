@@ -110,6 +110,14 @@ enum Message {
 pub struct ServerOptions {
     pub speed: u32,
     pub allow_insecure_webhooks: bool,
+    /// A client must send its request headers within this time (slowloris guard).
+    pub header_read_timeout: Duration,
+}
+
+impl ServerOptions {
+    pub fn new(speed: u32, allow_insecure_webhooks: bool) -> ServerOptions {
+        ServerOptions { speed, allow_insecure_webhooks, header_read_timeout: HEADER_READ_TIMEOUT }
+    }
 }
 
 /// Serves until `shutdown` resolves, then finishes in-flight requests and returns.
@@ -128,7 +136,7 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_read_timeout);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
