@@ -391,3 +391,60 @@ pub fn respond(response: &Response) -> http::Response<Bytes> {
 pub fn error_response(error: ApiError) -> http::Response<Bytes> {
     respond(&Err(error))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, uri: &str, body: &str) -> http::Request<Bytes> {
+        http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", "Bearer rsk_k")
+            .body(Bytes::from(body.to_string()))
+            .unwrap()
+    }
+
+    #[test]
+    fn percent_decoding_never_panics_on_odd_input() {
+        assert_eq!(percent_decode("a%20b"), "a b");
+        assert_eq!(percent_decode("%"), "%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("é%"), "é%");
+        assert_eq!(percent_decode("%C3%A9"), "é");
+    }
+
+    #[test]
+    fn bodies_and_queries_parse_into_commands() {
+        let Routed::Engine(Command::Reseller(r)) =
+            route(&request("POST", "/api/v2/reseller/esim/89/fund", r#"{"amount": 19.99, "extra": 1}"#), "t")
+        else {
+            panic!()
+        };
+        assert_eq!(r.op, ResellerOp::Fund { iccid: "89".into(), amount: Decimal::new(1999, 2) });
+        assert_eq!(r.api_key, "rsk_k");
+        let Routed::Engine(Command::Reseller(r)) =
+            route(&request("GET", "/api/v2/reseller/rates?country=United%20States&continent=", ""), "t")
+        else {
+            panic!()
+        };
+        assert_eq!(r.op, ResellerOp::Rates { country: Some("United States".into()), continent: None });
+        // An empty optional body is fine, even declared as JSON.
+        assert!(matches!(route(&request("POST", "/api/v2/reseller/esim/provision", ""), "t"), Routed::Engine(_)));
+    }
+
+    #[test]
+    fn shape_errors_name_the_field() {
+        for (body, field) in [(r#"{"amount": "1"}"#, "amount"), ("{}", "amount"), (r#"{"amount": true}"#, "amount")] {
+            let Routed::Reject(error) = route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t") else {
+                panic!()
+            };
+            assert_eq!(error.code, ErrorCode::ValidationError);
+            assert!(error.message.contains(field), "{}", error.message);
+        }
+        let Routed::Reject(error) = route(&request("PUT", "/admin/v1/inventory", r#"{"available": -1}"#), "t") else {
+            panic!()
+        };
+        assert_eq!(error.code, ErrorCode::InvalidAdminToken, "admin routes check the token first");
+    }
+}

@@ -177,7 +177,7 @@ async fn handle(
     _peer: SocketAddr,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     let started = std::time::Instant::now();
-    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let (method, path) = (request.method().clone(), loggable_path(request.uri().path()));
     let (parts, body) = request.into_parts();
     let response = match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => error_response(
@@ -197,6 +197,14 @@ async fn handle(
     // One line per request; never a credential (only method, path, status, time).
     tracing::info!(%method, path = %path, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
     Ok(response.map(Full::new))
+}
+
+/// The path as logged: an API key in the path (key revocation) is never written out.
+pub fn loggable_path(path: &str) -> String {
+    match path.strip_prefix("/admin/v1/keys/") {
+        Some(_) => "/admin/v1/keys/[redacted]".to_string(),
+        None => path.to_string(),
+    }
 }
 
 fn unavailable() -> http::Response<Bytes> {
@@ -290,5 +298,18 @@ async fn owner_task(
                 let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loggable_path;
+
+    #[test]
+    fn api_keys_in_paths_are_never_logged() {
+        let key = "rsk_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let logged = loggable_path(&format!("/admin/v1/keys/{key}"));
+        assert!(!logged.contains(key) && !logged.contains("rsk_"), "{logged}");
+        assert_eq!(loggable_path("/api/v2/reseller/esim/89/fund"), "/api/v2/reseller/esim/89/fund");
     }
 }
