@@ -183,7 +183,7 @@ fn encode_greyscale_png(pixels: &[u8], side: usize) -> Result<Vec<u8>, CodeError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
 
     #[test]
     fn luhn_known_values() {
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn iccids_distinct_for_10000_serials() {
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         for serial in 0..10_000u64 {
             let iccid = iccid_for_serial(serial);
             assert!(luhn_valid(&iccid));
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn matching_ids_distinct_and_deterministic() {
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         for i in 0..10_000u32 {
             let mut bytes = [0u8; 16];
             // Cheap deterministic spread of bytes.

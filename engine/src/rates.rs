@@ -545,7 +545,7 @@ VU|VUT|Vanuatu|Oceania|Digicel:15.00,Vodafone:14.50
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
 
     fn table() -> &'static RateTable {
         RateTable::builtin()
@@ -563,9 +563,9 @@ mod tests {
 
     #[test]
     fn codes_are_unique_and_well_formed() {
-        let mut iso2 = HashSet::new();
-        let mut iso3 = HashSet::new();
-        let mut slugs = HashSet::new();
+        let mut iso2 = BTreeSet::new();
+        let mut iso3 = BTreeSet::new();
+        let mut slugs = BTreeSet::new();
         for c in table().countries() {
             assert!(c.iso2.len() == 2 && c.iso2.bytes().all(|b| b.is_ascii_uppercase()), "{}", c.iso2);
             assert!(c.iso3.len() == 3 && c.iso3.bytes().all(|b| b.is_ascii_uppercase()), "{}", c.iso3);
@@ -733,8 +733,8 @@ mod tests {
     fn json_has_exactly_the_spec_fields() {
         let de = table().by_iso2("DE").unwrap();
         let value = serde_json::to_value(de).unwrap();
-        let keys: HashSet<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
-        let expected: HashSet<&str> = [
+        let keys: BTreeSet<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+        let expected: BTreeSet<&str> = [
             "name",
             "iso2",
             "iso3",
@@ -749,7 +749,7 @@ mod tests {
         .collect();
         assert_eq!(keys, expected);
         for network in value["networks"].as_array().unwrap() {
-            let keys: HashSet<&str> = network.as_object().unwrap().keys().map(String::as_str).collect();
+            let keys: BTreeSet<&str> = network.as_object().unwrap().keys().map(String::as_str).collect();
             assert_eq!(keys, ["operator", "per_mb_usd", "per_gb_usd"].into_iter().collect());
             assert!(network["per_gb_usd"].is_number() && network["per_mb_usd"].is_number());
         }
