@@ -23,7 +23,7 @@ fn dependency_tree_has_no_runtime_http_or_os_entropy() {
 
 #[test]
 fn source_reads_no_clock_and_uses_no_floats_or_hashmaps() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("engine").join("src");
     let forbidden = [
         "SystemTime",
         "Instant::",
