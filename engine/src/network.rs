@@ -141,7 +141,7 @@ impl Engine {
             return stopped("no_credit");
         }
         let per_mb = network.per_mb_usd;
-        let wanted = mb * per_mb;
+        let wanted = mb.checked_mul(per_mb).ok_or_else(|| ApiError::validation("mb is out of range"))?;
         let (used_mb, charged, data_stopped) = if wanted >= credit {
             let used = (credit / per_mb).round_dp_with_strategy(6, RoundingStrategy::ToZero).min(mb);
             (used, credit, true)
