@@ -81,14 +81,25 @@ pub enum Match<'a> {
     NotFound,
 }
 
-fn segments_match(pattern: &str, path: &str) -> Option<Vec<String>> {
-    let pattern: Vec<&str> = pattern.trim_matches('/').split('/').collect();
-    let path: Vec<&str> = path.trim_matches('/').split('/').collect();
+/// The route table split into path segments once (routing runs on every request).
+fn compiled() -> &'static [Vec<String>] {
+    static COMPILED: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
+    COMPILED.get_or_init(|| {
+        ROUTES
+            .iter()
+            .map(|(api, _, pattern)| {
+                full_path(*api, pattern).trim_matches('/').split('/').map(str::to_string).collect()
+            })
+            .collect()
+    })
+}
+
+fn segments_match(pattern: &[String], path: &[&str]) -> Option<Vec<String>> {
     if pattern.len() != path.len() {
         return None;
     }
     let mut params = Vec::new();
-    for (want, have) in pattern.iter().zip(&path) {
+    for (want, have) in pattern.iter().zip(path) {
         if want.starts_with('{') {
             if have.is_empty() {
                 return None;
@@ -103,16 +114,18 @@ fn segments_match(pattern: &str, path: &str) -> Option<Vec<String>> {
 
 /// Finds the route of `method` and `path` (the path without its query).
 pub fn find(method: &str, path: &str) -> Match<'static> {
+    let path: Vec<&str> = path.trim_matches('/').split('/').collect();
     let mut allowed = Vec::new();
-    for (index, (api, route_method, pattern)) in ROUTES.iter().enumerate() {
+    for (index, pattern) in compiled().iter().enumerate() {
         // Literal segments win over parameters: "/esim/list" before "/esim/{iccid}",
         // which the table order already guarantees.
-        if let Some(params) = segments_match(&full_path(*api, pattern), path) {
-            if *route_method == method {
+        if let Some(params) = segments_match(pattern, &path) {
+            let route_method = ROUTES[index].1;
+            if route_method == method {
                 return Match::Found(index, params);
             }
-            if !allowed.contains(route_method) {
-                allowed.push(*route_method);
+            if !allowed.contains(&route_method) {
+                allowed.push(route_method);
             }
         }
     }

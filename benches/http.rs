@@ -1,0 +1,281 @@
+//! HTTP load: requests per second and latency at 64 keep-alive connections for
+//! `GET /esim/{iccid}`, `POST /esim/{iccid}/fund` (in memory, and durable with the
+//! journal's group commit), beside a hyper hello-world server measured the same way in
+//! the same run. Everything runs on 127.0.0.1 and stops by itself.
+//!
+//! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4).
+//! Many accounts (one key and one eSIM each) keep the per-key rate limit of 100 requests
+//! a minute out of the measurement; the table counts any 429 that still happened.
+
+use bytes::Bytes;
+use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest};
+use esim_transport::journal::{FileJournal, SegmentHeader, SnapshotPolicy};
+use esim_transport::server::{self, JournalSink, NoJournal, ServerOptions};
+use esim_transport::{ClockMode, Service};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::time::{Duration, Instant};
+
+const CONNECTIONS: usize = 64;
+const ACCOUNTS: usize = 12_288;
+/// Interleaved rounds of every scenario; the table shows the median.
+const ROUNDS: usize = 3;
+
+struct Account {
+    key: String,
+    iccid: String,
+}
+
+fn service_with_accounts(engine: Engine) -> (Service, Vec<Account>) {
+    let mut service = Service::new(engine, "bench-admin".into(), ClockMode::Wall);
+    service.set_render_qr(false);
+    let now = Millis(server::real_now_ms());
+    let mut accounts = Vec::with_capacity(ACCOUNTS);
+    for _ in 0..ACCOUNTS {
+        let Ok(Reply::AccountCreated(created)) = service.apply_command(
+            now,
+            Command::Admin(AdminOp::CreateAccount { contact_email: "load@x.example".into(), company_name: None }),
+        ) else {
+            panic!("account")
+        };
+        let _ = service.apply_command(
+            now,
+            Command::Admin(AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: 100_000.into() }),
+        );
+        let request = ResellerRequest {
+            api_key: created.api_key.clone(),
+            idempotency_key: None,
+            op: ResellerOp::Provision { end_user_reference: None, label: None, group_id: None },
+        };
+        let Ok(Reply::Provisioned(esim)) = service.apply_command(now, Command::Reseller(request)) else {
+            panic!("provision")
+        };
+        accounts.push(Account { key: created.api_key, iccid: esim.iccid });
+    }
+    (service, accounts)
+}
+
+async fn start_esim(service: Service, journal: Box<dyn JournalSink>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = listener.local_addr().unwrap().to_string();
+    tokio::spawn(server::serve(listener, service, journal, ServerOptions::new(1, false), std::future::pending()));
+    base
+}
+
+async fn start_hello() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from_static(b"{\"hello\":\"world\"}")))
+                            .unwrap(),
+                    )
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    base
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Hello,
+    Read,
+    Fund,
+}
+
+struct Outcome {
+    latencies_us: Vec<u32>,
+    limited: u64,
+    failed: u64,
+}
+
+async fn worker(base: String, kind: Kind, accounts: Vec<(String, String)>, deadline: Instant) -> Outcome {
+    let stream = tokio::net::TcpStream::connect(&base).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let mut outcome = Outcome { latencies_us: Vec::with_capacity(200_000), limited: 0, failed: 0 };
+    let mut turn = 0usize;
+    while Instant::now() < deadline {
+        let (key, iccid) = &accounts[turn % accounts.len()];
+        turn += 1;
+        let request = match kind {
+            Kind::Hello => http::Request::get(format!("http://{base}/hello")).body(Full::new(Bytes::new())),
+            Kind::Read => http::Request::get(format!("http://{base}/api/v2/reseller/esim/{iccid}"))
+                .header("authorization", format!("Bearer {key}"))
+                .body(Full::new(Bytes::new())),
+            Kind::Fund => http::Request::post(format!("http://{base}/api/v2/reseller/esim/{iccid}/fund"))
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(b"{\"amount\":0.01}"))),
+        }
+        .unwrap();
+        let started = Instant::now();
+        let Ok(response) = sender.send_request(request).await else {
+            outcome.failed += 1;
+            break;
+        };
+        let status = response.status().as_u16();
+        let _ = response.into_body().collect().await;
+        outcome.latencies_us.push(started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+        match status {
+            200 => {}
+            429 => outcome.limited += 1,
+            _ => outcome.failed += 1,
+        }
+    }
+    outcome
+}
+
+struct Figures {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    limited: u64,
+    failed: u64,
+}
+
+async fn measure(base: &str, kind: Kind, accounts: &[(String, String)], seconds: u64) -> Figures {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for connection in 0..CONNECTIONS {
+        // Each connection cycles over its own share of the accounts.
+        let mine: Vec<(String, String)> = accounts.iter().skip(connection).step_by(CONNECTIONS).cloned().collect();
+        let mine = if mine.is_empty() { vec![(String::new(), String::new())] } else { mine };
+        tasks.push(tokio::spawn(worker(base.to_string(), kind, mine, deadline)));
+    }
+    let mut latencies = Vec::new();
+    let (mut limited, mut failed) = (0, 0);
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        latencies.extend(outcome.latencies_us);
+        limited += outcome.limited;
+        failed += outcome.failed;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    };
+    Figures {
+        rps: latencies.len() as f64 / elapsed,
+        p50_ms: percentile(0.50),
+        p99_ms: percentile(0.99),
+        limited,
+        failed,
+    }
+}
+
+/// Counts what the journal does during the run (appends, entries, time in append).
+struct Timed {
+    inner: FileJournal,
+    stats: std::sync::Arc<std::sync::Mutex<(u64, u64, Duration)>>,
+}
+
+impl JournalSink for Timed {
+    fn append(&mut self, entries: &[esim_transport::JournalEntry]) -> std::io::Result<()> {
+        let started = Instant::now();
+        let result = self.inner.append(entries);
+        let mut stats = self.stats.lock().unwrap();
+        stats.0 += 1;
+        stats.1 += entries.len() as u64;
+        stats.2 += started.elapsed();
+        result
+    }
+    fn after_append(&mut self, engine: &Engine) -> std::io::Result<()> {
+        self.inner.after_append(engine)
+    }
+    fn reload(&mut self) -> Result<Engine, String> {
+        JournalSink::reload(&mut self.inner)
+    }
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test --benches` runs bench binaries without --bench: stay quick.
+    }
+    let seconds: u64 = std::env::var("LOAD_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async move {
+        let engine = || Engine::new(EngineConfig { seed: 1, ..EngineConfig::default() }, Millis(server::real_now_ms()));
+        let hello = start_hello().await;
+        let (memory_service, mut memory_accounts) = service_with_accounts(engine());
+        // Reads and funds on the in-memory server use separate halves of its accounts.
+        let fund_accounts = memory_accounts.split_off(ACCOUNTS / 2);
+        let memory = start_esim(memory_service, Box::new(NoJournal)).await;
+        let dir = std::env::temp_dir().join(format!("esim-http-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut durable_service, durable_accounts) = service_with_accounts(engine());
+        let header = SegmentHeader {
+            version: 1,
+            config: durable_service.engine().config().clone(),
+            clock: ClockMode::Wall,
+            start: durable_service.engine().now(),
+            first_index: 0,
+        };
+        let mut journal = FileJournal::open(&dir, header, SnapshotPolicy::default()).unwrap();
+        journal.append(&durable_service.drain_journal()).unwrap();
+        let stats = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64, Duration::ZERO)));
+        let durable = start_esim(durable_service, Box::new(Timed { inner: journal, stats: stats.clone() })).await;
+
+        // Rounds interleave the scenarios so that a burst of other work on the machine
+        // hits all of them alike; each figure is the median round.
+        let mut rounds: Vec<[Figures; 4]> = Vec::new();
+        for round in 0..ROUNDS {
+            // Each round funds from its own slice of accounts (per-key rate limit).
+            let slice = |accounts: &[Account]| {
+                let size = accounts.len() / ROUNDS;
+                accounts[round * size..(round + 1) * size].iter().map(|a| (a.key.clone(), a.iccid.clone())).collect::<Vec<_>>()
+            };
+            rounds.push([
+                measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await,
+                measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await,
+                measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await,
+                measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await,
+            ]);
+        }
+        let median = |scenario: usize| {
+            let mut figures: Vec<&Figures> = rounds.iter().map(|r| &r[scenario]).collect();
+            figures.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+            figures[figures.len() / 2]
+        };
+        let hello_figures = median(0);
+        println!("{CONNECTIONS} connections, {ROUNDS} interleaved rounds of {seconds} s, median round, 127.0.0.1, one process (server and load share the 2 cores)");
+        println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | vs hello-world |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for (index, name) in ["hyper hello-world", "GET /esim/{iccid}", "POST /esim/{iccid}/fund (in memory)", "POST /esim/{iccid}/fund (durable, group commit)"].iter().enumerate() {
+            let figures = median(index);
+            println!(
+                "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} |",
+                figures.rps,
+                figures.p50_ms,
+                figures.p99_ms,
+                figures.limited,
+                figures.failed,
+                figures.rps / hello_figures.rps
+            );
+        }
+        let (appends, entries, spent) = *stats.lock().unwrap();
+        println!(
+            "durable run: {appends} group commits, {:.1} entries each, {:.3} ms per commit (write + fdatasync)",
+            entries as f64 / appends.max(1) as f64,
+            spent.as_secs_f64() * 1000.0 / appends.max(1) as f64
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
