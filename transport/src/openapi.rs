@@ -1,143 +1,117 @@
-//! The OpenAPI 3.1 document of the reseller API, built from the route table so that
-//! every routed path and method is in it, and nothing else (a test checks both ways).
+//! The OpenAPI 3.1 document of the reseller API (`GET /api/v2/reseller/openapi.json`).
+//!
+//! The paths come from the route table ([`ROUTES`], reseller and public routes only, at
+//! their full paths), so every routed path and method is documented and nothing else;
+//! the tests check both ways. Response schemas follow the bodies of `esim_engine::reply`
+//! field by field (money as JSON numbers, timestamps as RFC 3339 strings, nullable
+//! fields as `["...", "null"]` types, `skip_serializing_if` fields not required); error
+//! statuses come from [`ErrorCode::http_status`], so a documented status can never
+//! disagree with the code that produces it. A test drives the real [`crate::Service`]
+//! through every operation and validates each answer against this document.
 
 use crate::routes::{full_path, Api, ROUTES};
+use esim_engine::{ErrorCode, EventName};
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 
-/// Per operation: summary, request body schema (if any), success status and schema,
-/// and the error statuses the spec lists for it.
-fn operation(method: &str, pattern: &str) -> (&'static str, Option<Value>, u16, &'static str, &'static [u16]) {
-    let amount = json!({"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number", "minimum": 0.01, "maximum": 10000}}});
-    match (method, pattern) {
-        ("POST", "/esim/provision") => (
-            "Provision an eSIM ($1.75 fee)",
-            Some(
-                json!({"type": "object", "properties": {"end_user_reference": {"type": "string"}, "label": {"type": "string"}, "group_id": {"type": "string", "format": "uuid"}}}),
-            ),
-            201,
-            "ProvisionedEsim",
-            &[400, 402, 403, 404, 429, 503],
-        ),
-        ("GET", "/esim/list") => ("List eSIMs", None, 200, "EsimPage", &[400]),
-        ("GET", "/esim/{iccid}") => ("eSIM detail (live euicc_state)", None, 200, "EsimDetail", &[404]),
-        ("POST", "/esim/{iccid}/enable") => ("Enable data", None, 200, "DataToggled", &[400, 402, 403, 404, 409]),
-        ("POST", "/esim/{iccid}/disable") => ("Disable data", None, 200, "DataToggled", &[400, 404]),
-        ("POST", "/esim/{iccid}/terminate") => {
-            ("Terminate (remaining wallet forfeited)", None, 200, "Terminated", &[400, 404])
-        }
-        ("POST", "/esim/{iccid}/throttle") => (
-            "Throttle speed",
-            Some(
-                json!({"type": "object", "required": ["speed"], "properties": {"speed": {"type": "string", "description": "NO_LIMIT, SPEED_100_KBPS to SPEED_3000_KBPS in 100 Kbps steps, SPEED_3500_KBPS, SPEED_4000_KBPS, SPEED_4500_KBPS, SPEED_5000_KBPS"}}}),
-            ),
-            200,
-            "Throttled",
-            &[400, 404],
-        ),
-        ("POST", "/esim/{iccid}/fund") => {
-            ("Fund the eSIM wallet", Some(amount), 200, "Funded", &[400, 402, 403, 404, 409])
-        }
-        ("POST", "/esim/{iccid}/defund") => (
-            "Return the unused balance (settles in about 15 minutes)",
-            None,
-            202,
-            "DefundAccepted",
-            &[400, 404, 409, 502],
-        ),
-        ("GET", "/groups") => ("List groups, newest first", None, 200, "GroupList", &[]),
-        ("POST", "/groups") => (
-            "Create a group",
-            Some(
-                json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "low_balance_threshold_usd": {"type": "number"}, "refill_amount_usd": {"type": "number"}}}),
-            ),
-            201,
-            "Group",
-            &[400, 409, 429],
-        ),
-        ("GET", "/groups/{id}") => ("Group detail", None, 200, "Group", &[404]),
-        ("PATCH", "/groups/{id}") => (
-            "Rename or change thresholds",
-            Some(
-                json!({"type": "object", "minProperties": 1, "properties": {"name": {"type": "string"}, "low_balance_threshold_usd": {"type": "number"}, "refill_amount_usd": {"type": "number"}}}),
-            ),
-            200,
-            "Group",
-            &[400, 404, 409],
-        ),
-        ("POST", "/groups/{id}/fund") => {
-            ("Fund the group", Some(amount), 200, "GroupFunded", &[400, 402, 403, 404, 409])
-        }
-        ("POST", "/groups/{id}/defund") => {
-            ("Return the group balance", None, 200, "GroupDefundAccepted", &[400, 404, 409, 502])
-        }
-        ("GET", "/groups/{id}/esims") => ("List group members", None, 200, "GroupMembers", &[400, 404]),
-        ("POST", "/groups/{id}/esims") => (
-            "Add an eSIM (200, or 202 move_pending)",
-            Some(json!({"type": "object", "required": ["iccid"], "properties": {"iccid": {"type": "string"}}})),
-            200,
-            "GroupMemberChange",
-            &[400, 404, 409, 429, 502],
-        ),
-        ("DELETE", "/groups/{id}/esims/{iccid}") => {
-            ("Remove an eSIM from the group", None, 200, "GroupMemberChange", &[404])
-        }
-        ("GET", "/wallet/balance") => ("Reseller wallet balance", None, 200, "WalletBalance", &[]),
-        ("GET", "/rates") => ("Data rates (10% below retail)", None, 200, "Rates", &[]),
-        ("GET", "/account") => ("Account", None, 200, "Account", &[]),
-        ("GET", "/webhooks") => ("List webhooks and subscribable events", None, 200, "WebhookList", &[]),
-        ("POST", "/webhooks") => (
-            "Register a webhook (secret shown once)",
-            Some(
-                json!({"type": "object", "required": ["url", "events"], "properties": {"url": {"type": "string", "format": "uri"}, "events": {"type": "array", "items": {"type": "string"}}}}),
-            ),
-            201,
-            "WebhookWithSecret",
-            &[400, 429],
-        ),
-        ("GET", "/webhooks/{id}") => ("Webhook", None, 200, "Webhook", &[404]),
-        ("PUT", "/webhooks/{id}") => (
-            "Update a webhook (active true resets failure_count)",
-            Some(
-                json!({"type": "object", "properties": {"url": {"type": "string", "format": "uri"}, "events": {"type": "array", "items": {"type": "string"}}, "active": {"type": "boolean"}}}),
-            ),
-            200,
-            "Webhook",
-            &[400, 404],
-        ),
-        ("DELETE", "/webhooks/{id}") => ("Delete a webhook", None, 200, "Success", &[404]),
-        ("POST", "/webhooks/{id}/test") => {
-            ("Send a test event; answers with the receiver's status", None, 200, "WebhookTestResult", &[404])
-        }
-        ("GET", "/openapi.json") => ("This document", None, 200, "OpenApi", &[]),
-        _ => unreachable!("every reseller route has an operation: {method} {pattern}"),
-    }
+/// The document as pretty JSON text, built once.
+pub fn document() -> String {
+    static DOCUMENT: OnceLock<String> = OnceLock::new();
+    DOCUMENT.get_or_init(|| serde_json::to_string_pretty(&build()).expect("a JSON value always serializes")).clone()
 }
 
-fn money() -> Value {
-    json!({"type": "number"})
+// ----- schema building blocks -----
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
 }
-fn text() -> Value {
-    json!({"type": "string"})
+
+fn string(description: &str) -> Value {
+    json!({ "type": "string", "description": description })
 }
-fn nullable_text() -> Value {
-    json!({"type": ["string", "null"]})
+
+fn nullable_string(description: &str) -> Value {
+    json!({ "type": ["string", "null"], "description": description })
 }
-fn time() -> Value {
-    json!({"type": "string", "format": "date-time"})
+
+fn money(description: &str) -> Value {
+    json!({ "type": "number", "description": format!("USD. {description}") })
 }
-fn nullable_time() -> Value {
-    json!({"type": ["string", "null"], "format": "date-time"})
+
+fn count(description: &str) -> Value {
+    json!({ "type": "integer", "minimum": 0, "description": description })
 }
-fn object(required: &[&str], properties: Value) -> Value {
-    json!({"type": "object", "required": required, "properties": properties})
+
+fn boolean(description: &str) -> Value {
+    json!({ "type": "boolean", "description": description })
 }
-fn reference(name: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{name}")})
+
+fn timestamp(description: &str) -> Value {
+    json!({ "type": "string", "format": "date-time", "description": description })
+}
+
+fn nullable_timestamp(description: &str) -> Value {
+    json!({ "type": ["string", "null"], "format": "date-time", "description": description })
+}
+
+fn uuid(description: &str) -> Value {
+    json!({ "type": "string", "format": "uuid", "description": description })
+}
+
+fn constant(value: &str) -> Value {
+    json!({ "type": "string", "const": value })
+}
+
+fn one_of(values: &[&str], description: &str) -> Value {
+    json!({ "type": "string", "enum": values, "description": description })
+}
+
+fn array_of(items: Value, description: &str) -> Value {
+    json!({ "type": "array", "items": items, "description": description })
+}
+
+fn object(description: &str, required: &[&str], properties: Value) -> Value {
+    json!({ "type": "object", "description": description, "required": required, "properties": properties })
+}
+
+/// `base` with more required fields and properties (a `#[serde(flatten)]` struct).
+fn extend(mut base: Value, description: &str, required: &[&str], properties: Value) -> Value {
+    base["description"] = json!(description);
+    let list = base["required"].as_array_mut().expect("an object schema has a required list");
+    list.extend(required.iter().map(|name| json!(name)));
+    let target = base["properties"].as_object_mut().expect("an object schema has properties");
+    if let Value::Object(extra) = properties {
+        target.extend(extra);
+    }
+    base
+}
+
+const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"];
+const EUICC_STATES: [&str; 4] = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"];
+
+/// The throttle speeds accepted: NO_LIMIT, 100 to 3000 Kbps in steps of 100, then 3500,
+/// 4000, 4500 and 5000.
+fn throttle_speeds() -> Vec<String> {
+    let steps = (1..=30).map(|n| n * 100).chain([3_500, 4_000, 4_500, 5_000]);
+    std::iter::once("NO_LIMIT".to_string()).chain(steps.map(|kbps| format!("SPEED_{kbps}_KBPS"))).collect()
+}
+
+/// Names a webhook can subscribe to (`*` for all current and future events).
+fn subscribable_events() -> Vec<&'static str> {
+    std::iter::once("*").chain(EventName::SUBSCRIBABLE.iter().map(|event| event.as_str())).collect()
+}
+
+/// `fields` and the paging fields of a list response.
+fn page_properties(mut fields: Value) -> Value {
+    fields["total"] = count("Number of matching eSIMs");
+    fields["limit"] = count("Page size applied (default 50, at most 100)");
+    fields["offset"] = count("Position of the first eSIM of the page");
+    fields
 }
 
 fn schemas() -> Value {
     let esim_item = object(
+        "An eSIM (list item; also the core of the detail record)",
         &[
             "id",
             "iccid",
@@ -152,23 +126,41 @@ fn schemas() -> Value {
             "created_at",
         ],
         json!({
-            "id": {"type": "string", "format": "uuid"}, "iccid": text(),
-            "status": {"type": "string", "enum": ["pending", "active", "suspended", "terminated"]},
-            "euicc_state": {"type": ["string", "null"], "enum": ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null]},
-            "end_user_reference": nullable_text(), "label": nullable_text(), "wallet_balance_usd": money(),
-            "total_data_charged_usd": {"type": ["number", "null"]}, "activated_at": nullable_time(),
-            "terminated_at": nullable_time(), "created_at": time(), "group_id": text(),
+            "id": uuid("Identifier of the eSIM"),
+            "iccid": string("ICCID (19 digits), the identifier used in paths"),
+            "status": one_of(&ESIM_STATUSES, "pending until first installed, active, suspended while data is disabled, terminated for good"),
+            "euicc_state": {
+                "type": ["string", "null"],
+                "enum": ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null],
+                "description": "Activation state of the profile on the device",
+            },
+            "end_user_reference": nullable_string("The reseller's own customer or order reference"),
+            "label": nullable_string("Human label"),
+            "wallet_balance_usd": money("Remaining wallet credit rounded down to the cent (never above the exact credit); 0 for a group member"),
+            "total_data_charged_usd": {
+                "type": ["number", "null"],
+                "description": "USD. Lifetime data usage charged, as reported by the upstream pipeline; null for a group member",
+            },
+            "activated_at": nullable_timestamp("First installation and boot of the profile"),
+            "terminated_at": nullable_timestamp("Termination time"),
+            "created_at": timestamp("Provisioning time"),
+            "group_id": uuid("Present while the eSIM is a member of a group"),
         }),
     );
-    let mut detail = esim_item.clone();
-    let props = detail["properties"].as_object_mut().unwrap();
-    props.insert("lpa_string".into(), text());
-    props.insert("data_enabled".into(), json!({"type": "boolean"}));
-    props.insert("throttle".into(), text());
-    props.insert("group_total_data_charged_usd".into(), money());
-    props.insert("pending".into(), json!({"type": "string", "enum": ["defund_pending", "move_pending"]}));
-    detail["required"].as_array_mut().unwrap().push(json!("lpa_string"));
+    let esim_detail = extend(
+        esim_item.clone(),
+        "An eSIM with its activation string and switches; euicc_state is read live from the network (the cached state when the read fails)",
+        &["lpa_string", "data_enabled", "throttle"],
+        json!({
+            "lpa_string": string("LPA activation code"),
+            "data_enabled": boolean("Whether data is enabled"),
+            "throttle": schema_ref("ThrottleSpeed"),
+            "group_total_data_charged_usd": money("Present for a group member: data usage of the whole group (members share one wallet)"),
+            "pending": one_of(&["defund_pending", "move_pending"], "Present while a balance return or a move into a group is on its way"),
+        }),
+    );
     let group = object(
+        "A shared-balance group",
         &[
             "id",
             "name",
@@ -181,158 +173,938 @@ fn schemas() -> Value {
             "created_at",
             "updated_at",
         ],
-        json!({"id": {"type": "string", "format": "uuid"}, "name": text(), "balance_usd": money(), "low_balance_threshold_usd": money(), "refill_amount_usd": money(), "esim_count": {"type": "integer"}, "total_data_charged_usd": money(), "status": {"type": "string", "enum": ["active", "defund_pending"]}, "created_at": time(), "updated_at": time()}),
+        json!({
+            "id": uuid("Identifier of the group (the group_id of requests and events)"),
+            "name": string("Name, unique on the account"),
+            "balance_usd": money("Group balance rounded down to the cent"),
+            "low_balance_threshold_usd": money("group.balance_low fires when the balance drops below it"),
+            "refill_amount_usd": money("Sent as suggested_amount_usd in group.balance_low"),
+            "esim_count": count("Members"),
+            "total_data_charged_usd": money("Reported data usage of the group"),
+            "status": one_of(&["active", "defund_pending"], "defund_pending while a group balance return is on its way"),
+            "created_at": timestamp("Creation time"),
+            "updated_at": timestamp("Last change"),
+        }),
     );
     let webhook = object(
+        "A webhook endpoint",
         &["id", "url", "events", "active", "failure_count", "last_triggered_at", "last_failure_at", "created_at"],
-        json!({"id": text(), "url": {"type": "string", "format": "uri"}, "events": {"type": "array", "items": text()}, "active": {"type": "boolean"}, "failure_count": {"type": "integer", "maximum": 10}, "last_triggered_at": nullable_time(), "last_failure_at": nullable_time(), "created_at": time()}),
+        json!({
+            "id": string("Identifier (wh_ followed by 16 hex characters)"),
+            "url": { "type": "string", "format": "uri", "description": "HTTPS URL receiving the POSTs" },
+            "events": array_of(json!({ "type": "string" }), "Subscribed event names, or [\"*\"] for all"),
+            "active": boolean("Deliveries are made only to active webhooks"),
+            "failure_count": count("Consecutive delivery failures; the webhook turns inactive at 10"),
+            "last_triggered_at": nullable_timestamp("Last delivery attempt"),
+            "last_failure_at": nullable_timestamp("Last failed delivery attempt"),
+            "created_at": timestamp("Registration time"),
+        }),
     );
-    let mut with_secret = webhook.clone();
-    with_secret["properties"]["signing_secret"] = text();
-    with_secret["properties"]["note"] = text();
-    with_secret["required"].as_array_mut().unwrap().extend([json!("signing_secret"), json!("note")]);
-    let page = |items: &str| {
+    let webhook_with_secret = extend(
+        webhook.clone(),
+        "A newly registered webhook endpoint with its signing secret (shown only once)",
+        &["signing_secret", "note"],
+        json!({
+            "signing_secret": string("HMAC-SHA256 secret (whsec_ followed by 48 hex characters); X-Service-Signature is the lowercase hex HMAC of the raw body"),
+            "note": string("Reminder to store the secret"),
+        }),
+    );
+    let member_change = |description: &str, status: &str, pending: bool| {
+        let mut required = vec!["success", "group_id", "iccid", "status"];
+        let mut properties = json!({
+            "success": boolean("Always true"),
+            "group_id": uuid("The group"),
+            "iccid": string("The eSIM"),
+            "status": constant(status),
+        });
+        if pending {
+            required.extend(["settles_in_minutes", "estimated_return_usd"]);
+            properties["settles_in_minutes"] = count("Minutes until the balance is returned and the eSIM joins");
+            properties["estimated_return_usd"] = money("Balance returned to the reseller balance at settlement");
+        }
+        object(description, &required, properties)
+    };
+    let amount_request = |description: &str| {
         object(
-            &["esims", "total", "limit", "offset"],
-            json!({"esims": {"type": "array", "items": reference(items)}, "total": {"type": "integer"}, "limit": {"type": "integer"}, "offset": {"type": "integer"}}),
+            description,
+            &["amount"],
+            json!({
+                "amount": {
+                    "type": "number",
+                    "minimum": 0.01,
+                    "maximum": 10000,
+                    "description": "USD, 0.01 to 10000, at most 2 decimals; taken from the reseller balance",
+                },
+            }),
         )
     };
-    let mut members = page("EsimItem");
-    members["properties"]["group_id"] = text();
-    json!({
-        "Error": object(&["error", "code"], json!({"error": text(), "code": text(), "message": text()})),
-        "EsimItem": esim_item,
-        "EsimDetail": detail,
-        "EsimPage": page("EsimItem"),
-        "ProvisionedEsim": object(
-            &["id", "iccid", "lpa_string", "qr_code", "direct_install_url", "status", "euicc_state", "end_user_reference", "label", "cost", "balance_remaining", "created_at"],
-            json!({"id": {"type": "string", "format": "uuid"}, "iccid": text(), "lpa_string": text(), "qr_code": {"type": "string", "description": "data:image/png;base64,..."}, "direct_install_url": {"type": "string", "format": "uri"}, "status": text(), "euicc_state": text(), "end_user_reference": nullable_text(), "label": nullable_text(), "cost": money(), "balance_remaining": money(), "created_at": time(), "group_id": text()}),
+    let group_settings = json!({
+        "name": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Unique on the account (compared after trimming)" },
+        "low_balance_threshold_usd": { "type": "number", "minimum": 0, "maximum": 10000, "description": "USD, default 10, at most 2 decimals" },
+        "refill_amount_usd": { "type": "number", "minimum": 0.01, "maximum": 10000, "description": "USD, default 25, at most 2 decimals" },
+    });
+    let events = json!({
+        "type": "array",
+        "minItems": 1,
+        "items": schema_ref("WebhookEventName"),
+        "description": "Event names to receive, or [\"*\"] for all current and future events (test needs no subscription)",
+    });
+    let webhook_url = json!({
+        "type": "string",
+        "format": "uri",
+        "maxLength": 2048,
+        "description": "Absolute https:// URL of a public host",
+    });
+
+    let mut all = Map::new();
+    let mut add = |name: &str, schema: Value| {
+        all.insert(name.to_string(), schema);
+    };
+    add(
+        "Error",
+        object(
+            "The error body of every failure",
+            &["error", "code", "message"],
+            json!({
+                "error": string("Human-readable text"),
+                "code": string("Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND"),
+                "message": string("Detail"),
+            }),
         ),
-        "DataToggled": object(&["success", "iccid", "data_enabled"], json!({"success": {"type": "boolean"}, "iccid": text(), "data_enabled": {"type": "boolean"}})),
-        "Terminated": object(&["success", "iccid", "status"], json!({"success": {"type": "boolean"}, "iccid": text(), "status": {"const": "terminated"}})),
-        "Throttled": object(&["success", "iccid", "throttle"], json!({"success": {"type": "boolean"}, "iccid": text(), "throttle": text()})),
-        "Funded": object(&["success", "iccid", "funded_usd", "wallet_balance_usd", "account_balance_remaining"], json!({"success": {"type": "boolean"}, "iccid": text(), "funded_usd": money(), "wallet_balance_usd": money(), "account_balance_remaining": money()})),
-        "DefundAccepted": object(&["success", "iccid", "status", "estimated_return_usd", "settles_in_minutes"], json!({"success": {"type": "boolean"}, "iccid": text(), "status": {"const": "defund_pending"}, "estimated_return_usd": money(), "settles_in_minutes": {"type": "integer"}})),
-        "Group": group,
-        "GroupList": object(&["groups", "total"], json!({"groups": {"type": "array", "items": reference("Group")}, "total": {"type": "integer"}})),
-        "GroupFunded": object(&["success", "group_id", "funded_usd", "balance_usd", "account_balance_remaining"], json!({"success": {"type": "boolean"}, "group_id": text(), "funded_usd": money(), "balance_usd": money(), "account_balance_remaining": money()})),
-        "GroupDefundAccepted": object(&["success", "group_id", "status", "estimated_return_usd", "settles_in_minutes"], json!({"success": {"type": "boolean"}, "group_id": text(), "status": {"const": "defund_pending"}, "estimated_return_usd": money(), "settles_in_minutes": {"type": "integer"}})),
-        "GroupMembers": members,
-        "GroupMemberChange": object(&["success", "group_id", "iccid", "status"], json!({"success": {"type": "boolean"}, "group_id": text(), "iccid": text(), "status": {"type": "string", "enum": ["assigned", "move_pending", "removed"]}, "settles_in_minutes": {"type": "integer"}, "estimated_return_usd": money()})),
-        "WalletBalance": object(&["balance_usd", "lifetime_topup_usd", "lifetime_usage_usd", "data_suspended", "currency"], json!({"balance_usd": money(), "lifetime_topup_usd": money(), "lifetime_usage_usd": money(), "data_suspended": {"type": "boolean"}, "currency": {"const": "USD"}})),
-        "NetworkRate": object(&["operator", "per_mb_usd", "per_gb_usd"], json!({"operator": text(), "per_mb_usd": money(), "per_gb_usd": money()})),
-        "Country": object(&["name", "iso2", "iso3", "flag", "continent", "has_data", "cheapest_per_gb_usd", "cheapest_operator", "networks"], json!({"name": text(), "iso2": text(), "iso3": text(), "flag": text(), "continent": text(), "has_data": {"type": "boolean"}, "cheapest_per_gb_usd": money(), "cheapest_operator": text(), "networks": {"type": "array", "items": reference("NetworkRate")}})),
-        "Rates": object(&["total_countries", "discount", "countries"], json!({"total_countries": {"type": "integer"}, "discount": text(), "countries": {"type": "array", "items": reference("Country")}})),
-        "Account": object(&["company_name", "contact_email", "balance_usd", "esim_count", "account_status", "created_at", "auto_refill_last_error"], json!({"id": text(), "company_name": nullable_text(), "contact_email": text(), "balance_usd": money(), "esim_count": object(&["active", "total"], json!({"active": {"type": "integer"}, "total": {"type": "integer"}})), "account_status": {"type": "string", "enum": ["active", "suspended"]}, "data_suspended": {"type": "boolean"}, "created_at": time(), "auto_refill_enabled": {"type": "boolean"}, "auto_refill_last_error": {"type": ["object", "null"], "properties": {"code": text(), "message": text(), "at": time()}}})),
-        "Webhook": webhook,
-        "WebhookWithSecret": with_secret,
-        "WebhookList": object(&["webhooks", "available_events"], json!({"webhooks": {"type": "array", "items": reference("Webhook")}, "available_events": {"type": "array", "items": text()}})),
-        "Success": object(&["success"], json!({"success": {"type": "boolean"}})),
-        "WebhookTestResult": object(&["success", "status"], json!({"success": {"type": "boolean"}, "status": {"type": "integer"}, "error": text()})),
-        "OpenApi": {"type": "object"},
-    })
+    );
+    add(
+        "ThrottleSpeed",
+        json!({
+            "type": "string",
+            "enum": throttle_speeds(),
+            "description": "Speed limit: NO_LIMIT (full speed), SPEED_100_KBPS to SPEED_3000_KBPS in 100 Kbps steps, SPEED_3500_KBPS, SPEED_4000_KBPS, SPEED_4500_KBPS or SPEED_5000_KBPS",
+        }),
+    );
+    add(
+        "WebhookEventName",
+        json!({
+            "type": "string",
+            "enum": subscribable_events(),
+            "description": "A subscribable event name, or * for all current and future events",
+        }),
+    );
+    add(
+        "ProvisionedEsim",
+        object(
+            "A newly provisioned eSIM with its installation details",
+            &[
+                "id",
+                "iccid",
+                "lpa_string",
+                "qr_code",
+                "direct_install_url",
+                "status",
+                "euicc_state",
+                "end_user_reference",
+                "label",
+                "cost",
+                "balance_remaining",
+                "created_at",
+            ],
+            json!({
+                "id": uuid("Identifier of the eSIM"),
+                "iccid": string("ICCID (19 digits)"),
+                "lpa_string": string("LPA activation code, for a QR code or manual entry"),
+                "qr_code": string("base64 PNG data URL (data:image/png;base64,...), usable as an image source"),
+                "direct_install_url": { "type": "string", "format": "uri", "description": "iOS 17.4+ one-tap install link" },
+                "status": one_of(&ESIM_STATUSES, "pending at provisioning"),
+                "euicc_state": one_of(&EUICC_STATES, "RELEASED at provisioning"),
+                "end_user_reference": nullable_string("As given"),
+                "label": nullable_string("As given"),
+                "cost": money("Provisioning fee deducted (1.75)"),
+                "balance_remaining": money("Reseller balance after the fee"),
+                "created_at": timestamp("Provisioning time"),
+                "group_id": uuid("Present when issued into a group"),
+            }),
+        ),
+    );
+    add("EsimItem", esim_item);
+    add("EsimDetail", esim_detail);
+    add(
+        "EsimPage",
+        object(
+            "A page of the account's eSIMs, in provisioning order",
+            &["esims", "total", "limit", "offset"],
+            page_properties(json!({ "esims": array_of(schema_ref("EsimItem"), "The page") })),
+        ),
+    );
+    add(
+        "DataToggled",
+        object(
+            "Data switched on or off",
+            &["success", "iccid", "data_enabled"],
+            json!({
+                "success": boolean("Always true"),
+                "iccid": string("The eSIM"),
+                "data_enabled": boolean("true after enable, false after disable"),
+            }),
+        ),
+    );
+    add(
+        "Terminated",
+        object(
+            "The eSIM is terminated",
+            &["success", "iccid", "status"],
+            json!({ "success": boolean("Always true"), "iccid": string("The eSIM"), "status": constant("terminated") }),
+        ),
+    );
+    add(
+        "Throttled",
+        object(
+            "The speed limit applied",
+            &["success", "iccid", "throttle"],
+            json!({
+                "success": boolean("Always true"),
+                "iccid": string("The eSIM"),
+                "throttle": schema_ref("ThrottleSpeed"),
+            }),
+        ),
+    );
+    add(
+        "Funded",
+        object(
+            "The eSIM wallet was funded",
+            &["success", "iccid", "funded_usd", "wallet_balance_usd", "account_balance_remaining"],
+            json!({
+                "success": boolean("Always true"),
+                "iccid": string("The eSIM"),
+                "funded_usd": money("Amount taken from the reseller balance"),
+                "wallet_balance_usd": money("Wallet credit rounded down to the cent (20 may read back as 19.99)"),
+                "account_balance_remaining": money("Reseller balance after the fund"),
+            }),
+        ),
+    );
+    add("DefundAccepted", object(
+            "The eSIM balance return is under way: data is paused, the credit reaches the reseller balance at settlement",
+            &["success", "iccid", "status", "estimated_return_usd", "settles_in_minutes"],
+            json!({
+                "success": boolean("Always true"),
+                "iccid": string("The eSIM"),
+                "status": constant("defund_pending"),
+                "estimated_return_usd": money("The displayed wallet balance, returned at settlement"),
+                "settles_in_minutes": count("Minutes until settlement (about 15)"),
+            }),
+    ));
+    add("Group", group);
+    add(
+        "GroupList",
+        object(
+            "The account's groups, newest first",
+            &["groups", "total"],
+            json!({ "groups": array_of(schema_ref("Group"), "Groups"), "total": count("Number of groups") }),
+        ),
+    );
+    add(
+        "GroupFunded",
+        object(
+            "The group was funded",
+            &["success", "group_id", "funded_usd", "balance_usd", "account_balance_remaining"],
+            json!({
+                "success": boolean("Always true"),
+                "group_id": uuid("The group"),
+                "funded_usd": money("Amount taken from the reseller balance"),
+                "balance_usd": money("Group balance rounded down to the cent"),
+                "account_balance_remaining": money("Reseller balance after the fund"),
+            }),
+        ),
+    );
+    add(
+        "GroupDefundAccepted",
+        object(
+            "The group balance return is under way: every member's data is paused until settlement",
+            &["success", "group_id", "status", "estimated_return_usd", "settles_in_minutes"],
+            json!({
+                "success": boolean("Always true"),
+                "group_id": uuid("The group"),
+                "status": constant("defund_pending"),
+                "estimated_return_usd": money("The displayed group balance, returned at settlement"),
+                "settles_in_minutes": count("Minutes until settlement (about 15)"),
+            }),
+        ),
+    );
+    add(
+        "GroupMembers",
+        object(
+            "A page of the group's members, in provisioning order",
+            &["group_id", "esims", "total", "limit", "offset"],
+            page_properties(json!({
+                "group_id": uuid("The group"),
+                "esims": array_of(schema_ref("EsimItem"), "The page"),
+            })),
+        ),
+    );
+    add(
+        "GroupMemberAssigned",
+        member_change("The eSIM (holding no balance) joined the group at once", "assigned", false),
+    );
+    add("GroupMovePending", member_change(
+            "The eSIM holds a balance: its data is paused, the balance returns to the reseller balance and the eSIM joins at settlement (not a failure)",
+            "move_pending",
+            true,
+    ));
+    add("GroupMemberRemoved", member_change("The eSIM left the group and is standalone at $0", "removed", false));
+    add(
+        "WalletBalance",
+        object(
+            "The reseller balance",
+            &["balance_usd", "lifetime_topup_usd", "lifetime_usage_usd", "data_suspended", "currency"],
+            json!({
+                "balance_usd": money("Current reseller balance"),
+                "lifetime_topup_usd": money("All top-ups"),
+                "lifetime_usage_usd": money("Provisioning fees plus every fund call"),
+                "data_suspended": boolean("True only while the operator has frozen the account"),
+                "currency": constant("USD"),
+            }),
+        ),
+    );
+    add(
+        "NetworkRate",
+        object(
+            "Reseller price of one network",
+            &["operator", "per_mb_usd", "per_gb_usd"],
+            json!({
+                "operator": string("Operator name"),
+                "per_mb_usd": money("Price of one MB (1 GB = 1000 MB)"),
+                "per_gb_usd": money("Price of one GB (10% below retail)"),
+            }),
+        ),
+    );
+    add(
+        "Country",
+        object(
+            "Rates of one country",
+            &[
+                "name",
+                "iso2",
+                "iso3",
+                "flag",
+                "continent",
+                "has_data",
+                "cheapest_per_gb_usd",
+                "cheapest_operator",
+                "networks",
+            ],
+            json!({
+                "name": string("Country name"),
+                "iso2": string("ISO 3166-1 alpha-2 code"),
+                "iso3": string("ISO 3166-1 alpha-3 code"),
+                "flag": string("Flag emoji"),
+                "continent": string("Africa, Asia, Europe, North America, South America or Oceania"),
+                "has_data": boolean("False where no data service is sold"),
+                "cheapest_per_gb_usd": money("Lowest per-GB price among the networks"),
+                "cheapest_operator": string("The network with that price"),
+                "networks": array_of(schema_ref("NetworkRate"), "Networks of the country"),
+            }),
+        ),
+    );
+    add(
+        "Rates",
+        object(
+            "Data rates, 10% below retail",
+            &["total_countries", "discount", "countries"],
+            json!({
+                "total_countries": count("Number of countries listed"),
+                "discount": string("Text describing the discount"),
+                "countries": array_of(schema_ref("Country"), "Countries, sorted by name"),
+            }),
+        ),
+    );
+    add(
+        "Account",
+        object(
+            "The reseller account",
+            &[
+                "id",
+                "company_name",
+                "contact_email",
+                "balance_usd",
+                "esim_count",
+                "account_status",
+                "data_suspended",
+                "created_at",
+                "auto_refill_enabled",
+                "auto_refill_last_error",
+            ],
+            json!({
+                "id": string("Account identifier (acc_ followed by 16 hex characters)"),
+                "company_name": nullable_string("Company name"),
+                "contact_email": string("Contact address"),
+                "balance_usd": money("Current reseller balance"),
+                "esim_count": object(
+                    "eSIMs of the account",
+                    &["active", "total"],
+                    json!({ "active": count("eSIMs in status active"), "total": count("All eSIMs") }),
+                ),
+                "account_status": one_of(&["active", "suspended"], "suspended while the operator has frozen the account"),
+                "data_suspended": boolean("True while the operator has frozen the account"),
+                "created_at": timestamp("Creation time"),
+                "auto_refill_enabled": boolean("Whether auto-refill is on"),
+                "auto_refill_last_error": {
+                    "type": ["object", "null"],
+                    "description": "The last failed auto-refill charge, or null",
+                    "required": ["code", "message", "at"],
+                    "properties": {
+                        "code": one_of(
+                            &["card_declined", "authentication_required", "expired_card", "daily_limit_reached"],
+                            "Why the charge failed",
+                        ),
+                        "message": string("Detail"),
+                        "at": timestamp("When it failed"),
+                    },
+                },
+            }),
+        ),
+    );
+    add("Webhook", webhook);
+    add("WebhookWithSecret", webhook_with_secret);
+    add(
+        "WebhookList",
+        object(
+            "The account's webhooks and the subscribable event names",
+            &["webhooks", "available_events"],
+            json!({
+                "webhooks": array_of(schema_ref("Webhook"), "Webhook endpoints"),
+                "available_events": array_of(json!({ "type": "string" }), "Every subscribable event name"),
+            }),
+        ),
+    );
+    add("Success", object("Done", &["success"], json!({ "success": boolean("Always true") })));
+    add(
+        "WebhookTestResult",
+        object(
+            "Outcome of the test delivery",
+            &["success", "status"],
+            json!({
+                "success": boolean("True when the receiver answered 2xx"),
+                "status": { "type": "integer", "minimum": 0, "maximum": 999, "description": "HTTP status of the receiver; 0 when it gave none" },
+                "error": string("Present when there was no HTTP answer (timeout, refused connection)"),
+            }),
+        ),
+    );
+    add(
+        "OpenApiDocument",
+        json!({
+                "type": "object",
+                "description": "This OpenAPI 3.1 document",
+                "required": ["openapi", "info", "paths"],
+        }),
+    );
+    add(
+        "ProvisionRequest",
+        object(
+            "Optional body of a provisioning",
+            &[],
+            json!({
+                "end_user_reference": { "type": "string", "maxLength": 256, "description": "Your customer or order reference; surfaced in webhook payloads" },
+                "label": { "type": "string", "maxLength": 256, "description": "Human label; surfaced in webhook payloads" },
+                "group_id": uuid("Issue the eSIM into this group; omit for a standalone eSIM"),
+            }),
+        ),
+    );
+    add("ThrottleRequest", object("Speed limit to apply", &["speed"], json!({ "speed": schema_ref("ThrottleSpeed") })));
+    add("FundRequest", amount_request("Amount to move from the reseller balance into the eSIM wallet"));
+    add("GroupFundRequest", amount_request("Amount to move from the reseller balance into the group balance"));
+    add("GroupCreateRequest", object("A new group", &["name"], group_settings.clone()));
+    add(
+        "GroupUpdateRequest",
+        json!({
+                "type": "object",
+                "description": "At least one of the fields",
+                "minProperties": 1,
+                "properties": group_settings,
+        }),
+    );
+    add(
+        "GroupAddEsimRequest",
+        object(
+            "The eSIM to move into the group",
+            &["iccid"],
+            json!({ "iccid": string("ICCID of a standalone eSIM of the account") }),
+        ),
+    );
+    add(
+        "WebhookCreateRequest",
+        object(
+            "A webhook endpoint to register (at most 5 per account)",
+            &["url", "events"],
+            json!({ "url": webhook_url, "events": events }),
+        ),
+    );
+    add(
+        "WebhookUpdateRequest",
+        object(
+            "Fields to change",
+            &[],
+            json!({
+                "url": webhook_url,
+                "events": events,
+                "active": boolean("true re-activates the webhook and resets failure_count to 0"),
+            }),
+        ),
+    );
+    Value::Object(all)
 }
 
-fn build() -> String {
-    let mut paths = Map::new();
-    for (api, method, pattern) in ROUTES.iter().filter(|(api, _, _)| matches!(api, Api::Reseller | Api::Public)) {
-        let (summary, body, status, schema, errors) = operation(method, pattern);
-        let mut parameters: Vec<Value> = pattern
-            .split('/')
-            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": text()}))
-            .collect();
-        let query: &[(&str, Value)] = match *pattern {
-            "/esim/list" => &[
-                ("status", json!({"type": "string", "enum": ["pending", "active", "suspended", "terminated"]})),
-                ("limit", json!({"type": "integer", "default": 50, "maximum": 100})),
-                ("offset", json!({"type": "integer", "default": 0})),
-            ],
-            "/groups/{id}/esims" => &[
-                ("limit", json!({"type": "integer", "default": 50, "maximum": 100})),
-                ("offset", json!({"type": "integer", "default": 0})),
-            ],
-            "/rates" => &[
-                ("country", json!({"type": "string", "description": "ISO2, ISO3, slug or name"})),
-                ("continent", text()),
-            ],
-            _ => &[],
-        };
-        parameters.extend(query.iter().map(|(name, schema)| json!({"name": name, "in": "query", "schema": schema})));
-        if *method == "POST" {
-            parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": false, "schema": text(), "description": "Replays the stored response for 24 hours"}));
+// ----- operations -----
+
+/// What the document says about one route.
+struct Operation {
+    id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+    description: &'static str,
+    query: Vec<Value>,
+    /// Request body schema name, and whether the body is required.
+    body: Option<(&'static str, bool)>,
+    /// (status, schema name, description) of each success.
+    success: Vec<(u16, &'static str, &'static str)>,
+    /// Errors of this operation with their conditions (statuses from the codes).
+    errors: Vec<(ErrorCode, &'static str)>,
+}
+
+impl Operation {
+    fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
+        Operation {
+            id,
+            tag,
+            summary,
+            description: "",
+            query: Vec::new(),
+            body: None,
+            success: Vec::new(),
+            errors: Vec::new(),
         }
-        let mut responses = Map::new();
-        responses.insert(
-            status.to_string(),
-            json!({"description": "success", "content": {"application/json": {"schema": reference(schema)}}}),
-        );
-        if *pattern == "/groups/{id}/esims" && *method == "POST" {
-            responses.insert(
-                "202".into(),
-                json!({"description": "move_pending", "content": {"application/json": {"schema": reference(schema)}}}),
-            );
-        }
-        let keyed = *api == Api::Reseller;
-        let mut error_statuses: Vec<u16> = errors.to_vec();
-        if keyed {
-            error_statuses.extend([401, 429]);
-        }
-        for code in error_statuses {
-            let mut response =
-                json!({"description": "error", "content": {"application/json": {"schema": reference("Error")}}});
-            if code == 429 {
-                response["headers"] =
-                    json!({"Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}});
-            }
-            responses.insert(code.to_string(), response);
-        }
-        let operation_id = format!("{}{}", method.to_lowercase(), pattern.replace(['/', '{', '}', '.'], "_"));
-        let mut op =
-            json!({"operationId": operation_id, "summary": summary, "parameters": parameters, "responses": responses});
-        if let Some(body) = body {
-            op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": body}}});
-        }
-        if !keyed {
-            op["security"] = json!([]);
-        }
-        let entry = paths.entry(full_path(*api, pattern)).or_insert_with(|| json!({}));
-        entry[method.to_lowercase()] = op;
     }
-    let document = json!({
+    fn describe(mut self, description: &'static str) -> Self {
+        self.description = description;
+        self
+    }
+    fn ok(mut self, status: u16, schema: &'static str, description: &'static str) -> Self {
+        self.success.push((status, schema, description));
+        self
+    }
+    fn body(mut self, schema: &'static str, required: bool) -> Self {
+        self.body = Some((schema, required));
+        self
+    }
+    fn query(mut self, parameters: Vec<Value>) -> Self {
+        self.query = parameters;
+        self
+    }
+    fn errors(mut self, errors: &[(ErrorCode, &'static str)]) -> Self {
+        self.errors.extend_from_slice(errors);
+        self
+    }
+}
+
+fn query_parameter(name: &str, schema: Value, description: &str) -> Value {
+    json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description })
+}
+
+fn paging_parameters() -> Vec<Value> {
+    vec![
+        query_parameter(
+            "limit",
+            json!({ "type": "integer", "minimum": 1, "maximum": 100, "default": 50 }),
+            "Page size; values above 100 are clamped to 100",
+        ),
+        query_parameter("offset", json!({ "type": "integer", "minimum": 0, "default": 0 }), "eSIMs to skip"),
+    ]
+}
+
+fn operation(method: &str, pattern: &str) -> Operation {
+    use ErrorCode::*;
+    const NO_ESIM: (ErrorCode, &str) = (EsimNotFound, "the ICCID is unknown or belongs to another account");
+    const NO_GROUP: (ErrorCode, &str) = (GroupNotFound, "the group is unknown or belongs to another account");
+    const NO_WEBHOOK: (ErrorCode, &str) = (NotFound, "the webhook id is unknown");
+    const TERMINATED: (ErrorCode, &str) = (EsimAlreadyTerminated, "the eSIM is terminated");
+    const FROZEN: (ErrorCode, &str) = (AccountSuspended, "the operator has frozen the account");
+    const RETURN_PENDING: (ErrorCode, &str) =
+        (DefundPending, "a balance return of this eSIM is in progress; retry after it settles");
+    const MOVING: (ErrorCode, &str) = (MovePending, "a move of this eSIM into a group is in progress");
+    const UPSTREAM: (ErrorCode, &str) = (UpstreamError, "data could not be paused upstream; nothing moved");
+    const AMOUNT: (ErrorCode, &str) =
+        (ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+    match (method, pattern) {
+        ("POST", "/esim/provision") => Operation::new("provisionEsim", "eSIMs", "Provision an eSIM")
+            .describe("Deducts the 1.75 USD fee from the reseller balance. A standalone eSIM starts with a $0 wallet; with group_id it is issued into that group. Emits esim.provisioned.")
+            .ok(201, "ProvisionedEsim", "The new eSIM with its installation details")
+            .body("ProvisionRequest", false)
+            .errors(&[
+                (ValidationError, "a malformed body, or end_user_reference or label longer than 256 characters"),
+                (InsufficientBalance, "the reseller balance is below the 1.75 fee"),
+                FROZEN,
+                (GroupNotFound, "group_id is unknown or belongs to another account"),
+                (GroupFull, "the group of group_id holds the maximum number of eSIMs"),
+                (NoEsimsAvailable, "the eSIM inventory is depleted"),
+            ]),
+        ("GET", "/esim/list") => Operation::new("listEsims", "eSIMs", "List eSIMs")
+            .describe("The account's eSIMs in provisioning order (stable paging).")
+            .ok(200, "EsimPage", "A page of eSIMs")
+            .query(
+                [query_parameter("status", json!({ "type": "string", "enum": ESIM_STATUSES }), "Only eSIMs in this status")]
+                    .into_iter()
+                    .chain(paging_parameters())
+                    .collect(),
+            )
+            .errors(&[(ValidationError, "status is not one of the statuses, limit is 0, or limit or offset is not a non-negative integer")]),
+        ("GET", "/esim/{iccid}") => Operation::new("getEsim", "eSIMs", "Get an eSIM")
+            .describe("The detail record; euicc_state is read live from the network, falling back to the cached state.")
+            .ok(200, "EsimDetail", "The eSIM")
+            .errors(&[NO_ESIM]),
+        ("POST", "/esim/{iccid}/enable") => Operation::new("enableEsim", "eSIMs", "Enable data")
+            .describe("Needs a reseller balance above 0. Emits esim.data_resumed when data was off.")
+            .ok(200, "DataToggled", "Data is enabled")
+            .errors(&[
+                TERMINATED,
+                (InsufficientBalance, "the reseller balance is not above 0"),
+                FROZEN,
+                NO_ESIM,
+                RETURN_PENDING,
+                MOVING,
+            ]),
+        ("POST", "/esim/{iccid}/disable") => Operation::new("disableEsim", "eSIMs", "Disable data")
+            .describe("The eSIM stays provisioned. Emits esim.data_suspended when data was on.")
+            .ok(200, "DataToggled", "Data is disabled")
+            .errors(&[TERMINATED, NO_ESIM]),
+        ("POST", "/esim/{iccid}/terminate") => Operation::new("terminateEsim", "eSIMs", "Terminate an eSIM")
+            .describe("Permanent: data stops and the remaining wallet balance is forfeited. Emits esim.terminated.")
+            .ok(200, "Terminated", "The eSIM is terminated")
+            .errors(&[(EsimAlreadyTerminated, "the eSIM is already terminated"), NO_ESIM]),
+        ("POST", "/esim/{iccid}/throttle") => Operation::new("throttleEsim", "eSIMs", "Throttle speed")
+            .ok(200, "Throttled", "The speed limit is applied")
+            .body("ThrottleRequest", true)
+            .errors(&[(ValidationError, "speed is missing or not an accepted value"), TERMINATED, NO_ESIM]),
+        ("POST", "/esim/{iccid}/fund") => Operation::new("fundEsim", "eSIMs", "Fund the eSIM wallet")
+            .describe("Moves the amount from the reseller balance into the eSIM wallet; data can be used at once. Usage reporting pauses for about 15 minutes after every fund.")
+            .ok(200, "Funded", "The wallet is funded")
+            .body("FundRequest", true)
+            .errors(&[
+                AMOUNT,
+                TERMINATED,
+                (InsufficientBalance, "the reseller balance is below the amount"),
+                FROZEN,
+                NO_ESIM,
+                (EsimInGroup, "the eSIM is a group member; fund the group instead"),
+                RETURN_PENDING,
+                MOVING,
+            ]),
+        ("POST", "/esim/{iccid}/defund") => Operation::new("defundEsim", "eSIMs", "Return the unused eSIM balance")
+            .describe("Data is paused at once; the displayed balance reaches the reseller balance after about 15 minutes. The eSIM stays installed and can be funded again after settlement.")
+            .ok(202, "DefundAccepted", "The return is under way")
+            .errors(&[
+                TERMINATED,
+                (NoBalanceToReturn, "the wallet holds nothing to return"),
+                (WalletNotReady, "the eSIM has no wallet yet (never funded)"),
+                NO_ESIM,
+                (DefundAlreadyPending, "a balance return is already in progress"),
+                MOVING,
+                (EsimInGroup, "the eSIM is a group member; defund the group instead"),
+                UPSTREAM,
+            ]),
+        ("GET", "/groups") => {
+            Operation::new("listGroups", "Groups", "List groups").ok(200, "GroupList", "The groups, newest first")
+        }
+        ("POST", "/groups") => Operation::new("createGroup", "Groups", "Create a group")
+            .describe("A new group starts with a $0 balance. Groups cannot be deleted; rename one to reuse it.")
+            .ok(201, "Group", "The new group")
+            .body("GroupCreateRequest", true)
+            .errors(&[
+                (ValidationError, "name missing or not 1 to 100 characters, or an amount out of bounds"),
+                (GroupNameTaken, "a group of the account already has this name"),
+                (GroupLimitReached, "the account already has the maximum number of groups"),
+            ]),
+        ("GET", "/groups/{id}") => {
+            Operation::new("getGroup", "Groups", "Get a group").ok(200, "Group", "The group").errors(&[NO_GROUP])
+        }
+        ("PATCH", "/groups/{id}") => Operation::new("updateGroup", "Groups", "Rename a group or change its thresholds")
+            .ok(200, "Group", "The updated group")
+            .body("GroupUpdateRequest", true)
+            .errors(&[
+                (ValidationError, "no field given, name not 1 to 100 characters, or an amount out of bounds"),
+                NO_GROUP,
+                (GroupNameTaken, "another group of the account has this name"),
+            ]),
+        ("POST", "/groups/{id}/fund") => Operation::new("fundGroup", "Groups", "Fund a group")
+            .describe("Moves the amount from the reseller balance into the group balance and re-arms group.balance_low. Emits group.funded.")
+            .ok(200, "GroupFunded", "The group is funded")
+            .body("GroupFundRequest", true)
+            .errors(&[
+                AMOUNT,
+                (InsufficientBalance, "the reseller balance is below the amount"),
+                FROZEN,
+                NO_GROUP,
+                (GroupDefundPending, "a group balance return is in progress"),
+            ]),
+        ("POST", "/groups/{id}/defund") => Operation::new("defundGroup", "Groups", "Return the group balance")
+            .describe("Every member's data pauses; the displayed balance reaches the reseller balance after about 15 minutes (group.defunded). Members resume once the group is funded again.")
+            .ok(200, "GroupDefundAccepted", "The return is under way")
+            .errors(&[
+                (NoBalanceToReturn, "the group holds nothing to return"),
+                NO_GROUP,
+                (GroupDefundPending, "a group balance return is already in progress"),
+                UPSTREAM,
+            ]),
+        ("GET", "/groups/{id}/esims") => Operation::new("listGroupEsims", "Groups", "List the members of a group")
+            .ok(200, "GroupMembers", "A page of members")
+            .query(paging_parameters())
+            .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_GROUP]),
+        ("POST", "/groups/{id}/esims") => Operation::new("addGroupEsim", "Groups", "Move an eSIM into a group")
+            .describe("An eSIM without balance joins at once (200). An eSIM holding a balance answers 202 move_pending: its data pauses, the balance returns to the reseller balance and it joins when upstream reporting settles. Emits esim.group_assigned when it joins.")
+            .ok(200, "GroupMemberAssigned", "The eSIM is a member")
+            .ok(202, "GroupMovePending", "The move is under way")
+            .body("GroupAddEsimRequest", true)
+            .errors(&[
+                (ValidationError, "iccid is missing"),
+                TERMINATED,
+                NO_GROUP,
+                NO_ESIM,
+                (EsimAlreadyInGroup, "the eSIM is already a member of a group"),
+                (MovePending, "a move of this eSIM is already in progress"),
+                RETURN_PENDING,
+                (GroupFull, "the group holds the maximum number of eSIMs"),
+                UPSTREAM,
+            ]),
+        ("DELETE", "/groups/{id}/esims/{iccid}") => {
+            Operation::new("removeGroupEsim", "Groups", "Remove an eSIM from a group")
+                .describe("The eSIM becomes standalone with a $0 wallet; no money moves. Emits esim.group_removed.")
+                .ok(200, "GroupMemberRemoved", "The eSIM is standalone")
+                .errors(&[NO_GROUP, (EsimNotFound, "the ICCID is unknown or not a member of this group")])
+        }
+        ("GET", "/wallet/balance") => {
+            Operation::new("getWalletBalance", "Account", "Get the reseller balance").ok(200, "WalletBalance", "The balance")
+        }
+        ("GET", "/rates") => Operation::new("getRates", "Account", "Get data rates")
+            .describe("Per-country, per-operator reseller rates, 10% below retail.")
+            .ok(200, "Rates", "The rates")
+            .query(vec![
+                query_parameter("country", json!({ "type": "string" }), "ISO2 or ISO3 code, slug or name (case-insensitive)"),
+                query_parameter("continent", json!({ "type": "string" }), "Continent name or slug (case-insensitive)"),
+            ]),
+        ("GET", "/account") => Operation::new("getAccount", "Account", "Get the account").ok(200, "Account", "The account"),
+        ("GET", "/webhooks") => Operation::new("listWebhooks", "Webhooks", "List webhooks")
+            .ok(200, "WebhookList", "The webhooks and the subscribable events"),
+        ("POST", "/webhooks") => Operation::new("createWebhook", "Webhooks", "Register a webhook")
+            .describe("The signing secret is returned only here.")
+            .ok(201, "WebhookWithSecret", "The webhook with its signing secret")
+            .body("WebhookCreateRequest", true)
+            .errors(&[
+                (ValidationError, "url not an absolute https:// URL of a public host, or events empty or naming an unknown event"),
+                (WebhookLimitReached, "the account already has 5 webhooks"),
+            ]),
+        ("GET", "/webhooks/{id}") => {
+            Operation::new("getWebhook", "Webhooks", "Get a webhook").ok(200, "Webhook", "The webhook").errors(&[NO_WEBHOOK])
+        }
+        ("PUT", "/webhooks/{id}") => Operation::new("updateWebhook", "Webhooks", "Update a webhook")
+            .describe("Setting active to true resets failure_count to 0.")
+            .ok(200, "Webhook", "The updated webhook")
+            .body("WebhookUpdateRequest", false)
+            .errors(&[(ValidationError, "an invalid url or events, or a field of the wrong type"), NO_WEBHOOK]),
+        ("DELETE", "/webhooks/{id}") => Operation::new("deleteWebhook", "Webhooks", "Delete a webhook")
+            .ok(200, "Success", "The webhook is deleted")
+            .errors(&[NO_WEBHOOK]),
+        ("POST", "/webhooks/{id}/test") => Operation::new("testWebhook", "Webhooks", "Send a test event")
+            .describe("Sends one event of type test to this webhook (no subscription needed, no retry, not counted in failure_count) and answers with the receiver's status.")
+            .ok(200, "WebhookTestResult", "What the receiver answered")
+            .errors(&[NO_WEBHOOK]),
+        ("GET", "/openapi.json") => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
+            .describe("Public: needs no API key.")
+            .ok(200, "OpenApiDocument", "The document"),
+        _ => unreachable!("the route {method} {pattern} has no documented operation"),
+    }
+}
+
+fn path_parameters(pattern: &str) -> Vec<Value> {
+    pattern
+        .split('/')
+        .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| {
+            let (schema, description) = match name {
+                "iccid" => (json!({ "type": "string" }), "ICCID of the eSIM (19 digits)"),
+                "id" if pattern.starts_with("/groups") => (json!({ "type": "string", "format": "uuid" }), "Group id"),
+                "id" => (json!({ "type": "string" }), "Webhook id (wh_...)"),
+                other => unreachable!("no description of the path parameter {other}"),
+            };
+            json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description })
+        })
+        .collect()
+}
+
+fn json_content(schema: &str) -> Value {
+    json!({ "application/json": { "schema": schema_ref(schema) } })
+}
+
+/// The error responses of an operation, one per status, each listing its codes.
+fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
+    let mut by_status: std::collections::BTreeMap<u16, Vec<(ErrorCode, String)>> = Default::default();
+    for (code, condition) in errors {
+        let list = by_status.entry(code.http_status()).or_default();
+        match list.iter_mut().find(|(known, _)| known == code) {
+            Some((_, known_condition)) => *known_condition = format!("{known_condition}; or {condition}"),
+            None => list.push((*code, condition.clone())),
+        }
+    }
+    by_status
+        .into_iter()
+        .map(|(status, codes)| {
+            let description = codes
+                .iter()
+                .map(|(code, condition)| format!("{}: {condition}", code.as_str()))
+                .collect::<Vec<_>>()
+                .join(". ");
+            let examples: Map<String, Value> = codes
+                .iter()
+                .map(|(code, condition)| {
+                    let body = json!({ "error": code.title(), "code": code.as_str(), "message": condition });
+                    (code.as_str().to_string(), json!({ "summary": condition, "value": body }))
+                })
+                .collect();
+            let mut response = json!({
+                "description": description,
+                "content": { "application/json": { "schema": schema_ref("Error"), "examples": examples } },
+            });
+            if codes.iter().any(|(code, _)| *code == ErrorCode::RateLimited) {
+                response["headers"] = json!({
+                    "Retry-After": {
+                        "description": "With RATE_LIMITED: whole seconds until the window resets",
+                        "schema": { "type": "integer", "minimum": 1 },
+                    },
+                });
+            }
+            (status.to_string(), response)
+        })
+        .collect()
+}
+
+fn build_operation(api: Api, method: &str, pattern: &str) -> Value {
+    let op = operation(method, pattern);
+    let keyed = api == Api::Reseller;
+    let write = method != "GET";
+    let mut parameters = path_parameters(pattern);
+    parameters.extend(op.query.iter().cloned());
+    let mut errors: Vec<(ErrorCode, String)> =
+        op.errors.iter().map(|(code, condition)| (*code, condition.to_string())).collect();
+    if keyed {
+        errors.push((ErrorCode::InvalidApiKey, "the API key is missing, invalid or revoked".into()));
+        errors.push((ErrorCode::RateLimited, "more than 100 requests in the key's one-minute window".into()));
+    }
+    if keyed && write {
+        parameters.push(json!({
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": false,
+            "schema": { "type": "string", "minLength": 1, "maxLength": 255 },
+            "description": "Makes the call safe to retry: the first final response is stored for 24 hours and replayed byte for byte to a repeat with the same key and request",
+        }));
+        errors.push((ErrorCode::ValidationError, "Idempotency-Key is not 1 to 255 characters".into()));
+        errors.push((ErrorCode::IdempotencyKeyReused, "the Idempotency-Key was used with a different request".into()));
+        errors.push((
+            ErrorCode::ServiceUnavailable,
+            "the change cannot be made durable now; nothing changed, retry".into(),
+        ));
+    }
+    let mut responses = Map::new();
+    for (status, schema, description) in &op.success {
+        responses.insert(status.to_string(), json!({ "description": description, "content": json_content(schema) }));
+    }
+    responses.extend(error_responses(&errors));
+    let mut value = json!({
+        "operationId": op.id,
+        "tags": [op.tag],
+        "summary": op.summary,
+        "parameters": parameters,
+        "responses": responses,
+    });
+    if !op.description.is_empty() {
+        value["description"] = json!(op.description);
+    }
+    if let Some((schema, required)) = op.body {
+        value["requestBody"] = json!({ "required": required, "content": json_content(schema) });
+    }
+    if !keyed {
+        value["security"] = json!([]);
+    }
+    value
+}
+
+fn build() -> Value {
+    let mut paths = Map::new();
+    for &(api, method, pattern) in ROUTES.iter().filter(|(api, _, _)| matches!(api, Api::Reseller | Api::Public)) {
+        let item = paths.entry(full_path(api, pattern)).or_insert_with(|| json!({}));
+        item[method.to_ascii_lowercase()] = build_operation(api, method, pattern);
+    }
+    json!({
         "openapi": "3.1.0",
-        "info": {"title": "Reseller eSIM Connectivity Service", "version": "2.0"},
-        "servers": [{"url": "/"}],
-        "security": [{"bearer": []}],
+        "info": {
+            "title": "Reseller eSIM Connectivity Service",
+            "version": "2.0",
+            "description": "Provision eSIM profiles with pay-as-you-go data, fund per-eSIM wallets or shared-balance groups, and receive signed webhook notifications. Money amounts are USD JSON numbers; timestamps are RFC 3339 UTC with milliseconds. Every call but this document needs `Authorization: Bearer <API key>` and is limited to 100 requests per minute per key (429 RATE_LIMITED with Retry-After). Errors carry the Error body.",
+        },
+        "servers": [{ "url": "/", "description": "Paths are absolute; the API lives under /api/v2/reseller" }],
+        "security": [{ "bearer": [] }],
+        "tags": [
+            { "name": "eSIMs", "description": "Provisioning, reads, data switch, throttle, terminate, fund and defund" },
+            { "name": "Groups", "description": "Shared-balance groups and their members" },
+            { "name": "Account", "description": "Reseller balance, rates and account" },
+            { "name": "Webhooks", "description": "Signed event notifications" },
+            { "name": "Meta", "description": "This document" },
+        ],
+        "paths": paths,
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "API key: rsk_ followed by 64 characters (68 in all)"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "API key: `rsk_` followed by 64 hex characters (68 characters in all)",
+                },
+            },
             "schemas": schemas(),
         },
-        "paths": paths,
-    });
-    serde_json::to_string_pretty(&document).expect("the document serializes")
-}
-
-/// The document, built once.
-pub fn document() -> String {
-    static DOCUMENT: OnceLock<String> = OnceLock::new();
-    DOCUMENT.get_or_init(build).clone()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routes::{find, Match, RESELLER_BASE};
+    use crate::service::{ClockMode, Outcome, Service};
+    use bytes::Bytes;
+    use esim_engine::{DeliveryResult, Engine, EngineConfig, Millis};
     use std::collections::BTreeSet;
 
+    fn parsed() -> Value {
+        serde_json::from_str(&document()).expect("the document is JSON")
+    }
+
     #[test]
-    fn every_routed_reseller_path_and_method_is_documented_and_nothing_else() {
-        let document: Value = serde_json::from_str(&document()).unwrap();
-        assert_eq!(document["openapi"], "3.1.0");
-        let documented: BTreeSet<(String, String)> = document["paths"]
+    fn the_document_is_openapi_3_1_json() {
+        let doc = parsed();
+        assert_eq!(doc["openapi"], "3.1.0");
+        assert_eq!(doc["info"]["title"], "Reseller eSIM Connectivity Service");
+        assert_eq!(doc["info"]["version"], "2.0");
+        assert_eq!(doc["servers"].as_array().map(Vec::len), Some(1));
+        assert_eq!(doc["servers"][0]["url"], "/");
+        assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert_eq!(doc["security"], json!([{ "bearer": [] }]));
+        assert_eq!(doc["paths"][format!("{RESELLER_BASE}/openapi.json")]["get"]["security"], json!([]));
+        assert!(document().contains("\n  \"openapi\""), "pretty-printed");
+    }
+
+    #[test]
+    fn documented_paths_and_methods_are_exactly_the_reseller_and_public_routes() {
+        let doc = parsed();
+        let documented: BTreeSet<(String, String)> = doc["paths"]
             .as_object()
             .unwrap()
             .iter()
-            .flat_map(|(path, item)| item.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone())))
+            .flat_map(|(path, item)| {
+                item.as_object().unwrap().keys().map(move |method| (method.to_uppercase(), path.clone()))
+            })
             .collect();
         let routed: BTreeSet<(String, String)> = ROUTES
             .iter()
@@ -341,19 +1113,447 @@ mod tests {
             .collect();
         assert_eq!(documented, routed);
         assert_eq!(routed.len(), 28);
+        assert!(documented.iter().all(|(_, path)| path.starts_with(RESELLER_BASE)), "no admin or sandbox path");
+    }
+
+    /// Every JSON value under `value` with its key path.
+    fn walk<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+        match value {
+            Value::Object(map) => map.iter().for_each(|(key, child)| walk(child, format!("{at}/{key}"), out)),
+            Value::Array(items) => {
+                items.iter().enumerate().for_each(|(i, child)| walk(child, format!("{at}/{i}"), out))
+            }
+            _ => {}
+        }
+        out.push((at, value));
     }
 
     #[test]
-    fn every_reference_points_at_a_schema() {
-        let text = document();
-        let document: Value = serde_json::from_str(&text).unwrap();
-        let schemas = document["components"]["schemas"].as_object().unwrap();
-        let mut found = 0;
-        for part in text.split("#/components/schemas/").skip(1) {
-            let name: String = part.chars().take_while(|c| c.is_alphanumeric()).collect();
-            assert!(schemas.contains_key(&name), "dangling $ref {name}");
-            found += 1;
+    fn every_reference_points_at_an_existing_schema_and_every_schema_is_used() {
+        let doc = parsed();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut values = Vec::new();
+        walk(&doc, String::new(), &mut values);
+        let mut referenced = BTreeSet::new();
+        for (at, value) in &values {
+            if let Some(target) = value.get("$ref") {
+                let target = target.as_str().unwrap_or_else(|| panic!("$ref at {at} is not a string"));
+                let name = target
+                    .strip_prefix("#/components/schemas/")
+                    .unwrap_or_else(|| panic!("$ref at {at} is not a component schema: {target}"));
+                assert!(schemas.contains_key(name), "dangling $ref at {at}: {target}");
+                referenced.insert(name.to_string());
+            }
         }
-        assert!(found > 40);
+        assert!(referenced.len() > 30);
+        let unused: Vec<&String> = schemas.keys().filter(|name| !referenced.contains(*name)).collect();
+        assert!(unused.is_empty(), "unreferenced schemas: {unused:?}");
+    }
+
+    #[test]
+    fn operations_are_complete_and_consistent() {
+        let doc = parsed();
+        let mut ids = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let name = format!("{method} {path}");
+                assert!(ids.insert(op["operationId"].as_str().unwrap().to_string()), "duplicate operationId: {name}");
+                assert!(op["summary"].is_string(), "{name}");
+                // Every {name} of the path is a required path parameter, and nothing else is.
+                let in_path: BTreeSet<&str> =
+                    path.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}')).collect();
+                let params = op["parameters"].as_array().unwrap();
+                let declared: BTreeSet<&str> =
+                    params.iter().filter(|p| p["in"] == "path").map(|p| p["name"].as_str().unwrap()).collect();
+                assert_eq!(in_path, declared, "{name}");
+                let responses = op["responses"].as_object().unwrap();
+                assert!(responses.keys().any(|s| s.starts_with('2')), "{name} has no success");
+                let public = path.ends_with("/openapi.json");
+                for (status, response) in responses {
+                    assert!(response["description"].is_string(), "{name} {status}");
+                    if !status.starts_with('2') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Error",
+                            "{name} {status}"
+                        );
+                        for code in response["content"]["application/json"]["examples"].as_object().unwrap().keys() {
+                            let code: ErrorCode = serde_json::from_value(json!(code)).unwrap();
+                            assert_eq!(code.http_status().to_string(), *status, "{name}: {code:?}");
+                        }
+                    }
+                }
+                if public {
+                    assert_eq!(op["security"], json!([]));
+                    continue;
+                }
+                assert!(responses["401"]["content"]["application/json"]["examples"]["INVALID_API_KEY"].is_object());
+                assert!(responses["429"]["content"]["application/json"]["examples"]["RATE_LIMITED"].is_object());
+                assert!(responses["429"]["headers"]["Retry-After"].is_object(), "{name}");
+                let idempotent = params.iter().any(|p| p["in"] == "header" && p["name"] == "Idempotency-Key");
+                assert_eq!(idempotent, method != "get", "{name}");
+            }
+        }
+        // The throttle enum is exactly what the engine accepts.
+        let speeds = throttle_speeds();
+        assert_eq!(speeds.len(), 35);
+        assert!(speeds.iter().all(|s| esim_engine::esim::is_valid_speed(s)));
+        assert!(!esim_engine::esim::is_valid_speed("SPEED_3100_KBPS"));
+    }
+
+    // ----- the document against the real service -----
+
+    /// A small JSON Schema check (the subset this document uses); strict about
+    /// undeclared properties, so a field added to a reply must be documented.
+    fn check(doc: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
+        if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+            let name = target.trim_start_matches("#/components/schemas/");
+            return check(doc, &doc["components"]["schemas"][name], value, at, problems);
+        }
+        if let Some(types) = schema.get("type") {
+            let types: Vec<&str> = match types {
+                Value::String(one) => vec![one.as_str()],
+                other => other.as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect(),
+            };
+            let fits = |kind: &str| match kind {
+                "object" => value.is_object(),
+                "array" => value.is_array(),
+                "string" => value.is_string(),
+                "number" => value.is_number(),
+                "integer" => value.is_u64() || value.is_i64(),
+                "boolean" => value.is_boolean(),
+                "null" => value.is_null(),
+                other => panic!("unknown type {other}"),
+            };
+            if !types.iter().any(|kind| fits(kind)) {
+                problems.push(format!("{at}: {value} is not {types:?}"));
+                return;
+            }
+        }
+        if let Some(expected) = schema.get("const") {
+            if value != expected {
+                problems.push(format!("{at}: {value} is not {expected}"));
+            }
+        }
+        if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+            if !options.contains(value) {
+                problems.push(format!("{at}: {value} is not one of the enum"));
+            }
+        }
+        if let (Some(format), Some(text)) = (schema.get("format").and_then(Value::as_str), value.as_str()) {
+            let ok = match format {
+                "date-time" => Millis::parse_rfc3339(text).is_some() && text.ends_with('Z'),
+                "uuid" => text.len() == 36 && [8, 13, 18, 23].iter().all(|&i| &text[i..=i] == "-"),
+                "uri" => text.starts_with("https://"),
+                _ => true,
+            };
+            if !ok {
+                problems.push(format!("{at}: {text:?} is not a {format}"));
+            }
+        }
+        if let (Some(number), Some(min)) = (value.as_f64(), schema.get("minimum").and_then(Value::as_f64)) {
+            if number < min {
+                problems.push(format!("{at}: {number} is below {min}"));
+            }
+        }
+        if let (Some(number), Some(max)) = (value.as_f64(), schema.get("maximum").and_then(Value::as_f64)) {
+            if number > max {
+                problems.push(format!("{at}: {number} is above {max}"));
+            }
+        }
+        if let Some(fields) = value.as_object() {
+            for name in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+                if !fields.contains_key(name.as_str().unwrap()) {
+                    problems.push(format!("{at}: required field {name} is missing"));
+                }
+            }
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, field) in fields {
+                    match properties.get(name) {
+                        Some(field_schema) => check(doc, field_schema, field, &format!("{at}.{name}"), problems),
+                        None => problems.push(format!("{at}: undocumented field {name}")),
+                    }
+                }
+            }
+        }
+        if let (Some(items), Some(schema)) = (value.as_array(), schema.get("items")) {
+            for (i, item) in items.iter().enumerate() {
+                check(doc, schema, item, &format!("{at}[{i}]"), problems);
+            }
+        }
+    }
+
+    struct Client {
+        service: Service,
+        doc: Value,
+        /// (METHOD, full path, status) of every answer checked.
+        seen: BTreeSet<(String, String, u16)>,
+        /// What the receiver of a webhook test answers.
+        delivery: DeliveryResult,
+    }
+
+    impl Client {
+        fn new() -> Client {
+            let engine = Engine::new(EngineConfig { seed: 11, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
+            let service = Service::new(engine, "admin".into(), ClockMode::Virtual);
+            Client { service, doc: parsed(), seen: BTreeSet::new(), delivery: DeliveryResult::Status(200) }
+        }
+
+        fn send(
+            &mut self,
+            method: &str,
+            uri: &str,
+            token: Option<&str>,
+            headers: &[(&str, &str)],
+            body: Option<Value>,
+        ) -> http::Response<Bytes> {
+            let mut builder = http::Request::builder().method(method).uri(uri);
+            if let Some(token) = token {
+                builder = builder.header("authorization", format!("Bearer {token}"));
+            }
+            for (name, value) in headers {
+                builder = builder.header(*name, *value);
+            }
+            let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+            let request = builder.header("content-type", "application/json").body(body).unwrap();
+            match self.service.handle(Millis::VIRTUAL_EPOCH, &request) {
+                Outcome::Respond(response) => response,
+                Outcome::AwaitDelivery(id) => {
+                    self.service.delivery_outcome(Millis::VIRTUAL_EPOCH, id, self.delivery.clone())
+                }
+            }
+        }
+
+        fn admin(&mut self, method: &str, path: &str, body: Value) -> Value {
+            let response = self.send(method, path, Some("admin"), &[], Some(body));
+            assert!(response.status().is_success(), "{method} {path}: {}", response.status());
+            serde_json::from_slice(response.body()).unwrap()
+        }
+
+        /// A reseller call, checked against the document; answers status and body.
+        fn call_with(
+            &mut self,
+            method: &str,
+            path: &str,
+            key: Option<&str>,
+            headers: &[(&str, &str)],
+            body: Option<Value>,
+        ) -> (u16, Value) {
+            let uri = format!("{RESELLER_BASE}{path}");
+            let response = self.send(method, &uri, key, headers, body);
+            let status = response.status().as_u16();
+            let value: Value = serde_json::from_slice(response.body()).unwrap();
+            let bare = uri.split('?').next().unwrap();
+            let Match::Found(index, _) = find(method, bare) else { panic!("{method} {bare} is not routed") };
+            let (api, _, pattern) = ROUTES[index];
+            let full = full_path(api, pattern);
+            let documented = &self.doc["paths"][&full][method.to_ascii_lowercase()]["responses"][status.to_string()];
+            assert!(documented.is_object(), "{method} {full} answered an undocumented {status}: {value}");
+            let content = &documented["content"]["application/json"];
+            let mut problems = Vec::new();
+            check(&self.doc, &content["schema"], &value, "body", &mut problems);
+            assert!(problems.is_empty(), "{method} {full} {status}: {problems:#?}\n{value:#}");
+            if status >= 400 {
+                let code = value["code"].as_str().unwrap();
+                assert!(content["examples"][code].is_object(), "{method} {full}: {status} {code} is not documented");
+                if code == "RATE_LIMITED" {
+                    assert!(response.headers().contains_key("retry-after"));
+                    assert!(documented["headers"]["Retry-After"].is_object());
+                }
+            }
+            self.seen.insert((method.to_string(), full, status));
+            (status, value)
+        }
+
+        fn call(&mut self, method: &str, path: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+            self.call_with(method, path, Some(key), &[], body)
+        }
+
+        fn expect(&mut self, method: &str, path: &str, key: &str, body: Option<Value>, status: u16) -> Value {
+            let (got, value) = self.call(method, path, key, body);
+            assert_eq!(got, status, "{method} {path}: {value}");
+            value
+        }
+
+        fn expect_code(&mut self, method: &str, path: &str, key: &str, body: Option<Value>, code: &str) {
+            let (_, value) = self.call(method, path, key, body);
+            assert_eq!(value["code"], code, "{method} {path}");
+        }
+
+        fn account(&mut self, top_up: u32) -> String {
+            let created = self.admin("POST", "/admin/v1/accounts", json!({ "contact_email": "ops@example.com" }));
+            let account_id = created["account_id"].as_str().unwrap().to_string();
+            if top_up > 0 {
+                self.admin("POST", &format!("/admin/v1/accounts/{account_id}/topups"), json!({ "amount_usd": top_up }));
+            }
+            created["api_key"].as_str().unwrap().to_string()
+        }
+
+        fn provision(&mut self, key: &str, body: Option<Value>) -> String {
+            let value = self.expect("POST", "/esim/provision", key, body, 201);
+            value["iccid"].as_str().unwrap().to_string()
+        }
+    }
+
+    #[test]
+    fn every_answer_of_the_service_matches_the_document() {
+        let mut c = Client::new();
+        assert_eq!(c.call_with("GET", "/openapi.json", None, &[], None).0, 200);
+        c.expect_code("GET", "/account", "rsk_wrong", None, "INVALID_API_KEY");
+
+        // Account, rates, wallet.
+        let broke = c.account(0);
+        c.expect_code("POST", "/esim/provision", &broke, None, "INSUFFICIENT_BALANCE");
+        c.expect_code("POST", "/esim/provision", &broke, Some(json!({ "label": "x".repeat(300) })), "VALIDATION_ERROR");
+        let key = c.account(200);
+        c.expect("GET", "/account", &key, None, 200);
+        c.expect("GET", "/wallet/balance", &key, None, 200);
+        c.expect("GET", "/rates", &key, None, 200);
+        let rates = c.expect("GET", "/rates?country=FR&continent=europe", &key, None, 200);
+        assert_eq!(rates["total_countries"], 1);
+
+        // eSIMs.
+        let first = c.provision(&key, Some(json!({ "end_user_reference": "order-1", "label": "Phone" })));
+        let headers = [("idempotency-key", "provision-2")];
+        let (status, once) = c.call_with("POST", "/esim/provision", Some(&key), &headers, None);
+        let (_, again) = c.call_with("POST", "/esim/provision", Some(&key), &headers, None);
+        assert_eq!((status, &once), (201, &again));
+        let (_, reused) = c.call_with("POST", "/esim/provision", Some(&key), &headers, Some(json!({ "label": "b" })));
+        assert_eq!(reused["code"], "IDEMPOTENCY_KEY_REUSED");
+        let second = once["iccid"].as_str().unwrap().to_string();
+        c.expect("GET", "/esim/list", &key, None, 200);
+        c.expect("GET", "/esim/list?status=pending&limit=1&offset=1", &key, None, 200);
+        c.expect_code("GET", "/esim/list?status=lost", &key, None, "VALIDATION_ERROR");
+        c.expect("GET", &format!("/esim/{first}"), &key, None, 200);
+        c.expect_code("GET", "/esim/8944000000000000000", &key, None, "ESIM_NOT_FOUND");
+        c.expect("POST", &format!("/esim/{first}/disable"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{first}/enable"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{first}/throttle"), &key, Some(json!({ "speed": "SPEED_500_KBPS" })), 200);
+        c.expect_code(
+            "POST",
+            &format!("/esim/{first}/throttle"),
+            &key,
+            Some(json!({ "speed": "FAST" })),
+            "VALIDATION_ERROR",
+        );
+        c.expect("POST", &format!("/esim/{first}/fund"), &key, Some(json!({ "amount": 20 })), 200);
+        c.expect_code("POST", &format!("/esim/{first}/fund"), &key, Some(json!({ "amount": 0 })), "VALIDATION_ERROR");
+        c.expect_code("POST", &format!("/esim/{second}/defund"), &key, None, "WALLET_NOT_READY");
+        c.admin("POST", &format!("/sandbox/v1/esims/{first}/install"), json!({}));
+        c.admin("POST", &format!("/sandbox/v1/esims/{first}/usage"), json!({ "mb": 10, "country": "FR" }));
+        c.admin("POST", "/sandbox/v1/clock/advance", json!({ "seconds": 1200 }));
+        let detail = c.expect("GET", &format!("/esim/{first}"), &key, None, 200);
+        assert!(detail["activated_at"].is_string() && detail["throttle"] == "SPEED_500_KBPS");
+        c.admin("PUT", "/sandbox/v1/faults", json!({ "upstream_pause_fails": true }));
+        c.expect_code("POST", &format!("/esim/{first}/defund"), &key, None, "UPSTREAM_ERROR");
+        c.admin("PUT", "/sandbox/v1/faults", json!({ "upstream_pause_fails": false }));
+        c.expect("POST", &format!("/esim/{first}/defund"), &key, None, 202);
+        assert_eq!(c.expect("GET", &format!("/esim/{first}"), &key, None, 200)["pending"], "defund_pending");
+        c.expect_code("POST", &format!("/esim/{first}/fund"), &key, Some(json!({ "amount": 5 })), "DEFUND_PENDING");
+        c.expect_code("POST", &format!("/esim/{first}/defund"), &key, None, "DEFUND_ALREADY_PENDING");
+
+        // Groups.
+        let group = c.expect("POST", "/groups", &key, Some(json!({ "name": "Fleet" })), 201);
+        let gid = group["id"].as_str().unwrap().to_string();
+        c.expect_code("POST", "/groups", &key, Some(json!({ "name": "Fleet" })), "GROUP_NAME_TAKEN");
+        c.expect_code("POST", "/groups", &key, Some(json!({})), "VALIDATION_ERROR");
+        c.expect("GET", "/groups", &key, None, 200);
+        c.expect("GET", &format!("/groups/{gid}"), &key, None, 200);
+        c.expect_code("GET", "/groups/00000000-0000-4000-8000-000000000000", &key, None, "GROUP_NOT_FOUND");
+        c.expect(
+            "PATCH",
+            &format!("/groups/{gid}"),
+            &key,
+            Some(json!({ "name": "Fleet A", "low_balance_threshold_usd": 5 })),
+            200,
+        );
+        c.expect_code("PATCH", &format!("/groups/{gid}"), &key, Some(json!({})), "VALIDATION_ERROR");
+        c.expect("POST", &format!("/groups/{gid}/fund"), &key, Some(json!({ "amount": 30 })), 200);
+        let assigned = c.expect("POST", &format!("/groups/{gid}/esims"), &key, Some(json!({ "iccid": second })), 200);
+        assert_eq!(assigned["status"], "assigned");
+        c.expect_code(
+            "POST",
+            &format!("/groups/{gid}/esims"),
+            &key,
+            Some(json!({ "iccid": second })),
+            "ESIM_ALREADY_IN_GROUP",
+        );
+        c.expect_code("POST", &format!("/esim/{second}/fund"), &key, Some(json!({ "amount": 5 })), "ESIM_IN_GROUP");
+        let third = c.provision(&key, None);
+        c.expect("POST", &format!("/esim/{third}/fund"), &key, Some(json!({ "amount": 9 })), 200);
+        let moving = c.expect("POST", &format!("/groups/{gid}/esims"), &key, Some(json!({ "iccid": third })), 202);
+        assert_eq!(moving["status"], "move_pending");
+        c.expect_code("POST", &format!("/esim/{third}/enable"), &key, None, "MOVE_PENDING");
+        let member = c.provision(&key, Some(json!({ "group_id": gid })));
+        c.admin("POST", &format!("/sandbox/v1/esims/{member}/install"), json!({}));
+        c.admin("POST", &format!("/sandbox/v1/esims/{member}/usage"), json!({ "mb": 5, "country": "FR" }));
+        c.expect("GET", &format!("/groups/{gid}/esims"), &key, None, 200);
+        c.expect("GET", &format!("/groups/{gid}/esims?limit=2&offset=1"), &key, None, 200);
+        c.admin("POST", "/sandbox/v1/clock/advance", json!({ "seconds": 1200 }));
+        let detail = c.expect("GET", &format!("/esim/{member}"), &key, None, 200);
+        assert!(detail["group_id"].is_string() && detail["group_total_data_charged_usd"].is_number());
+        assert!(detail["total_data_charged_usd"].is_null());
+        c.expect("DELETE", &format!("/groups/{gid}/esims/{second}"), &key, None, 200);
+        c.expect_code("DELETE", &format!("/groups/{gid}/esims/{second}"), &key, None, "ESIM_NOT_FOUND");
+        c.expect("POST", &format!("/groups/{gid}/defund"), &key, None, 200);
+        c.expect_code("POST", &format!("/groups/{gid}/defund"), &key, None, "GROUP_DEFUND_PENDING");
+        c.expect_code(
+            "POST",
+            &format!("/groups/{gid}/fund"),
+            &key,
+            Some(json!({ "amount": 5 })),
+            "GROUP_DEFUND_PENDING",
+        );
+        c.admin("POST", "/sandbox/v1/clock/advance", json!({ "seconds": 1200 }));
+        c.expect("GET", "/groups", &key, None, 200);
+        c.expect("GET", "/esim/list?limit=100", &key, None, 200);
+
+        // Terminate.
+        c.expect("POST", &format!("/esim/{first}/terminate"), &key, None, 200);
+        c.expect_code("POST", &format!("/esim/{first}/terminate"), &key, None, "ESIM_ALREADY_TERMINATED");
+        c.expect("GET", &format!("/esim/{first}"), &key, None, 200);
+
+        // Webhooks.
+        let events = json!({ "url": "https://hooks.example.com/esim", "events": ["*"] });
+        let webhook = c.expect("POST", "/webhooks", &key, Some(events), 201);
+        let wid = webhook["id"].as_str().unwrap().to_string();
+        c.expect_code(
+            "POST",
+            "/webhooks",
+            &key,
+            Some(json!({ "url": "http://x", "events": ["*"] })),
+            "VALIDATION_ERROR",
+        );
+        c.expect("GET", "/webhooks", &key, None, 200);
+        c.expect("GET", &format!("/webhooks/{wid}"), &key, None, 200);
+        c.expect_code("GET", "/webhooks/wh_0000000000000000", &key, None, "NOT_FOUND");
+        let update = json!({ "active": true, "events": ["esim.provisioned", "group.balance_low"] });
+        c.expect("PUT", &format!("/webhooks/{wid}"), &key, Some(update), 200);
+        c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
+        c.delivery = DeliveryResult::Timeout;
+        let timeout = c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
+        assert_eq!((timeout["status"].clone(), timeout["error"].is_string()), (json!(0), true));
+        c.expect("DELETE", &format!("/webhooks/{wid}"), &key, None, 200);
+        c.expect_code("DELETE", &format!("/webhooks/{wid}"), &key, None, "NOT_FOUND");
+        c.provision(&key, None);
+        c.expect("GET", "/account", &key, None, 200);
+
+        // The rate limit, on a fresh key.
+        let busy = c.account(0);
+        let limited = (0..101).map(|_| c.call("GET", "/wallet/balance", &busy, None).0).last();
+        assert_eq!(limited, Some(429));
+
+        // Every documented success was answered at least once.
+        let mut missing = Vec::new();
+        for (path, item) in c.doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for status in op["responses"].as_object().unwrap().keys().filter(|s| s.starts_with('2')) {
+                    let key = (method.to_uppercase(), path.clone(), status.parse().unwrap());
+                    if !c.seen.contains(&key) {
+                        missing.push(key);
+                    }
+                }
+            }
+        }
+        assert!(missing.is_empty(), "successes never exercised: {missing:?}");
     }
 }
