@@ -28,7 +28,7 @@ impl Engine {
             }
             AdminOp::RevokeKey { api_key } => {
                 let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
-                match self.keys.get_mut(&digest) {
+                match self.keys.get_mut(&crate::engine::key_id(&digest)) {
                     Some(record) => {
                         record.revoked = true;
                         Ok(Reply::Success(Success { success: true }))
@@ -139,7 +139,8 @@ impl Engine {
         let key = self.random_id("rsk_", 32);
         debug_assert_eq!(key.len(), 68);
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        self.keys.insert(digest, KeyRecord { digest, account, revoked: false });
+        let previous = self.keys.insert(crate::engine::key_id(&digest), KeyRecord { digest, account, revoked: false });
+        assert!(previous.is_none(), "a 128-bit key id collision cannot happen by chance");
         key
     }
 

@@ -119,9 +119,11 @@ pub struct Engine {
     pub(crate) accounts: Vec<Account>,
     pub(crate) account_index: BTreeMap<String, u32>,
     #[serde(with = "crate::state::map_as_pairs")]
-    pub(crate) keys: BTreeMap<[u8; 32], KeyRecord>,
+    pub(crate) keys: BTreeMap<u128, KeyRecord>,
     pub(crate) esims: Vec<Esim>,
-    pub(crate) iccid_index: BTreeMap<String, u32>,
+    /// ICCIDs are all digits (19 of them), so they are indexed as numbers: cheaper to
+    /// compare than strings on every eSIM call.
+    pub(crate) iccid_index: BTreeMap<u64, u32>,
     pub(crate) groups: Vec<Group>,
     pub(crate) group_index: BTreeMap<String, u32>,
     pub(crate) webhooks: Vec<Webhook>,
@@ -144,7 +146,7 @@ pub struct Engine {
     pub(crate) events: VecDeque<Event>,
     /// Soft state (not journaled, not in the digest): per-key request windows.
     #[serde(skip)]
-    pub(crate) rate_windows: BTreeMap<[u8; 32], (Millis, u32)>,
+    pub(crate) rate_windows: BTreeMap<u128, (Millis, u32)>,
     /// A deliberately broken rule, switched on only by tests of the checkers.
     #[serde(skip)]
     pub(crate) injected_bug: Option<InjectedBug>,
@@ -251,7 +253,7 @@ impl Engine {
     pub fn admit(&mut self, now: Millis, request: &ResellerRequest) -> Result<(), ApiError> {
         self.handle_timeout(now);
         let digest: [u8; 32] = Sha256::digest(request.api_key.as_bytes()).into();
-        match self.keys.get(&digest) {
+        match self.keys.get(&key_id(&digest)) {
             Some(record) if !record.revoked => self.check_rate(digest),
             _ => Ok(()),
         }
@@ -314,9 +316,9 @@ impl Engine {
     fn handle_reseller(&mut self, request: ResellerRequest, rate_limited: bool) -> Response {
         let ResellerRequest { api_key, idempotency_key, op } = request;
         let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
-        let account = match self.keys.get(&digest) {
-            // The map is keyed by the digest; the final check is constant-time anyway so
-            // that no timing difference depends on how much of a stored digest matched.
+        let account = match self.keys.get(&key_id(&digest)) {
+            // The map is keyed by the first half of the digest; the whole digest is then
+            // compared in constant time.
             Some(record) if !record.revoked && constant_time_eq(&record.digest, &digest) => record.account,
             _ => return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
         };
@@ -365,7 +367,7 @@ impl Engine {
     fn check_rate(&mut self, digest: [u8; 32]) -> Result<(), ApiError> {
         let now = self.now;
         let limit = self.config.rate_limit_per_minute;
-        let window = self.rate_windows.entry(digest).or_insert((now, 0));
+        let window = self.rate_windows.entry(key_id(&digest)).or_insert((now, 0));
         if now.0 - window.0 .0 >= limits::RATE_WINDOW_MS {
             *window = (now, 0);
         }
@@ -515,6 +517,19 @@ impl std::io::Write for HashWriter<'_> {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Index of a key: the first 128 bits of its SHA-256 digest.
+pub(crate) fn key_id(digest: &[u8; 32]) -> u128 {
+    u128::from_le_bytes(digest[..16].try_into().expect("16 bytes"))
+}
+
+/// An ICCID as its number (all digits, at most 19 of them); anything else is no ICCID.
+pub(crate) fn iccid_number(iccid: &str) -> Option<u64> {
+    if iccid.is_empty() || iccid.len() > 19 || !iccid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    iccid.parse().ok()
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {

@@ -36,8 +36,8 @@ impl Engine {
     }
 
     fn any_sim(&self, iccid: &str) -> Result<u32, ApiError> {
-        self.iccid_index
-            .get(iccid)
+        crate::engine::iccid_number(iccid)
+            .and_then(|n| self.iccid_index.get(&n))
             .copied()
             .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))
     }
