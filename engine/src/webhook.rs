@@ -286,13 +286,16 @@ impl Engine {
         }
         let now = self.now;
         let record = &mut self.webhooks[webhook as usize];
-        record.last_triggered_at = Some(now);
-        if success {
-            record.failure_count = 0;
+        if !record.active || record.deleted {
+            // Disabled (by failures or by the reseller) or deleted while this attempt was
+            // out: its outcome changes nothing, so an auto-disabled webhook keeps its
+            // failure_count of 10 until the reseller re-enables it.
             self.deliveries.remove(&id);
             return Ok(Reply::Success(Success { success: true }));
         }
-        if !record.active || record.deleted {
+        record.last_triggered_at = Some(now);
+        if success {
+            record.failure_count = 0;
             self.deliveries.remove(&id);
             return Ok(Reply::Success(Success { success: true }));
         }
