@@ -22,6 +22,8 @@ struct Cli {
 enum Commands {
     /// Run the HTTP service (reseller API, admin API and sandbox API on one listener).
     Serve(ServeArgs),
+    /// Run the simulation harness: many seeded scenarios, every invariant checked after every step.
+    Sim(SimArgs),
     /// Rebuild the state from a data dir's journal; print its digest and a summary.
     Replay(ReplayArgs),
     /// Finance reports rebuilt offline.
@@ -29,6 +31,98 @@ enum Commands {
         #[command(subcommand)]
         report: ReportKind,
     },
+}
+
+#[derive(clap::Args)]
+struct SimArgs {
+    /// Seeds to run, as A..B (B excluded).
+    #[arg(long, conflicts_with = "seed", value_parser = parse_seed_range)]
+    seeds: Option<std::ops::Range<u64>>,
+    /// One seed (replays a reported violation).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Steps per scenario.
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Reseller accounts per scenario (1 to 4).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=4))]
+    accounts: u64,
+    /// Upstream faults through the sandbox.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    faults: String,
+    /// Scenarios run on this many threads (default: every core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Write the conservation reports (JSON, CSV, Markdown) and a summary to DIR.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Run every seed twice and compare the state digests.
+    #[arg(long)]
+    determinism: bool,
+}
+
+fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
+    let (start, end) = text.split_once("..").ok_or("expected A..B, e.g. 0..10000")?;
+    let start: u64 = start.trim().parse().map_err(|_| format!("{start:?} is not a seed"))?;
+    let end: u64 = end.trim().parse().map_err(|_| format!("{end:?} is not a seed"))?;
+    if end <= start {
+        return Err("the range is empty: B must be above A".into());
+    }
+    Ok(start..end)
+}
+
+fn simulate(args: SimArgs) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let seeds = match (args.seeds, args.seed) {
+        (Some(range), _) => range,
+        (None, Some(seed)) => seed..seed + 1,
+        (None, None) => 0..1_000,
+    };
+    let mut options = esim_sim::SimOptions {
+        seeds,
+        steps: args.steps,
+        accounts: args.accounts as usize,
+        faults: args.faults == "on",
+        report: args.report,
+        determinism: args.determinism,
+        ..esim_sim::SimOptions::default()
+    };
+    if let Some(jobs) = args.jobs {
+        options.jobs = jobs.max(1);
+    }
+    let terminal = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let last_print = std::sync::Mutex::new(std::time::Instant::now());
+    let summary = esim_sim::run_with_progress(&options, |done, total| {
+        let mut last = last_print.lock().unwrap_or_else(|p| p.into_inner());
+        if done == total || last.elapsed() >= std::time::Duration::from_millis(if terminal { 100 } else { 5_000 }) {
+            *last = std::time::Instant::now();
+            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            if terminal {
+                let width = 30;
+                let filled = (done as usize * width) / total.max(1) as usize;
+                eprint!(
+                    "\r[{}{}] {done}/{total} scenarios, {rate:.0}/s ",
+                    "#".repeat(filled),
+                    " ".repeat(width - filled)
+                );
+                if done == total {
+                    eprintln!();
+                }
+            } else {
+                eprintln!("{done}/{total} scenarios, {rate:.0}/s");
+            }
+        }
+    });
+    println!("{}", summary.table());
+    if let Some(error) = &summary.report_error {
+        return Err(error.clone());
+    }
+    if summary.ok() {
+        Ok(())
+    } else {
+        Err("invariant violations found (see above); each line gives the command that replays it".into())
+    }
 }
 
 #[derive(clap::Args)]
@@ -267,6 +361,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Commands::Serve(args) => serve(args),
+        Commands::Sim(args) => simulate(args),
         Commands::Replay(args) => replay(args),
         Commands::Report { report: ReportKind::Conservation { data_dir, account, format } } => {
             report_conservation(&data_dir, account.as_deref(), &format)

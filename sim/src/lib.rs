@@ -1,1 +1,174 @@
+//! # esim-sim: the simulation harness
+//!
+//! Thousands of seeded worlds around the service, each driven through the same
+//! in-memory HTTP layer as production (`esim_transport::Service`) on a virtual clock:
+//! resellers making valid and invalid calls of every endpoint, devices installing
+//! profiles and using data in many countries, webhook receivers that answer, fail, time
+//! out or go down for hours, the operator topping up, freezing and configuring cards,
+//! upstream faults, and the clock jumping across sync cycles, pauses, settlements, card
+//! settles and retries. After every step every invariant checker runs
+//! ([`checkers::all`]); a violation is shrunk to a short trace and reported with the
+//! seed, a state diff and the command that replays it.
+//!
+//! ## Entry points
+//! - [`run`] / [`run_with_progress`]`(&SimOptions) -> SimSummary`: many seeds on
+//!   `jobs` threads; [`SimSummary::table`] prints the summary, [`SimSummary::write_report`]
+//!   writes the conservation reports (JSON, CSV, Markdown), `summary.md` and one
+//!   `.scenario` script per shrunk violation.
+//! - [`script::run_script`]: replays a scenario script of `scenarios/` (the format is in
+//!   `scenarios/README.md`); a shrunk trace is such a script too.
+//!
+//! ## Checkers (after every step; see [`checkers`])
+//! `conservation` (ledger sums to zero per account, world = minus top-ups, report
+//! difference 0), `no_negative_slot`, `display` (exact - displayed in [0, 0.05), never
+//! above, two decimals), `returns_exact` (defunds and moves return exactly the displayed
+//! balance; the reseller balance moves by exactly the observed flows), `lifetime_counters`,
+//! `legal_transitions` (status and euicc), `members_hold_no_wallet`,
+//! `webhook_auto_disable`, `event_delivery` (each event to exactly the subscribed, active
+//! webhooks; retries only to them; nothing dropped), `low_balance_once`, `rate_limit`,
+//! `idempotent_replay`. Determinism (two runs of a seed, same responses, events and state
+//! digest) is checked per seed with [`SimOptions::determinism`] and in the tests.
+//!
+//! ## Layout
+//! `op` (the steps and their text form), `world` (the service and everything around
+//! it), `generate` (the seeded random world), `checkers` (the invariants), `shrink`,
+//! `runner` (one seed: run, replay, violation reports), `script` (scenario scripts),
+//! `report` (summary table and files).
+#![forbid(unsafe_code)]
 
+pub mod checkers;
+pub mod generate;
+pub mod op;
+pub mod report;
+pub mod runner;
+pub mod script;
+pub mod shrink;
+pub mod world;
+
+pub use esim_engine::InjectedBug;
+pub use report::SimSummary;
+pub use runner::Violation;
+
+use runner::RunConfig;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Seeds handed to a worker at a time (small enough to balance, large enough to not
+/// contend on the counter).
+const SEEDS_PER_CLAIM: u64 = 16;
+/// Violations shrunk per run; later ones are reported unshrunk (a real bug fires on
+/// most seeds, and each shrink replays the trace hundreds of times).
+pub const MAX_SHRUNK_VIOLATIONS: usize = 8;
+
+/// What `esim sim` runs.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// `--seeds A..B`, or `--seed S` as `S..S+1`.
+    pub seeds: Range<u64>,
+    /// `--steps N`: ops per seed, the prelude (accounts, top-ups, webhooks) included.
+    pub steps: usize,
+    /// `--accounts K`: reseller accounts created at the start (1 to 4).
+    pub accounts: usize,
+    /// `--faults on|off`: upstream faults through the sandbox.
+    pub faults: bool,
+    /// `--jobs N`: worker threads.
+    pub jobs: usize,
+    /// `--report DIR`: write conservation reports and the summary there.
+    pub report: Option<PathBuf>,
+    /// Run every seed twice and compare digests (twice the time).
+    pub determinism: bool,
+    /// Shrink violations (on by default).
+    pub shrink: bool,
+    /// Per-scenario conservation lines for the first this-many seeds in the report.
+    pub report_scenarios: usize,
+    /// Test-only: switch on a known engine bug to prove the harness catches it.
+    #[doc(hidden)]
+    pub inject_bug: Option<InjectedBug>,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            seeds: 0..100,
+            steps: 200,
+            accounts: 2,
+            faults: true,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            report: None,
+            determinism: false,
+            shrink: true,
+            report_scenarios: 20,
+            inject_bug: None,
+        }
+    }
+}
+
+impl SimOptions {
+    fn run_config(&self) -> RunConfig {
+        RunConfig {
+            steps: self.steps,
+            accounts: self.accounts,
+            faults: self.faults,
+            bug: self.inject_bug,
+            fingerprint: false,
+        }
+    }
+}
+
+/// Runs every seed; see [`run_with_progress`].
+pub fn run(options: &SimOptions) -> SimSummary {
+    run_with_progress(options, |_, _| {})
+}
+
+/// Runs every seed on `options.jobs` threads, calling `progress(done, total)` as seeds
+/// finish (from worker threads). Writes the report when `options.report` is set (a
+/// failure to write is in [`SimSummary::report_error`]).
+pub fn run_with_progress(options: &SimOptions, progress: impl Fn(u64, u64) + Sync) -> SimSummary {
+    let started = Instant::now();
+    let config = options.run_config();
+    let total = options.seeds.end.saturating_sub(options.seeds.start);
+    let next = AtomicU64::new(options.seeds.start);
+    let done = AtomicU64::new(0);
+    let shrunk = AtomicUsize::new(0);
+    let merged = Mutex::new(SimSummary::new(options));
+    let jobs = options.jobs.clamp(1, 256);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                let mut partial = SimSummary::new(options);
+                loop {
+                    let first = next.fetch_add(SEEDS_PER_CLAIM, Ordering::Relaxed);
+                    if first >= options.seeds.end {
+                        break;
+                    }
+                    let last = (first + SEEDS_PER_CLAIM).min(options.seeds.end);
+                    for seed in first..last {
+                        let outcome = runner::run_seed(seed, &config);
+                        let mut violation = None;
+                        if outcome.found.is_some() {
+                            let shrink_it =
+                                options.shrink && shrunk.fetch_add(1, Ordering::Relaxed) < MAX_SHRUNK_VIOLATIONS;
+                            violation = runner::violation(&outcome, &config, shrink_it);
+                        }
+                        let determinism = options.determinism.then(|| runner::check_determinism(seed, &config));
+                        partial.add_seed(&outcome, violation, determinism);
+                    }
+                    let finished = done.fetch_add(last - first, Ordering::Relaxed) + (last - first);
+                    progress(finished, total);
+                }
+                merged.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).merge(partial);
+            });
+        }
+    });
+    let mut summary = merged.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    summary.finish(started.elapsed());
+    if let Some(dir) = &options.report {
+        if let Err(error) = summary.write_report(dir) {
+            summary.report_error = Some(format!("writing the report to {}: {error}", dir.display()));
+        }
+    }
+    summary
+}

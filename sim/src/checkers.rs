@@ -1,0 +1,1253 @@
+//! Invariant checkers, run after every step.
+//!
+//! Each checker has a name and judges the engine (through its read-only views) against
+//! what the world observed in the step ([`StepLog`]: responses, facts, events,
+//! deliveries). Checkers keep their own small state across steps, so each step costs
+//! little: nothing here serializes the state or walks more than the current records.
+//! Every checker has a unit test that feeds it a corrupted state or a fabricated
+//! observation and sees it fire: a checker that cannot fail is a defect.
+
+use crate::world::{decimal, Fact, Idempotency, StepLog};
+use esim_engine::ledger::SlotKind;
+use esim_engine::state::{EsimStatus, EuiccState, WalletOwner};
+use esim_engine::{money, Engine, EventName, Millis};
+use rust_decimal::Decimal;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Largest gap between the exact credit and what is displayed (DESIGN.md rule 2).
+pub fn display_tolerance_usd() -> Decimal {
+    Decimal::new(5, 2)
+}
+
+/// The webhook auto-disable threshold of the spec.
+const WEBHOOK_DISABLE_AT: u32 = esim_engine::limits::WEBHOOK_DISABLE_AT;
+
+/// What a checker sees after a step.
+pub struct Ctx<'a> {
+    pub engine: &'a Engine,
+    pub log: &'a StepLog,
+}
+
+/// A named invariant. `check` runs after every step; `finish` once at the end of a run.
+pub trait Checker: Send {
+    fn name(&self) -> &'static str;
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String>;
+    fn finish(&mut self, _engine: &Engine) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Every checker, in the order they run.
+pub fn all() -> Vec<Box<dyn Checker>> {
+    vec![
+        Box::new(Conservation::default()),
+        Box::new(NoNegativeSlot),
+        Box::new(Display),
+        Box::new(ReturnsExact::default()),
+        Box::new(LifetimeCounters::default()),
+        Box::new(LegalTransitions::default()),
+        Box::new(MembersHoldNoWallet),
+        Box::new(WebhookAutoDisable::default()),
+        Box::new(EventDelivery::default()),
+        Box::new(LowBalanceOnce::default()),
+        Box::new(RateLimit::default()),
+        Box::new(IdempotentReplay),
+    ]
+}
+
+/// The names of [`all`], for documentation and reports.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|c| c.name()).collect()
+}
+
+fn account_name(engine: &Engine, account: u32) -> String {
+    engine.accounts().get(account as usize).map_or_else(|| format!("#{account}"), |a| a.id.clone())
+}
+
+// ----- conservation -----
+
+/// The full conservation report is built every this many steps (and at the end): the
+/// ledger identities checked at every step already imply its zero difference, and the
+/// report costs as much as the rest of a step.
+pub const REPORT_EVERY_STEPS: usize = 8;
+
+/// DESIGN.md rule 6, exact, per account: the ledger sums to zero and the outside world
+/// holds minus every top-up (every step), and the conservation report's difference is 0.
+#[derive(Default)]
+pub struct Conservation {
+    steps: usize,
+}
+
+impl Conservation {
+    fn report_difference(engine: &Engine) -> Result<(), String> {
+        let Some(report) = engine.conservation_report(None) else { return Ok(()) };
+        match report.accounts.iter().find(|l| !l.difference_usd.is_zero()) {
+            Some(lines) => {
+                Err(format!("account {}: conservation report difference is {}", lines.account_id, lines.difference_usd))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Checker for Conservation {
+    fn name(&self) -> &'static str {
+        "conservation"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let violations = ctx.engine.money_violations();
+        if !violations.is_empty() {
+            return Err(violations.join("; "));
+        }
+        self.steps += 1;
+        if self.steps.is_multiple_of(REPORT_EVERY_STEPS) {
+            return Self::report_difference(ctx.engine);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, engine: &Engine) -> Result<(), String> {
+        Self::report_difference(engine)
+    }
+}
+
+/// No ledger slot but the outside world is ever negative.
+pub struct NoNegativeSlot;
+
+impl Checker for NoNegativeSlot {
+    fn name(&self) -> &'static str {
+        "no_negative_slot"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for (slot, info, balance) in ctx.engine.ledger().slots() {
+            if info.kind != SlotKind::World && balance < Decimal::ZERO {
+                return Err(format!("slot {slot} ({:?} of account {}) holds {balance}", info.kind, info.account));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- display -----
+
+/// The exact credit of an eSIM wallet: its credit slot plus a return on its way.
+fn sim_exact(engine: &Engine, sim: u32) -> Option<Decimal> {
+    let esim = engine.esims().get(sim as usize)?;
+    let pending = esim.pending.as_ref().map_or(Decimal::ZERO, |p| p.amount());
+    Some(engine.ledger().balance(esim.wallet.slots.credit) + pending)
+}
+
+fn group_exact(engine: &Engine, group: u32) -> Option<Decimal> {
+    let record = engine.groups().get(group as usize)?;
+    let pending = record.defund.map_or(Decimal::ZERO, |(amount, _)| amount);
+    Some(engine.ledger().balance(record.wallet.slots.credit) + pending)
+}
+
+/// Rule 2 for one displayed value against its exact credit.
+pub fn display_error(exact: Decimal, shown: Decimal) -> Option<String> {
+    if shown.normalize().scale() > 2 {
+        return Some(format!("displays {shown}, more than 2 decimals"));
+    }
+    if shown < Decimal::ZERO || shown > exact {
+        return Some(format!("displays {shown} but holds exactly {exact}"));
+    }
+    if exact - shown >= display_tolerance_usd() {
+        return Some(format!("displays {shown}, {} below the exact {exact}", exact - shown));
+    }
+    None
+}
+
+/// Display rules: for every eSIM, and for every balance a response displayed,
+/// `0 <= exact credit - displayed < 0.05`, never above the exact credit, two decimals.
+pub struct Display;
+
+impl Checker for Display {
+    fn name(&self) -> &'static str {
+        "display"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let engine = ctx.engine;
+        for (index, esim) in engine.esims().iter().enumerate() {
+            let Some(exact) = sim_exact(engine, index as u32) else { continue };
+            // A negative credit is the slot checker's to report (and display would assert).
+            if exact < Decimal::ZERO {
+                continue;
+            }
+            if let Some(error) = display_error(exact, engine.esim_displayed_balance(index as u32)) {
+                return Err(format!("eSIM {}: {error}", esim.iccid));
+            }
+        }
+        for fact in &ctx.log.facts {
+            let (what, exact, shown) = match fact {
+                Fact::EsimFunded { sim, shown, .. } | Fact::EsimShown { sim, shown } => {
+                    ("eSIM", sim_exact(engine, *sim), *shown)
+                }
+                Fact::GroupFunded { group, shown, .. } | Fact::GroupShown { group, shown } => {
+                    ("group", group_exact(engine, *group), *shown)
+                }
+                _ => continue,
+            };
+            if let Some(error) = exact.and_then(|exact| display_error(exact, shown)) {
+                return Err(format!("a response showed a {what} balance that breaks the display rule: {error}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- returns and the reseller balance -----
+
+#[derive(Clone, Debug)]
+struct PendingReturn {
+    account: u32,
+    estimate: Decimal,
+    /// What the wallet displayed at the end of the last step while the return was pending.
+    last_shown: Decimal,
+}
+
+/// Defund, move and group defund return exactly the displayed balance (rule 5): at
+/// settlement the reseller balance rises by what the wallet displayed just before (never
+/// more than the estimate), and the settlement event says so. With it, the reseller
+/// balance of every account moves by exactly the observed flows: top-ups and auto-refills
+/// in; fees and fund calls out; returns in.
+#[derive(Default)]
+pub struct ReturnsExact {
+    pending: BTreeMap<WalletOwner, PendingReturn>,
+    /// The reseller balance each account should hold.
+    expected: Vec<Decimal>,
+}
+
+impl ReturnsExact {
+    fn shown_now(engine: &Engine, owner: WalletOwner) -> Option<Decimal> {
+        match owner {
+            WalletOwner::Sim(sim) => sim_exact(engine, sim).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
+            WalletOwner::Group(group) => {
+                group_exact(engine, group).filter(|e| *e >= Decimal::ZERO).map(money::displayed)
+            }
+        }
+    }
+
+    fn still_pending(engine: &Engine, owner: WalletOwner) -> bool {
+        match owner {
+            WalletOwner::Sim(sim) => engine.esims().get(sim as usize).is_some_and(|e| e.pending.is_some()),
+            WalletOwner::Group(group) => engine.groups().get(group as usize).is_some_and(|g| g.defund.is_some()),
+        }
+    }
+
+    /// The `returned_usd` of this step's settlement event for `owner`, if one was sent.
+    fn event_return(engine: &Engine, log: &StepLog, owner: WalletOwner) -> Option<Decimal> {
+        let (names, field, id): (&[EventName], &str, &str) = match owner {
+            WalletOwner::Sim(sim) => (
+                &[EventName::EsimDefunded, EventName::EsimGroupAssigned],
+                "iccid",
+                &engine.esims().get(sim as usize)?.iccid,
+            ),
+            WalletOwner::Group(group) => {
+                (&[EventName::GroupDefunded], "group_id", &engine.groups().get(group as usize)?.id)
+            }
+        };
+        log.events
+            .iter()
+            .filter(|e| names.contains(&e.name) && e.data.get(field).and_then(Value::as_str) == Some(id))
+            .find_map(|e| e.data.get("returned_usd").and_then(decimal))
+    }
+}
+
+impl Checker for ReturnsExact {
+    fn name(&self) -> &'static str {
+        "returns_exact"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let engine = ctx.engine;
+        self.expected.resize(engine.accounts().len(), Decimal::ZERO);
+        let mut returned_now = vec![Decimal::ZERO; self.expected.len()];
+        // Settlements: a pending return that is no longer pending came back this step.
+        let owners: Vec<WalletOwner> = self.pending.keys().copied().collect();
+        for owner in owners {
+            if Self::still_pending(engine, owner) {
+                if let Some(shown) = Self::shown_now(engine, owner) {
+                    self.pending.get_mut(&owner).expect("listed").last_shown = shown;
+                }
+                continue;
+            }
+            let pending = self.pending.remove(&owner).expect("listed");
+            if pending.last_shown > pending.estimate {
+                return Err(format!(
+                    "{owner:?}: the wallet displayed {} before settlement, above the estimate {}",
+                    pending.last_shown, pending.estimate
+                ));
+            }
+            if let Some(said) = Self::event_return(engine, ctx.log, owner) {
+                if said != pending.last_shown {
+                    return Err(format!(
+                        "{owner:?}: settlement event says returned_usd {said}, but the wallet displayed {} before settlement",
+                        pending.last_shown
+                    ));
+                }
+            }
+            if let Some(slot) = returned_now.get_mut(pending.account as usize) {
+                *slot += pending.last_shown;
+            }
+        }
+        for fact in &ctx.log.facts {
+            let (account, delta) = match fact {
+                Fact::TopUp { account, amount } => (*account, *amount),
+                Fact::Provisioned { account, .. } => (*account, -money::provisioning_fee_usd()),
+                Fact::EsimFunded { account, amount, .. } | Fact::GroupFunded { account, amount, .. } => {
+                    (*account, -*amount)
+                }
+                Fact::ReturnRequested { account, owner, estimate } => {
+                    let last_shown = Self::shown_now(engine, *owner).unwrap_or(*estimate);
+                    self.pending.insert(*owner, PendingReturn { account: *account, estimate: *estimate, last_shown });
+                    continue;
+                }
+                _ => continue,
+            };
+            if let Some(expected) = self.expected.get_mut(account as usize) {
+                *expected += delta;
+            }
+        }
+        for event in ctx.log.events.iter().filter(|e| e.name == EventName::BalanceAutoRefillSucceeded) {
+            if let (Some(expected), Some(amount)) =
+                (self.expected.get_mut(event.account as usize), event.data.get("amount_usd").and_then(decimal))
+            {
+                *expected += amount;
+            }
+        }
+        for (account, returned) in returned_now.iter().enumerate() {
+            self.expected[account] += returned;
+            let actual = engine.ledger().balance(engine.accounts()[account].slots.reseller);
+            if actual != self.expected[account] {
+                return Err(format!(
+                    "account {}: reseller balance is {actual}, the observed flows give {} (returns settled this step: {returned})",
+                    account_name(engine, account as u32),
+                    self.expected[account]
+                ));
+            }
+        }
+        for fact in &ctx.log.facts {
+            if let Fact::WalletShown { account, balance, .. } = fact {
+                if self.expected.get(*account as usize) != Some(balance) {
+                    return Err(format!(
+                        "account {}: GET /wallet/balance shows {balance}, the observed flows give {:?}",
+                        account_name(engine, *account),
+                        self.expected.get(*account as usize)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- lifetime counters -----
+
+/// Rule 7: `lifetime_usage_usd` = provisioning fees + every eSIM and group fund call
+/// observed; `lifetime_topup_usd` = top-ups + auto-refills observed.
+#[derive(Default)]
+pub struct LifetimeCounters {
+    /// Per account: (usage, top-ups).
+    expected: Vec<(Decimal, Decimal)>,
+}
+
+impl Checker for LifetimeCounters {
+    fn name(&self) -> &'static str {
+        "lifetime_counters"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let engine = ctx.engine;
+        self.expected.resize(engine.accounts().len(), (Decimal::ZERO, Decimal::ZERO));
+        for fact in &ctx.log.facts {
+            let (account, usage, topup) = match fact {
+                Fact::TopUp { account, amount } => (*account, Decimal::ZERO, *amount),
+                Fact::Provisioned { account, .. } => (*account, money::provisioning_fee_usd(), Decimal::ZERO),
+                Fact::EsimFunded { account, amount, .. } | Fact::GroupFunded { account, amount, .. } => {
+                    (*account, *amount, Decimal::ZERO)
+                }
+                _ => continue,
+            };
+            if let Some(expected) = self.expected.get_mut(account as usize) {
+                expected.0 += usage;
+                expected.1 += topup;
+            }
+        }
+        for event in ctx.log.events.iter().filter(|e| e.name == EventName::BalanceAutoRefillSucceeded) {
+            if let (Some(expected), Some(amount)) =
+                (self.expected.get_mut(event.account as usize), event.data.get("amount_usd").and_then(decimal))
+            {
+                expected.1 += amount;
+            }
+        }
+        for (account, record) in engine.accounts().iter().enumerate() {
+            let (usage, topup) = self.expected[account];
+            if record.lifetime_usage != usage || record.lifetime_topup != topup {
+                return Err(format!(
+                    "account {}: lifetime usage {} and top-ups {}, observed {usage} and {topup}",
+                    record.id, record.lifetime_usage, record.lifetime_topup
+                ));
+            }
+        }
+        for fact in &ctx.log.facts {
+            if let Fact::WalletShown { account, lifetime_topup, lifetime_usage, .. } = fact {
+                if self.expected.get(*account as usize) != Some(&(*lifetime_usage, *lifetime_topup)) {
+                    return Err(format!(
+                        "GET /wallet/balance shows lifetime usage {lifetime_usage} and top-ups {lifetime_topup}, observed {:?}",
+                        self.expected.get(*account as usize)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- status and euicc transitions -----
+
+/// What the transition checker remembers of an eSIM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimSnap {
+    pub status: EsimStatus,
+    pub euicc: EuiccState,
+    pub activated_at: Option<Millis>,
+    pub terminated_at: Option<Millis>,
+}
+
+/// Whether a status move is one the service can make (decisions.md #13).
+fn legal_status(from: EsimStatus, to: EsimStatus) -> bool {
+    use EsimStatus::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Pending, Active)
+                | (Pending, Suspended)
+                | (Active, Suspended)
+                | (Suspended, Active)
+                | (Suspended, Pending)
+                | (Pending | Active | Suspended, Terminated)
+        )
+}
+
+/// The first broken rule between two snapshots of one eSIM, if any.
+pub fn transition_error(before: &SimSnap, after: &SimSnap) -> Option<String> {
+    if before.status == EsimStatus::Terminated && after != before {
+        return Some(format!("a terminated eSIM changed: {before:?} -> {after:?}"));
+    }
+    if !legal_status(before.status, after.status) {
+        return Some(format!("status {:?} -> {:?}", before.status, after.status));
+    }
+    if before.euicc != after.euicc && !(before.euicc == EuiccState::Released && after.euicc == EuiccState::Enabled) {
+        return Some(format!("euicc_state {:?} -> {:?}", before.euicc, after.euicc));
+    }
+    if before.activated_at.is_some() && before.activated_at != after.activated_at {
+        return Some(format!("activated_at changed from {:?} to {:?}", before.activated_at, after.activated_at));
+    }
+    state_error(after)
+}
+
+/// Rules within one snapshot: `active` only once activated, `pending` only before,
+/// ENABLED exactly when activated, `terminated_at` exactly when terminated.
+pub fn state_error(snap: &SimSnap) -> Option<String> {
+    let activated = snap.activated_at.is_some();
+    if (snap.status == EsimStatus::Active && !activated) || (snap.status == EsimStatus::Pending && activated) {
+        return Some(format!("status {:?} with activated_at {:?}", snap.status, snap.activated_at));
+    }
+    if (snap.euicc == EuiccState::Enabled) != activated {
+        return Some(format!("euicc_state {:?} with activated_at {:?}", snap.euicc, snap.activated_at));
+    }
+    if (snap.status == EsimStatus::Terminated) != snap.terminated_at.is_some() {
+        return Some(format!("status {:?} with terminated_at {:?}", snap.status, snap.terminated_at));
+    }
+    None
+}
+
+/// Only legal status and euicc transitions: terminated never changes, euicc only
+/// RELEASED -> ENABLED (first activation).
+#[derive(Default)]
+pub struct LegalTransitions {
+    /// Indexed like `engine.esims()`.
+    pub previous: Vec<SimSnap>,
+}
+
+impl Checker for LegalTransitions {
+    fn name(&self) -> &'static str {
+        "legal_transitions"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for (index, esim) in ctx.engine.esims().iter().enumerate() {
+            let now = SimSnap {
+                status: esim.status,
+                euicc: esim.euicc_network,
+                activated_at: esim.activated_at,
+                terminated_at: esim.terminated_at,
+            };
+            let error = match self.previous.get(index) {
+                Some(before) => transition_error(before, &now),
+                None if now.status != EsimStatus::Pending && now.status != EsimStatus::Terminated => {
+                    // Born in one step and already moved on (provision + install cannot
+                    // share a step), so a new eSIM is pending or, at most, terminated.
+                    Some(format!("new eSIM in status {:?}", now.status))
+                }
+                None => state_error(&now),
+            };
+            if let Some(error) = error {
+                return Err(format!("eSIM {}: {error}", esim.iccid));
+            }
+            if esim.euicc_cached != EuiccState::Released && esim.euicc_cached != esim.euicc_network {
+                return Err(format!("eSIM {}: cached euicc_state {:?} was never live", esim.iccid, esim.euicc_cached));
+            }
+            match self.previous.get_mut(index) {
+                Some(slot) => *slot = now,
+                None => self.previous.push(now),
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- group members -----
+
+/// Group members hold no wallet: their SIM credit slot is 0, nothing is pending on
+/// them, and membership agrees both ways.
+pub struct MembersHoldNoWallet;
+
+impl Checker for MembersHoldNoWallet {
+    fn name(&self) -> &'static str {
+        "members_hold_no_wallet"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let engine = ctx.engine;
+        for (index, esim) in engine.esims().iter().enumerate() {
+            let Some(group) = esim.group else { continue };
+            let credit = engine.ledger().balance(esim.wallet.slots.credit);
+            if !credit.is_zero() || esim.pending.is_some() {
+                return Err(format!("member {} holds {credit} (pending: {:?})", esim.iccid, esim.pending.is_some()));
+            }
+            if esim.status == EsimStatus::Terminated {
+                return Err(format!("terminated eSIM {} is still a member", esim.iccid));
+            }
+            if !engine.groups().get(group as usize).is_some_and(|g| g.members.contains(&(index as u32))) {
+                return Err(format!("eSIM {} names group {group}, which does not list it", esim.iccid));
+            }
+        }
+        for (index, group) in engine.groups().iter().enumerate() {
+            for &member in &group.members {
+                if engine.esims().get(member as usize).and_then(|e| e.group) != Some(index as u32) {
+                    return Err(format!("group {} lists eSIM {member}, which is not its member", group.id));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- webhooks -----
+
+/// The active switch as the reseller set it, per webhook (engine index).
+fn apply_webhook_facts(log: &StepLog, mut each: impl FnMut(u32, u32, &Option<Vec<String>>, Option<bool>, bool)) {
+    for fact in &log.facts {
+        if let Fact::WebhookSet { webhook, account, events, active, deleted } = fact {
+            each(*webhook, *account, events, *active, *deleted);
+        }
+    }
+}
+
+/// `failure_count <= 10`, and a webhook is active exactly when the reseller set it
+/// active and it has not failed 10 times in a row since.
+#[derive(Default)]
+pub struct WebhookAutoDisable {
+    /// Per engine webhook index: the reseller's switch (None: never seen created).
+    user_active: BTreeMap<u32, bool>,
+}
+
+impl Checker for WebhookAutoDisable {
+    fn name(&self) -> &'static str {
+        "webhook_auto_disable"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        apply_webhook_facts(ctx.log, |webhook, _, _, active, deleted| {
+            if deleted {
+                self.user_active.remove(&webhook);
+            } else if let Some(active) = active {
+                self.user_active.insert(webhook, active);
+            }
+        });
+        for (index, webhook) in ctx.engine.webhooks().iter().enumerate() {
+            if webhook.deleted {
+                continue;
+            }
+            if webhook.failure_count > WEBHOOK_DISABLE_AT {
+                return Err(format!("webhook {} has failure_count {}", webhook.id, webhook.failure_count));
+            }
+            let Some(&user_active) = self.user_active.get(&(index as u32)) else { continue };
+            let should = user_active && webhook.failure_count < WEBHOOK_DISABLE_AT;
+            if webhook.active != should {
+                return Err(format!(
+                    "webhook {} is {} with failure_count {} (the reseller set active={user_active})",
+                    webhook.id,
+                    if webhook.active { "active" } else { "inactive" },
+                    webhook.failure_count
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A subscription as the reseller asked for it.
+#[derive(Clone, Debug)]
+enum Subscribed {
+    All,
+    Some(BTreeSet<EventName>),
+}
+
+impl Subscribed {
+    fn from_names(events: &[String]) -> Subscribed {
+        if events.iter().any(|e| e == "*") {
+            return Subscribed::All;
+        }
+        Subscribed::Some(events.iter().filter_map(|e| EventName::parse(e)).collect())
+    }
+
+    fn covers(&self, name: EventName) -> bool {
+        match self {
+            Subscribed::All => name != EventName::Test,
+            Subscribed::Some(set) => set.contains(&name),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Owed {
+    emitted_at: Millis,
+    last_attempt: u32,
+    /// The webhook's inactive count when the event was emitted.
+    epoch: u32,
+}
+
+/// Every event reaches, at least once, each webhook of its account that was subscribed
+/// and active when it was emitted, and no other: the first attempts of an event go
+/// exactly to those webhooks, retries only to them, and an owed delivery is never
+/// dropped while its webhook stays active and the retry window is open.
+#[derive(Default)]
+pub struct EventDelivery {
+    /// Per engine webhook index: (account, subscription) as the reseller set it.
+    subscriptions: BTreeMap<u32, (u32, Subscribed)>,
+    /// Per engine webhook index: active at the end of the last step (used when the log
+    /// does not say which were active at emission).
+    active: Vec<bool>,
+    /// Per engine webhook index: how many times it was seen inactive or deleted.
+    epochs: Vec<u32>,
+    /// Deliveries owed: (event id, webhook) -> since when.
+    owed: BTreeMap<(String, u32), Owed>,
+}
+
+impl EventDelivery {
+    /// Deliveries the engine still owns, as (event id, webhook).
+    fn engine_owes(engine: &Engine) -> BTreeSet<(&str, u32)> {
+        engine.pending_deliveries().values().map(|d| (d.event_id.as_str(), d.webhook)).collect()
+    }
+}
+
+impl Checker for EventDelivery {
+    fn name(&self) -> &'static str {
+        "event_delivery"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let engine = ctx.engine;
+        let log = ctx.log;
+        // First attempts of this step's events, by event.
+        let mut first: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+        for delivery in log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && d.attempt == 1) {
+            let Some(webhook) = delivery.webhook else { continue };
+            if !first.entry(delivery.event_id.as_str()).or_default().insert(webhook) {
+                return Err(format!("event {} handed to webhook {webhook} twice at once", delivery.event_id));
+            }
+        }
+        // Each event goes to exactly the webhooks subscribed and active when it was emitted.
+        for (index, event) in log.events.iter().enumerate() {
+            let active = log.active_at(index).unwrap_or(&self.active);
+            let expected: BTreeSet<u32> = self
+                .subscriptions
+                .iter()
+                .filter(|(w, (account, subscribed))| {
+                    *account == event.account
+                        && active.get(**w as usize) == Some(&true)
+                        && subscribed.covers(event.name)
+                })
+                .map(|(w, _)| *w)
+                .collect();
+            let got = first.remove(event.id.as_str()).unwrap_or_default();
+            // Webhooks the world never saw created (none in practice) are not judged.
+            let got: BTreeSet<u32> = got.into_iter().filter(|w| self.subscriptions.contains_key(w)).collect();
+            if got != expected {
+                return Err(format!(
+                    "event {} ({}) went to webhooks {got:?}, but {expected:?} were subscribed and active",
+                    event.id,
+                    event.name.as_str()
+                ));
+            }
+            for webhook in expected {
+                let epoch = self.epochs.get(webhook as usize).copied().unwrap_or(0);
+                self.owed
+                    .insert((event.id.clone(), webhook), Owed { emitted_at: event.created_at, last_attempt: 1, epoch });
+            }
+        }
+        // Retries go only where a delivery is owed.
+        for delivery in log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && d.attempt > 1) {
+            let Some(webhook) = delivery.webhook else { continue };
+            match self.owed.get_mut(&(delivery.event_id.clone(), webhook)) {
+                Some(owed) => owed.last_attempt = delivery.attempt,
+                None => {
+                    return Err(format!(
+                        "retry {} of {} ({}) to webhook {webhook}, which is not owed it",
+                        delivery.attempt,
+                        delivery.event_id,
+                        delivery.event.as_str()
+                    ))
+                }
+            }
+        }
+        if let Some((event_id, _)) =
+            first.into_iter().find(|(_, hooks)| hooks.iter().any(|w| self.subscriptions.contains_key(w)))
+        {
+            return Err(format!("first delivery of event {event_id}, which was not emitted in this step"));
+        }
+        for delivery in &log.deliveries {
+            if let (Some(webhook), Some(answer)) = (delivery.webhook, &delivery.answer) {
+                if answer.is_success() {
+                    self.owed.remove(&(delivery.event_id.clone(), webhook));
+                }
+            }
+        }
+        // The reseller's changes of this step, then the engine's active flags.
+        apply_webhook_facts(log, |webhook, account, events, _, deleted| {
+            if deleted {
+                self.subscriptions.remove(&webhook);
+            } else if let Some(events) = events {
+                self.subscriptions.insert(webhook, (account, Subscribed::from_names(events)));
+            }
+        });
+        self.active.resize(engine.webhooks().len(), false);
+        self.epochs.resize(engine.webhooks().len(), 0);
+        for (index, webhook) in engine.webhooks().iter().enumerate() {
+            let active = webhook.active && !webhook.deleted;
+            if !active {
+                self.epochs[index] += 1;
+            }
+            self.active[index] = active;
+        }
+        // Liveness: an owed delivery is still held by the engine unless excused.
+        if !self.owed.is_empty() {
+            let owes = Self::engine_owes(engine);
+            let now = log.now;
+            for ((event_id, webhook), owed) in &self.owed {
+                let excused = self.epochs.get(*webhook as usize).copied().unwrap_or(0) != owed.epoch
+                    || now.0 + esim_engine::webhook::retry_wait_ms(owed.last_attempt) - owed.emitted_at.0
+                        > esim_engine::limits::RETRY_WINDOW_MS;
+                if !excused && !owes.contains(&(event_id.as_str(), *webhook)) {
+                    return Err(format!("the delivery of event {event_id} to webhook {webhook} was dropped"));
+                }
+            }
+            // Excused or not, what the engine no longer holds is no longer owed.
+            self.owed.retain(|(event_id, webhook), _| owes.contains(&(event_id.as_str(), *webhook)));
+        }
+        Ok(())
+    }
+}
+
+// ----- low-balance events -----
+
+/// Once per crossing: no two `esim.balance_low` (or `esim.balance_depleted`) for one
+/// eSIM without a fund of it in between, the same for the group events and group funds,
+/// and no two `balance.low` (`balance.depleted`) for an account without its balance back
+/// at $5 or more (above 0) in between.
+#[derive(Default)]
+pub struct LowBalanceOnce {
+    /// (event, eSIM ICCID, group id or account id) notified and not re-armed since.
+    notified: BTreeSet<(EventName, String)>,
+}
+
+impl Checker for LowBalanceOnce {
+    fn name(&self) -> &'static str {
+        "low_balance_once"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let engine = ctx.engine;
+        for event in &ctx.log.events {
+            let id = match event.name {
+                EventName::EsimBalanceLow | EventName::EsimBalanceDepleted => event.data.get("iccid"),
+                EventName::GroupBalanceLow | EventName::GroupBalanceDepleted => event.data.get("group_id"),
+                EventName::BalanceLow | EventName::BalanceDepleted => {
+                    let id = engine.accounts().get(event.account as usize).map(|a| a.id.clone());
+                    if !self.notified.insert((event.name, id.unwrap_or_default())) {
+                        return Err(format!(
+                            "a second {} for account {} without a credit in between",
+                            event.name.as_str(),
+                            event.account
+                        ));
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let Some(id) = id.and_then(Value::as_str) else {
+                return Err(format!("{} without its eSIM or group id", event.name.as_str()));
+            };
+            if !self.notified.insert((event.name, id.to_string())) {
+                return Err(format!("a second {} for {id} without a fund in between", event.name.as_str()));
+            }
+        }
+        // A fund re-arms (after the events: a fund and a crossing never share a step).
+        for fact in &ctx.log.facts {
+            let (id, names) = match fact {
+                Fact::EsimFunded { sim, .. } => (
+                    engine.esims().get(*sim as usize).map(|e| e.iccid.clone()),
+                    [EventName::EsimBalanceLow, EventName::EsimBalanceDepleted],
+                ),
+                Fact::GroupFunded { group, .. } => (
+                    engine.groups().get(*group as usize).map(|g| g.id.clone()),
+                    [EventName::GroupBalanceLow, EventName::GroupBalanceDepleted],
+                ),
+                _ => continue,
+            };
+            if let Some(id) = id {
+                for name in names {
+                    self.notified.remove(&(name, id.clone()));
+                }
+            }
+        }
+        // The reseller balance events re-arm when the balance is back up (a step holds
+        // at most one debit, so the balance at the end of a step is what counts).
+        for account in engine.accounts() {
+            let balance = engine.ledger().balance(account.slots.reseller);
+            if balance >= money::low_balance_threshold_usd() {
+                self.notified.remove(&(EventName::BalanceLow, account.id.clone()));
+            }
+            if balance > Decimal::ZERO {
+                self.notified.remove(&(EventName::BalanceDepleted, account.id.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- rate limit -----
+
+/// Never more than the per-minute limit of non-429 answers per key in one window (the
+/// engine's fixed window, from the window's first request), and no 429 below the limit.
+#[derive(Default)]
+pub struct RateLimit {
+    /// Per key number: (window start, requests admitted in it).
+    windows: BTreeMap<u32, (Millis, u32)>,
+}
+
+impl Checker for RateLimit {
+    fn name(&self) -> &'static str {
+        "rate_limit"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let limit = ctx.engine.config().rate_limit_per_minute;
+        for exchange in &ctx.log.exchanges {
+            let (Some(key), true, true) = (exchange.key, exchange.key_valid, exchange.engine_bound) else { continue };
+            let window = self.windows.entry(key).or_insert((exchange.at, 0));
+            if exchange.at.0 - window.0 .0 >= esim_engine::limits::RATE_WINDOW_MS {
+                *window = (exchange.at, 0);
+            }
+            if exchange.rate_limited {
+                if window.1 < limit {
+                    return Err(format!("429 after only {} of {limit} requests in the window", window.1));
+                }
+            } else {
+                window.1 += 1;
+                if window.1 > limit {
+                    return Err(format!("{} requests answered in one window, limit {limit}", window.1));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- idempotency -----
+
+/// A retry with the same Idempotency-Key and request within 24 hours gets the stored
+/// response byte for byte; the key with another request gets 409.
+pub struct IdempotentReplay;
+
+impl Checker for IdempotentReplay {
+    fn name(&self) -> &'static str {
+        "idempotent_replay"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for exchange in ctx.log.exchanges.iter().filter(|e| !e.rate_limited) {
+            match &exchange.idempotency {
+                Idempotency::Replay { status, body } if (*status, body) != (exchange.status, &exchange.body) => {
+                    return Err(format!(
+                        "{} {}: replay answered {} {}, the first answer was {status} {}",
+                        exchange.method,
+                        exchange.path,
+                        exchange.status,
+                        String::from_utf8_lossy(&exchange.body),
+                        String::from_utf8_lossy(body)
+                    ));
+                }
+                Idempotency::Conflict if exchange.status != 409 => {
+                    return Err(format!(
+                        "{} {}: a reused key with another request answered {}",
+                        exchange.method, exchange.path, exchange.status
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::Op;
+    use crate::world::{Exchange, World};
+    use bytes::Bytes;
+    use esim_engine::InjectedBug;
+
+    /// A small world: one funded account with a funded eSIM, a group and a webhook.
+    fn world(bug: Option<InjectedBug>) -> World {
+        let mut world = World::new(1, bug);
+        for line in [
+            "account alice",
+            "topup alice 100",
+            "provision alice as s1",
+            "install s1",
+            "fund alice s1 20",
+            "group alice as g1 team",
+            "webhook alice as w1 *",
+        ] {
+            world.apply(&line.parse::<Op>().unwrap());
+        }
+        world
+    }
+
+    /// Runs `checker` over `lines` applied to `world`, then over `extra` observations.
+    fn run(checker: &mut dyn Checker, world: &mut World, lines: &[&str]) -> Result<(), String> {
+        for line in lines {
+            world.apply(&line.parse::<Op>().unwrap());
+            checker.check(&Ctx { engine: world.engine(), log: world.log() })?;
+        }
+        Ok(())
+    }
+
+    fn check_with(checker: &mut dyn Checker, world: &World, log: &StepLog) -> Result<(), String> {
+        checker.check(&Ctx { engine: world.engine(), log })
+    }
+
+    /// Replays a fresh world's whole history through a checker (so stateful checkers
+    /// have seen everything), then returns the world.
+    fn seen(checker: &mut dyn Checker, bug: Option<InjectedBug>) -> World {
+        let mut world = World::new(1, bug);
+        let lines = [
+            "account alice",
+            "topup alice 100",
+            "provision alice as s1",
+            "install s1",
+            "fund alice s1 20",
+            "group alice as g1 team",
+            "webhook alice as w1 *",
+        ];
+        run(checker, &mut world, &lines).expect("a healthy world passes");
+        world
+    }
+
+    fn credit_slot(world: &World, sim: usize) -> u32 {
+        world.engine().esims()[sim].wallet.slots.credit
+    }
+
+    #[test]
+    fn every_checker_passes_a_healthy_world() {
+        let mut world = World::new(1, None);
+        let mut checkers = all();
+        let lines = [
+            "account alice",
+            "topup alice 100",
+            "webhook alice as w1 *",
+            "provision alice as s1",
+            "install s1",
+            "fund alice s1 20",
+            "usage s1 100 DE",
+            "advance 16m",
+            "defund alice s1",
+            "advance 16m",
+            "wallet alice",
+        ];
+        for line in lines {
+            world.apply(&line.parse::<Op>().unwrap());
+            for checker in checkers.iter_mut() {
+                let result = checker.check(&Ctx { engine: world.engine(), log: world.log() });
+                assert!(result.is_ok(), "{line}: {}: {result:?}", checker.name());
+            }
+        }
+        for checker in checkers.iter_mut() {
+            assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
+        }
+        assert_eq!(names().len(), 12);
+    }
+
+    #[test]
+    fn conservation_fires_on_a_corrupted_slot() {
+        let mut world = world(None);
+        let slot = credit_slot(&world, 0);
+        world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::new(1, 2));
+        let error = check_with(&mut Conservation::default(), &world, world.log()).unwrap_err();
+        assert!(error.contains("sums to"), "{error}");
+        assert!(Conservation::default().finish(world.engine()).unwrap_err().contains("difference is"));
+    }
+
+    #[test]
+    fn no_negative_slot_fires_on_a_negative_credit() {
+        let mut world = world(None);
+        let slot = credit_slot(&world, 0);
+        world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::new(-1, 2));
+        let error = check_with(&mut NoNegativeSlot, &world, world.log()).unwrap_err();
+        assert!(error.contains("SimCredit"), "{error}");
+    }
+
+    #[test]
+    fn display_fires_on_a_balance_shown_above_the_exact_credit() {
+        let world = world(None);
+        // The credit of 20 is 19.998: a response showing 20.00 breaks rule 2.
+        let mut log = StepLog::default();
+        log.facts.push(Fact::EsimShown { sim: 0, shown: Decimal::new(20, 0) });
+        let error = check_with(&mut Display, &world, &log).unwrap_err();
+        assert!(error.contains("holds exactly 19.998"), "{error}");
+        log.facts[0] = Fact::GroupShown { group: 0, shown: Decimal::new(-1, 0) };
+        assert!(check_with(&mut Display, &world, &log).is_err());
+        assert_eq!(display_error(Decimal::new(19998, 3), Decimal::new(1999, 2)), None);
+        assert!(display_error(Decimal::new(2, 0), Decimal::new(195, 2)).is_some(), "5 cents below is too far");
+        assert!(display_error(Decimal::new(2, 0), Decimal::new(1999, 3)).is_some(), "three decimals");
+    }
+
+    #[test]
+    fn returns_exact_fires_when_a_settlement_pays_a_cent_more() {
+        let mut checker = ReturnsExact::default();
+        let mut world = seen(&mut checker, Some(InjectedBug::SettlementPaysOneCentMore));
+        run(&mut checker, &mut world, &["defund alice s1"]).unwrap();
+        let error = run(&mut checker, &mut world, &["advance 16m"]).unwrap_err();
+        assert!(error.contains("observed flows give 98.24"), "{error}");
+    }
+
+    #[test]
+    fn returns_exact_fires_on_a_wrong_event_and_a_wrong_wallet_read() {
+        let mut checker = ReturnsExact::default();
+        let mut world = seen(&mut checker, None);
+        run(&mut checker, &mut world, &["defund alice s1"]).unwrap();
+        world.apply(&"advance 16m".parse::<Op>().unwrap());
+        let mut log = world.log().clone();
+        for event in log.events.iter_mut().filter(|e| e.name == EventName::EsimDefunded) {
+            event.data["returned_usd"] = serde_json::json!(19.98);
+        }
+        let error = check_with(&mut checker, &world, &log).unwrap_err();
+        assert!(error.contains("returned_usd 19.98"), "{error}");
+
+        let mut checker = ReturnsExact::default();
+        let world = seen(&mut checker, None);
+        let mut log = StepLog::default();
+        let lifetime = Decimal::ZERO;
+        log.facts.push(Fact::WalletShown {
+            account: 0,
+            balance: Decimal::ONE,
+            lifetime_topup: lifetime,
+            lifetime_usage: lifetime,
+        });
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("GET /wallet/balance"));
+    }
+
+    #[test]
+    fn lifetime_counters_fire_on_an_unaccounted_top_up() {
+        let mut checker = LifetimeCounters::default();
+        let world = seen(&mut checker, None);
+        let mut log = StepLog::default();
+        log.facts.push(Fact::TopUp { account: 0, amount: Decimal::TEN });
+        let error = check_with(&mut checker, &world, &log).unwrap_err();
+        assert!(error.contains("observed 21.75 and 110"), "{error}");
+    }
+
+    #[test]
+    fn legal_transitions_fire_on_a_changed_terminated_esim() {
+        let before = SimSnap {
+            status: EsimStatus::Terminated,
+            euicc: EuiccState::Enabled,
+            activated_at: Some(Millis(1)),
+            terminated_at: Some(Millis(2)),
+        };
+        let after = SimSnap { status: EsimStatus::Active, terminated_at: None, ..before.clone() };
+        assert!(transition_error(&before, &after).unwrap().contains("terminated eSIM changed"));
+        let released = SimSnap {
+            status: EsimStatus::Pending,
+            euicc: EuiccState::Released,
+            activated_at: None,
+            terminated_at: None,
+        };
+        let installed = SimSnap { euicc: EuiccState::Installed, ..released.clone() };
+        assert!(transition_error(&released, &installed).is_some());
+        let enabled = SimSnap {
+            status: EsimStatus::Active,
+            euicc: EuiccState::Enabled,
+            activated_at: Some(Millis(1)),
+            terminated_at: None,
+        };
+        assert!(transition_error(&enabled, &released).is_some(), "ENABLED -> RELEASED");
+        // Through the checker: remember s1 as terminated; the engine says it is active.
+        let mut checker = LegalTransitions::default();
+        let world = seen(&mut checker, None);
+        checker.previous[0].status = EsimStatus::Terminated;
+        checker.previous[0].terminated_at = Some(Millis(1));
+        assert!(check_with(&mut checker, &world, world.log()).is_err());
+    }
+
+    #[test]
+    fn members_hold_no_wallet_fires_on_a_member_with_credit() {
+        let mut world = world(None);
+        for line in ["provision alice as s2", "add alice g1 s2"] {
+            world.apply(&line.parse::<Op>().unwrap());
+        }
+        assert!(check_with(&mut MembersHoldNoWallet, &world, world.log()).is_ok());
+        let slot = credit_slot(&world, 1);
+        world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::ONE);
+        let error = check_with(&mut MembersHoldNoWallet, &world, world.log()).unwrap_err();
+        assert!(error.contains("holds 1"), "{error}");
+    }
+
+    #[test]
+    fn webhook_auto_disable_fires_when_active_disagrees_with_failures() {
+        let mut checker = WebhookAutoDisable::default();
+        let world = seen(&mut checker, None);
+        // The reseller switched it off (fabricated), but the engine still has it active.
+        let mut log = StepLog::default();
+        log.facts.push(Fact::WebhookSet { webhook: 0, account: 0, events: None, active: Some(false), deleted: false });
+        let error = check_with(&mut checker, &world, &log).unwrap_err();
+        assert!(error.contains("is active with failure_count 0"), "{error}");
+    }
+
+    #[test]
+    fn event_delivery_fires_on_a_missing_and_an_unowed_delivery() {
+        let mut checker = EventDelivery::default();
+        let mut world = seen(&mut checker, None);
+        world.apply(&"provision alice as s2".parse::<Op>().unwrap());
+        // Drop the delivery of esim.provisioned: the subscribed webhook missed it.
+        let mut log = world.log().clone();
+        log.deliveries.clear();
+        let error = check_with(&mut checker, &world, &log).unwrap_err();
+        assert!(error.contains("esim.provisioned"), "{error}");
+        // A retry of an event nobody is owed.
+        let mut checker = EventDelivery::default();
+        let mut world = seen(&mut checker, None);
+        world.apply(&"provision alice as s2".parse::<Op>().unwrap());
+        let mut log = world.log().clone();
+        let mut retry = log.deliveries[0].clone();
+        retry.event_id = "evt_unknown".into();
+        retry.attempt = 2;
+        log.deliveries.push(retry);
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("not owed"));
+    }
+
+    #[test]
+    fn event_delivery_fires_when_an_owed_delivery_disappears() {
+        let mut checker = EventDelivery::default();
+        let mut world = seen(&mut checker, None);
+        run(&mut checker, &mut world, &["receiver w1 fail", "provision alice as s2"]).unwrap();
+        // The engine retries later; pretend it forgot: a fabricated empty pending list is
+        // not available, so a checker that believes it owes a newer attempt must not pass
+        // an engine that holds none. Simulate by removing the delivery through success
+        // on another webhook id: the owed record stays, the engine's entry goes.
+        world.apply(&"receiver w1 ok".parse::<Op>().unwrap());
+        world.apply(&"advance 31s".parse::<Op>().unwrap());
+        let mut log = world.log().clone();
+        for delivery in log.deliveries.iter_mut() {
+            delivery.answer = Some(esim_engine::DeliveryResult::Status(500));
+        }
+        let error = check_with(&mut checker, &world, &log).unwrap_err();
+        assert!(error.contains("dropped"), "{error}");
+    }
+
+    #[test]
+    fn low_balance_once_fires_on_a_second_event_without_a_fund() {
+        let mut checker = LowBalanceOnce::default();
+        let mut world = world(None);
+        world.apply(&"usage s1 3500 DE".parse::<Op>().unwrap());
+        world.apply(&"advance 16m".parse::<Op>().unwrap());
+        let log = world.log().clone();
+        assert!(log.events.iter().any(|e| e.name == EventName::EsimBalanceLow), "the crossing notifies");
+        check_with(&mut checker, &world, &log).unwrap();
+        let error = check_with(&mut checker, &world, &log).unwrap_err();
+        assert!(error.contains("second esim.balance_low"), "{error}");
+        // The same for the reseller balance: two balance.low with no credit between.
+        let mut checker = LowBalanceOnce::default();
+        let mut world = World::new(1, None);
+        for line in ["account alice", "topup alice 10", "provision alice", "provision alice", "provision alice"] {
+            world.apply(&line.parse::<Op>().unwrap());
+        }
+        let log = world.log().clone();
+        assert!(log.events.iter().any(|e| e.name == EventName::BalanceLow), "10 - 3.50 crosses $5");
+        check_with(&mut checker, &world, &log).unwrap();
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("second balance.low"));
+    }
+
+    fn exchange(status: u16, at: Millis) -> Exchange {
+        Exchange {
+            method: http::Method::GET,
+            path: "/api/v2/reseller/wallet/balance".into(),
+            request_body: Bytes::new(),
+            key: Some(0),
+            key_valid: true,
+            engine_bound: true,
+            read: true,
+            idempotency: Idempotency::None,
+            status,
+            rate_limited: status == 429,
+            body: Bytes::new(),
+            retry_after: None,
+            at,
+        }
+    }
+
+    #[test]
+    fn rate_limit_fires_on_too_many_answers_and_on_an_early_429() {
+        let world = world(None);
+        let at = Millis::VIRTUAL_EPOCH;
+        let mut log = StepLog { exchanges: (0..101).map(|_| exchange(200, at)).collect(), ..StepLog::default() };
+        assert!(check_with(&mut RateLimit::default(), &world, &log).unwrap_err().contains("101 requests"));
+        log.exchanges = vec![exchange(200, at), exchange(429, at)];
+        assert!(check_with(&mut RateLimit::default(), &world, &log).unwrap_err().contains("429 after only 1"));
+        // A new window starts a minute later.
+        log.exchanges = (0..100).map(|_| exchange(200, at)).chain([exchange(200, at.plus_ms(60_000))]).collect();
+        assert!(check_with(&mut RateLimit::default(), &world, &log).is_ok());
+    }
+
+    #[test]
+    fn idempotent_replay_fires_on_different_bytes_and_on_a_missing_conflict() {
+        let world = world(None);
+        let mut log = StepLog::default();
+        let mut replay = exchange(200, Millis::VIRTUAL_EPOCH);
+        replay.body = Bytes::from_static(b"{\"a\":1}");
+        replay.idempotency = Idempotency::Replay { status: 200, body: Bytes::from_static(b"{\"a\":2}") };
+        log.exchanges.push(replay.clone());
+        assert!(check_with(&mut IdempotentReplay, &world, &log).unwrap_err().contains("replay answered"));
+        replay.idempotency = Idempotency::Conflict;
+        log.exchanges = vec![replay];
+        assert!(check_with(&mut IdempotentReplay, &world, &log).unwrap_err().contains("reused key"));
+    }
+}

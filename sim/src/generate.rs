@@ -1,0 +1,635 @@
+//! The random world: a seeded generator of ops.
+//!
+//! All randomness comes from one ChaCha RNG seeded by the scenario seed. The generator
+//! looks at the world (what exists, who owns it) to make mostly meaningful calls, and
+//! mixes in invalid ones on purpose: bad JSON, out-of-range amounts, unknown ids, other
+//! accounts' ICCIDs, idempotent retries, bursts past the rate limit. Generation is
+//! sequential, so the first N ops of a seed are the same whatever the step count: a
+//! violation at step N replays with `--steps N+1`.
+
+use crate::op::{Call, Card, Op, Receiver};
+use crate::world::World;
+use esim_engine::rates::RateTable;
+use esim_engine::EventName;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use rust_decimal::Decimal;
+
+/// Small worlds keep every step cheap: at most this many eSIMs and accounts.
+const MAX_SIMS: usize = 40;
+const MAX_ACCOUNTS: usize = 4;
+/// An ICCID no account owns.
+const UNKNOWN_ICCID: &str = "8944100000000000000";
+const UNKNOWN_UUID: &str = "00000000-0000-4000-8000-000000000000";
+/// Countries devices roam in most (all sell data); others come from the whole table.
+const COMMON_COUNTRIES: [&str; 10] = ["DE", "FR", "US", "JP", "GB", "ES", "IT", "TH", "BR", "AU"];
+
+/// What the next op is about, with its weight out of [`TOTAL_WEIGHT`].
+#[derive(Clone, Copy, Debug)]
+enum What {
+    Advance,
+    Usage,
+    Install,
+    Fund,
+    Provision,
+    Defund,
+    Toggle,
+    Terminate,
+    Throttle,
+    Read,
+    CreateGroup,
+    FundGroup,
+    DefundGroup,
+    AddMember,
+    RemoveMember,
+    PatchGroup,
+    CreateWebhook,
+    PutWebhook,
+    DeleteWebhook,
+    TestWebhook,
+    ReceiverMode,
+    TopUp,
+    Freeze,
+    AutoRefill,
+    Limits,
+    Inventory,
+    Keys,
+    NewAccount,
+    Malformed,
+    Burst,
+    Retry,
+    Faults,
+}
+
+const WEIGHTS: [(u32, What); 32] = [
+    (120, What::Advance),
+    (140, What::Usage),
+    (45, What::Install),
+    (100, What::Fund),
+    (55, What::Provision),
+    (30, What::Defund),
+    (30, What::Toggle),
+    (12, What::Terminate),
+    (10, What::Throttle),
+    (70, What::Read),
+    (15, What::CreateGroup),
+    (45, What::FundGroup),
+    (14, What::DefundGroup),
+    (30, What::AddMember),
+    (12, What::RemoveMember),
+    (8, What::PatchGroup),
+    (8, What::CreateWebhook),
+    (12, What::PutWebhook),
+    (3, What::DeleteWebhook),
+    (8, What::TestWebhook),
+    (20, What::ReceiverMode),
+    (25, What::TopUp),
+    (10, What::Freeze),
+    (12, What::AutoRefill),
+    (4, What::Limits),
+    (4, What::Inventory),
+    (5, What::Keys),
+    (4, What::NewAccount),
+    (25, What::Malformed),
+    (5, What::Burst),
+    (25, What::Retry),
+    (15, What::Faults),
+];
+
+const TOTAL_WEIGHT: u32 = {
+    let mut total = 0;
+    let mut i = 0;
+    while i < WEIGHTS.len() {
+        total += WEIGHTS[i].0;
+        i += 1;
+    }
+    total
+};
+
+pub struct Generator {
+    rng: ChaCha8Rng,
+    accounts: usize,
+    faults: bool,
+    faults_active: bool,
+    next_sim: usize,
+    next_group: usize,
+    next_webhook: usize,
+    next_key: usize,
+    /// A burst of usage on one eSIM: (eSIM, ops left).
+    usage_burst: Option<(String, u32)>,
+    /// The last call sent with an Idempotency-Key (retried later).
+    last_idempotent: Option<Op>,
+}
+
+impl Generator {
+    pub fn new(seed: u64, accounts: usize, faults: bool) -> Generator {
+        Generator {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            accounts: accounts.clamp(1, MAX_ACCOUNTS),
+            faults,
+            faults_active: false,
+            next_sim: 0,
+            next_group: 0,
+            next_webhook: 0,
+            next_key: 0,
+            usage_burst: None,
+            last_idempotent: None,
+        }
+    }
+
+    // ----- randomness -----
+
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        (self.rng.next_u64() % n as u64) as usize
+    }
+
+    /// True with probability `percent`/100.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.rng.next_u64() % 100 < percent
+    }
+
+    fn range(&mut self, low: i64, high: i64) -> i64 {
+        low + self.below((high - low + 1) as usize) as i64
+    }
+
+    /// One of a fixed list (never empty: checked when compiled).
+    fn one_of<T: Copy, const N: usize>(&mut self, items: [T; N]) -> T {
+        const { assert!(N > 0) };
+        items[self.below(N)]
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        if items.is_empty() {
+            None
+        } else {
+            Some(&items[self.below(items.len())])
+        }
+    }
+
+    // ----- the ops -----
+
+    /// The fixed start of every seed: the accounts, their first top-ups and webhooks.
+    pub fn prelude(&mut self) -> Vec<Op> {
+        let mut ops = Vec::new();
+        for k in 0..self.accounts {
+            let account = format!("a{k}");
+            ops.push(Op::Account { name: account.clone() });
+            let dollars = self.one_of([10, 20, 50, 100, 250, 500]);
+            ops.push(Op::TopUp { account: account.clone(), amount: Decimal::from(dollars) });
+            if self.chance(70) {
+                let events = self.events();
+                ops.push(self.webhook(&account, events));
+            }
+        }
+        ops
+    }
+
+    /// The next op for the world as it is now.
+    pub fn next(&mut self, world: &World) -> Op {
+        if let Some((sim, left)) = self.usage_burst.take() {
+            if left > 0 {
+                self.usage_burst = Some((sim.clone(), left - 1));
+                return self.usage(sim);
+            }
+        }
+        let mut roll = self.below(TOTAL_WEIGHT as usize) as u32;
+        let mut what = What::Advance;
+        for (weight, candidate) in WEIGHTS {
+            if roll < weight {
+                what = candidate;
+                break;
+            }
+            roll -= weight;
+        }
+        self.op(what, world)
+    }
+
+    fn op(&mut self, what: What, world: &World) -> Op {
+        let account = self.account(world);
+        // Keep the world alive: calls about eSIMs, groups or webhooks that do not exist
+        // (or are all terminated) mostly create one instead.
+        let live = self.live_sims(world).len();
+        let what = match what {
+            What::Usage | What::Install | What::Fund | What::Defund | What::Toggle | What::Throttle
+                if live == 0 && self.chance(80) =>
+            {
+                What::Provision
+            }
+            What::Terminate if live < 3 => What::Provision,
+            What::FundGroup | What::DefundGroup | What::AddMember | What::RemoveMember | What::PatchGroup
+                if world.groups().is_empty() && self.chance(80) =>
+            {
+                What::CreateGroup
+            }
+            What::PutWebhook | What::DeleteWebhook | What::TestWebhook | What::ReceiverMode
+                if world.webhooks().is_empty() && self.chance(80) =>
+            {
+                What::CreateWebhook
+            }
+            other => other,
+        };
+        match what {
+            What::Advance => Op::Advance { ms: self.duration_ms() },
+            What::Usage => {
+                let (_, sim) = self.sim(world);
+                if self.chance(15) {
+                    let left = self.range(2, 8) as u32;
+                    self.usage_burst = Some((sim.clone(), left));
+                }
+                self.usage(sim)
+            }
+            What::Install => Op::Install { sim: self.sim(world).1 },
+            What::Fund => {
+                let (caller, sim) = self.sim(world);
+                let amount = self.amount();
+                self.call(caller, Call::Fund { sim, amount }, true)
+            }
+            What::Provision if world.sims().len() < MAX_SIMS => {
+                let bind = Some(format!("s{}", self.next_sim));
+                self.next_sim += 1;
+                let mine: Vec<String> = world
+                    .groups()
+                    .iter()
+                    .filter(|g| world.accounts()[g.owner].name == account)
+                    .map(|g| g.name.clone())
+                    .collect();
+                let group = if self.chance(20) { self.pick(&mine).cloned() } else { None };
+                let label = self.chance(30).then(|| format!("trip {}", self.below(100)));
+                self.call(account, Call::Provision { bind, group, label, reference: None }, false)
+            }
+            What::Defund => {
+                let (caller, sim) = self.sim(world);
+                self.call(caller, Call::Defund { sim }, true)
+            }
+            What::Toggle => {
+                let (caller, sim) = self.sim(world);
+                let call = if self.chance(50) { Call::Disable { sim } } else { Call::Enable { sim } };
+                self.call(caller, call, true)
+            }
+            What::Terminate => {
+                let (caller, sim) = self.sim(world);
+                self.call(caller, Call::Terminate { sim }, true)
+            }
+            What::Throttle => {
+                let (caller, sim) = self.sim(world);
+                let speed = self
+                    .one_of(["NO_LIMIT", "SPEED_100_KBPS", "SPEED_3500_KBPS", "SPEED_150_KBPS", "fast"])
+                    .to_string();
+                self.call(caller, Call::Throttle { sim, speed }, false)
+            }
+            What::Read | What::Provision => self.read(world, account),
+            What::CreateGroup => {
+                let bind = Some(format!("g{}", self.next_group));
+                let name = if self.chance(10) && self.next_group > 0 {
+                    format!("team{}", self.below(self.next_group))
+                } else {
+                    format!("team{}", self.next_group)
+                };
+                self.next_group += 1;
+                let threshold = self.chance(50).then(|| Decimal::from(self.range(0, 20)));
+                let refill = self.chance(50).then(|| Decimal::from(self.range(5, 40)));
+                self.call(account, Call::CreateGroup { bind, name, threshold, refill }, false)
+            }
+            What::FundGroup => {
+                let (caller, group) = self.group(world);
+                let amount = self.amount();
+                self.call(caller, Call::FundGroup { group, amount }, true)
+            }
+            What::DefundGroup => {
+                let (caller, group) = self.group(world);
+                self.call(caller, Call::DefundGroup { group }, true)
+            }
+            What::AddMember => {
+                let (caller, group) = self.group(world);
+                let (_, sim) = self.sim(world);
+                self.call(caller, Call::Add { group, sim }, true)
+            }
+            What::RemoveMember => {
+                let (caller, sim) = self.sim(world);
+                let engine = world.engine();
+                let member_of = world
+                    .sims()
+                    .iter()
+                    .find(|s| s.name == sim)
+                    .and_then(|s| engine.esims()[s.engine as usize].group)
+                    .and_then(|g| world.groups().iter().find(|r| r.engine == g))
+                    .map(|g| g.name.clone());
+                let group = match member_of {
+                    Some(group) if self.chance(90) => group,
+                    _ => self.group(world).1,
+                };
+                self.call(caller, Call::Remove { group, sim }, false)
+            }
+            What::PatchGroup => {
+                let (caller, group) = self.group(world);
+                let threshold = self.chance(60).then(|| Decimal::from(self.range(0, 25)));
+                let name = (threshold.is_none() || self.chance(30)).then(|| format!("renamed{}", self.below(5)));
+                self.call(caller, Call::UpdateGroup { group, name, threshold, refill: None }, false)
+            }
+            What::CreateWebhook => {
+                let events = self.events();
+                self.webhook(&account, events)
+            }
+            What::PutWebhook => {
+                let (caller, webhook) = self.webhook_of(world);
+                let call = match self.below(10) {
+                    0..=4 => Call::UpdateWebhook { webhook, events: None, active: Some(true), url: None },
+                    5..=6 => Call::UpdateWebhook { webhook, events: None, active: Some(false), url: None },
+                    _ => Call::UpdateWebhook { webhook, events: Some(self.events()), active: None, url: None },
+                };
+                self.call(caller, call, false)
+            }
+            What::DeleteWebhook => {
+                let (caller, webhook) = self.webhook_of(world);
+                self.call(caller, Call::DeleteWebhook { webhook }, false)
+            }
+            What::TestWebhook => {
+                let (caller, webhook) = self.webhook_of(world);
+                self.call(caller, Call::TestWebhook { webhook }, false)
+            }
+            What::ReceiverMode => {
+                let (_, webhook) = self.webhook_of(world);
+                let mode = match self.below(11) {
+                    0..=3 => Receiver::Ok,
+                    4 => Receiver::Fail,
+                    5 => Receiver::FailTimes { count: self.range(1, 12) as u32 },
+                    10 => Receiver::Fail,
+                    6 => Receiver::Timeout,
+                    7 => Receiver::Hold,
+                    _ => Receiver::Down { ms: self.range(1, 12) * 3_600_000 },
+                };
+                Op::Receiver { webhook, mode }
+            }
+            What::TopUp => {
+                let amount = if self.chance(90) {
+                    Decimal::from(self.range(10, 200))
+                } else {
+                    self.one_of([Decimal::new(5, 0), Decimal::new(10001, 3)])
+                };
+                Op::TopUp { account, amount }
+            }
+            What::Freeze => {
+                let frozen = world
+                    .accounts()
+                    .iter()
+                    .find(|a| a.name == account)
+                    .is_some_and(|a| world.engine().accounts()[a.engine as usize].frozen);
+                // Frozen accounts thaw soon, so the world does not stall.
+                Op::Freeze { account, frozen: !frozen && self.chance(60) }
+            }
+            What::AutoRefill => {
+                if self.chance(20) {
+                    Op::AutoRefill { account, enabled: false, amount: None, card: None }
+                } else {
+                    let amount = Some(Decimal::from(self.range(10, 60)));
+                    let card = if self.chance(55) { Card::Ok } else { self.one_of(Card::ALL) };
+                    Op::AutoRefill { account, enabled: true, amount, card: Some(card) }
+                }
+            }
+            What::Limits => {
+                if self.chance(50) {
+                    Op::Limits { account, groups: Some(10), size: Some(500) }
+                } else {
+                    Op::Limits { account, groups: Some(self.range(1, 3) as u32), size: Some(self.range(1, 4) as u32) }
+                }
+            }
+            What::Inventory => Op::Inventory { available: if self.chance(30) { 0 } else { 100_000 } },
+            What::Keys => {
+                // A revoked key is replaced soon, so the account does not go silent.
+                let revoked = world.accounts().iter().any(|a| a.name == account && a.revoked);
+                if !revoked && self.chance(30) {
+                    Op::Revoke { account }
+                } else {
+                    self.next_key += 1;
+                    Op::NewKey { account }
+                }
+            }
+            What::NewAccount if world.accounts().len() < MAX_ACCOUNTS => {
+                Op::Account { name: format!("a{}", world.accounts().len()) }
+            }
+            What::NewAccount => Op::TopUp { account, amount: Decimal::from(self.range(10, 100)) },
+            What::Malformed => self.malformed(world, account),
+            What::Burst => Op::Burst { caller: account, count: self.range(20, 130) as u32 },
+            What::Retry => match self.last_idempotent.clone() {
+                Some(Op::Call { caller, call: Call::Fund { sim, amount }, idempotency_key }) if self.chance(25) => {
+                    // The same key with another amount: 409.
+                    let call = Call::Fund { sim, amount: amount + Decimal::ONE };
+                    Op::Call { caller, call, idempotency_key }
+                }
+                Some(op) => op,
+                None => self.read(world, account),
+            },
+            What::Faults if self.faults => {
+                let on = !self.faults_active && self.chance(60);
+                self.faults_active = on;
+                Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
+            }
+            What::Faults => Op::Advance { ms: self.duration_ms() },
+        }
+    }
+
+    /// A call, sometimes with an Idempotency-Key (remembered for a later retry).
+    fn call(&mut self, caller: String, call: Call, idempotent: bool) -> Op {
+        let idempotency_key = (idempotent && self.chance(12)).then(|| format!("k{}", self.below(1_000)));
+        let op = Op::Call { caller, call, idempotency_key };
+        if matches!(op, Op::Call { idempotency_key: Some(_), .. }) {
+            self.last_idempotent = Some(op.clone());
+        }
+        op
+    }
+
+    fn account(&mut self, world: &World) -> String {
+        match self.pick(world.accounts()) {
+            Some(account) => account.name.clone(),
+            None => "a0".to_string(),
+        }
+    }
+
+    /// Indexes (in `world.sims()`) of the eSIMs not terminated.
+    fn live_sims(&self, world: &World) -> Vec<usize> {
+        let esims = world.engine().esims();
+        (0..world.sims().len())
+            .filter(|&i| esims[world.sims()[i].engine as usize].status != esim_engine::state::EsimStatus::Terminated)
+            .collect()
+    }
+
+    /// An eSIM and who calls about it: mostly a live one by its owner, sometimes a
+    /// terminated one, another account (404 expected) or an ICCID nobody owns.
+    fn sim(&mut self, world: &World) -> (String, String) {
+        let caller = self.account(world);
+        let live = self.live_sims(world);
+        let sim = match self.pick(&live) {
+            Some(&index) if self.chance(90) => &world.sims()[index],
+            _ => match self.pick(world.sims()) {
+                Some(sim) => sim,
+                None => return (caller, UNKNOWN_ICCID.to_string()),
+            },
+        };
+        match self.below(100) {
+            0..=5 => (caller, sim.name.clone()),
+            6..=8 => (caller, UNKNOWN_ICCID.to_string()),
+            _ => (world.accounts()[sim.owner].name.clone(), sim.name.clone()),
+        }
+    }
+
+    fn group(&mut self, world: &World) -> (String, String) {
+        let caller = self.account(world);
+        let Some(group) = self.pick(world.groups()) else { return (caller, UNKNOWN_UUID.to_string()) };
+        match self.below(100) {
+            0..=4 => (caller, group.name.clone()),
+            5..=6 => (caller, UNKNOWN_UUID.to_string()),
+            _ => (world.accounts()[group.owner].name.clone(), group.name.clone()),
+        }
+    }
+
+    fn webhook_of(&mut self, world: &World) -> (String, String) {
+        let caller = self.account(world);
+        match self.pick(world.webhooks()) {
+            Some(webhook) => (world.accounts()[webhook.owner].name.clone(), webhook.name.clone()),
+            None => (caller, "wh_unknown".to_string()),
+        }
+    }
+
+    fn webhook(&mut self, account: &str, events: Vec<String>) -> Op {
+        let bind = Some(format!("w{}", self.next_webhook));
+        self.next_webhook += 1;
+        Op::Call {
+            caller: account.to_string(),
+            call: Call::CreateWebhook { bind, events, url: None },
+            idempotency_key: None,
+        }
+    }
+
+    fn events(&mut self) -> Vec<String> {
+        if self.chance(50) {
+            return vec!["*".to_string()];
+        }
+        let count = self.range(1, 6) as usize;
+        let mut names: Vec<String> =
+            (0..count).map(|_| self.one_of(EventName::SUBSCRIBABLE).as_str().to_string()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn usage(&mut self, sim: String) -> Op {
+        let table = RateTable::builtin();
+        let country = if self.chance(85) {
+            self.one_of(COMMON_COUNTRIES).to_string()
+        } else if self.chance(95) {
+            self.pick(table.countries()).map_or_else(|| "DE".to_string(), |c| c.iso2.clone())
+        } else {
+            "XX".to_string()
+        };
+        let operator = if self.chance(30) {
+            let networks = table.by_iso2(&country).map(|c| c.networks.as_slice()).unwrap_or(&[]);
+            match self.pick(networks) {
+                Some(network) if self.chance(95) => Some(network.operator.clone()),
+                _ => Some("NoSuchTel".to_string()),
+            }
+        } else {
+            None
+        };
+        let mb = if self.chance(97) { Decimal::from(self.range(1, 2_000)) } else { Decimal::ZERO };
+        Op::Usage { sim, mb, country, operator }
+    }
+
+    /// Mostly valid amounts (with the spec's examples), some out of range on purpose.
+    fn amount(&mut self) -> Decimal {
+        match self.below(100) {
+            0..=19 => Decimal::from(self.one_of([9, 18, 20, 27, 5, 10, 25])),
+            20..=84 => Decimal::new(self.range(1, 5_000), 2),
+            85..=92 => Decimal::new(self.range(5_000, 50_000), 2),
+            _ => self.one_of([
+                Decimal::ZERO,
+                Decimal::new(-1, 0),
+                Decimal::new(1, 3),
+                Decimal::new(1_000_001, 2),
+                Decimal::new(20_000, 0),
+            ]),
+        }
+    }
+
+    /// Waits across the interesting deadlines: seconds, sync cycles (60 s), card
+    /// settles (2 min), pauses and settlements (15 min), retries and outages (hours),
+    /// idempotency and auto-refill days (24 h).
+    fn duration_ms(&mut self) -> i64 {
+        let seconds = match self.below(100) {
+            0..=34 => self.range(1, 20),
+            35..=59 => self.range(55, 130),
+            60..=69 => self.range(120, 200),
+            70..=86 => self.range(890, 1_000),
+            87..=93 => self.range(1_800, 7_200),
+            94..=98 => self.range(3, 12) * 3_600,
+            _ => self.range(24, 26) * 3_600,
+        };
+        seconds * 1_000
+    }
+
+    fn read(&mut self, world: &World, account: String) -> Op {
+        let call = match self.below(11) {
+            0 => Call::Get { sim: self.sim(world).1 },
+            1 => Call::List {
+                status: self.chance(30).then(|| self.one_of(["active", "pending", "bogus"]).to_string()),
+                limit: self.chance(30).then(|| self.one_of([0, 1, 5, 150])),
+                offset: None,
+            },
+            2 => Call::Wallet,
+            3 => Call::AccountInfo,
+            // The unfiltered table is large: mostly one country.
+            4 => Call::Rates { country: self.chance(90).then(|| "DE".to_string()), continent: None },
+            5 => Call::Groups,
+            6 => Call::GetGroup { group: self.group(world).1 },
+            7 => Call::Members { group: self.group(world).1, limit: None, offset: None },
+            8 => Call::Webhooks,
+            9 => Call::GetWebhook { webhook: self.webhook_of(world).1 },
+            _ => {
+                let (caller, sim) = self.sim(world);
+                return Op::Call { caller, call: Call::Get { sim }, idempotency_key: None };
+            }
+        };
+        Op::Call { caller: account, call, idempotency_key: None }
+    }
+
+    /// Requests production must refuse cleanly: bad JSON, wrong types, missing fields,
+    /// wrong methods and routes, missing or wrong credentials, out-of-range values.
+    fn malformed(&mut self, world: &World, account: String) -> Op {
+        let sim = self.sim(world).1;
+        let group = self.group(world).1;
+        let (caller, method, path, body) = match self.below(14) {
+            0 => (account, "POST", format!("/esim/{{{sim}}}/fund"), "{".to_string()),
+            1 => (account, "POST", format!("/esim/{{{sim}}}/fund"), r#"{"amount": "20"}"#.to_string()),
+            2 => (account, "POST", format!("/esim/{{{sim}}}/fund"), "{}".to_string()),
+            3 => (account, "POST", format!("/esim/{{{sim}}}/fund"), "[1]".to_string()),
+            4 => (account, "POST", format!("/esim/{{{sim}}}/fund"), r#"{"amount": 1e400}"#.to_string()),
+            5 => (account, "POST", format!("/esim/{{{sim}}}/throttle"), r#"{"speed": 5}"#.to_string()),
+            6 => (account, "POST", "/groups".to_string(), r#"{"name": 7}"#.to_string()),
+            7 => (
+                account,
+                "POST",
+                "/webhooks".to_string(),
+                r#"{"url": "http://insecure.example.com", "events": ["*"]}"#.to_string(),
+            ),
+            8 => (account, "GET", "/esim/list?limit=abc".to_string(), String::new()),
+            9 => (account, "PUT", "/esim/provision".to_string(), String::new()),
+            10 => ("anonymous".to_string(), "GET", "/wallet/balance".to_string(), String::new()),
+            11 => (account, "PATCH", format!("/groups/{{{group}}}"), "{}".to_string()),
+            12 => (
+                "admin".to_string(),
+                "POST",
+                format!("/admin/v1/accounts/{{{account}}}/topups"),
+                r#"{"amount_usd": 5}"#.to_string(),
+            ),
+            _ => (
+                "admin".to_string(),
+                "POST",
+                format!("/sandbox/v1/esims/{{{sim}}}/usage"),
+                r#"{"mb": -1, "country": "DE"}"#.to_string(),
+            ),
+        };
+        Op::Raw { caller, method: method.to_string(), path, body }
+    }
+}

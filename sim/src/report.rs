@@ -1,0 +1,238 @@
+//! The summary of a simulation run, its table, and the report files.
+
+use crate::runner::{SeedOutcome, Violation};
+use crate::SimOptions;
+use esim_engine::report::{AccountLines, ConservationReport};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+/// What a run of many seeds did, and what went wrong.
+#[derive(Clone, Debug)]
+pub struct SimSummary {
+    pub seeds: Range<u64>,
+    pub steps_per_seed: usize,
+    pub accounts: usize,
+    pub faults: bool,
+    pub scenarios: u64,
+    pub steps: u64,
+    /// Ops applied, by kind (the script verb).
+    pub commands: BTreeMap<&'static str, u64>,
+    pub requests: u64,
+    pub rate_limited: u64,
+    pub events: u64,
+    pub deliveries: u64,
+    pub deliveries_ok: u64,
+    /// Per-scenario totals for the first seeds (account_id `seed-N`) and the sum of all
+    /// scenarios (`TOTAL`); `conserved` holds for every scenario.
+    pub conservation: ConservationReport,
+    /// Sorted by seed.
+    pub violations: Vec<Violation>,
+    /// Seeds run twice and compared (with `determinism`), and the failures.
+    pub determinism_checked: u64,
+    pub determinism_failures: Vec<String>,
+    pub elapsed: Duration,
+    pub report_error: Option<String>,
+    report_scenarios: usize,
+}
+
+/// Adds every line of `b` to `a`.
+fn add_lines(a: &mut AccountLines, b: &AccountLines) {
+    macro_rules! add {
+        ($($field:ident),*) => { $( a.$field += b.$field; )* };
+    }
+    add!(
+        top_ups_usd,
+        auto_refills_usd,
+        provisioning_fees_usd,
+        esim_funds_usd,
+        group_funds_usd,
+        conversion_dust_usd,
+        data_charged_usd,
+        returns_requested_usd,
+        returns_settled_usd,
+        return_dust_usd,
+        move_dust_usd,
+        forfeited_on_terminate_usd,
+        reseller_balance_usd,
+        sim_wallets_usd,
+        group_balances_usd,
+        returns_pending_usd,
+        fees_earned_usd,
+        data_charged_unreported_usd,
+        data_charged_reported_usd,
+        forfeited_usd,
+        dust_usd,
+        difference_usd
+    );
+}
+
+impl SimSummary {
+    pub(crate) fn new(options: &SimOptions) -> SimSummary {
+        SimSummary {
+            seeds: options.seeds.clone(),
+            steps_per_seed: options.steps,
+            accounts: options.accounts,
+            faults: options.faults,
+            scenarios: 0,
+            steps: 0,
+            commands: BTreeMap::new(),
+            requests: 0,
+            rate_limited: 0,
+            events: 0,
+            deliveries: 0,
+            deliveries_ok: 0,
+            conservation: ConservationReport {
+                generated_at: format!("simulation of seeds {}..{}", options.seeds.start, options.seeds.end),
+                accounts: Vec::new(),
+                total: AccountLines { account_id: "TOTAL".into(), ..AccountLines::default() },
+                conserved: true,
+            },
+            violations: Vec::new(),
+            determinism_checked: 0,
+            determinism_failures: Vec::new(),
+            elapsed: Duration::ZERO,
+            report_error: None,
+            report_scenarios: options.report_scenarios,
+        }
+    }
+
+    pub(crate) fn add_seed(
+        &mut self,
+        outcome: &SeedOutcome,
+        violation: Option<Violation>,
+        determinism: Option<Result<(), String>>,
+    ) {
+        self.scenarios += 1;
+        self.steps += outcome.trace.len() as u64;
+        for op in &outcome.trace {
+            *self.commands.entry(op.verb()).or_default() += 1;
+        }
+        self.requests += outcome.stats.requests;
+        self.rate_limited += outcome.stats.rate_limited;
+        self.events += outcome.stats.events;
+        self.deliveries += outcome.stats.deliveries;
+        self.deliveries_ok += outcome.stats.deliveries_ok;
+        if let Some(report) = &outcome.report {
+            add_lines(&mut self.conservation.total, &report.total);
+            self.conservation.conserved &= report.conserved;
+            if outcome.seed < self.seeds.start + self.report_scenarios as u64 {
+                let mut lines = report.total.clone();
+                lines.account_id = format!("seed-{}", outcome.seed);
+                self.conservation.accounts.push(lines);
+            }
+        }
+        self.violations.extend(violation);
+        if let Some(result) = determinism {
+            self.determinism_checked += 1;
+            if let Err(error) = result {
+                self.determinism_failures.push(error);
+            }
+        }
+    }
+
+    pub(crate) fn merge(&mut self, other: SimSummary) {
+        self.scenarios += other.scenarios;
+        self.steps += other.steps;
+        for (verb, count) in other.commands {
+            *self.commands.entry(verb).or_default() += count;
+        }
+        self.requests += other.requests;
+        self.rate_limited += other.rate_limited;
+        self.events += other.events;
+        self.deliveries += other.deliveries;
+        self.deliveries_ok += other.deliveries_ok;
+        add_lines(&mut self.conservation.total, &other.conservation.total);
+        self.conservation.conserved &= other.conservation.conserved;
+        self.conservation.accounts.extend(other.conservation.accounts);
+        self.violations.extend(other.violations);
+        self.determinism_checked += other.determinism_checked;
+        self.determinism_failures.extend(other.determinism_failures);
+    }
+
+    /// Orders what threads gathered, so a summary is the same whatever `--jobs`.
+    pub(crate) fn finish(&mut self, elapsed: Duration) {
+        self.elapsed = elapsed;
+        self.conservation
+            .accounts
+            .sort_by_key(|l| l.account_id.trim_start_matches("seed-").parse::<u64>().unwrap_or(0));
+        self.violations.sort_by_key(|v| v.seed);
+        self.determinism_failures.sort();
+    }
+
+    /// True when nothing went wrong: no violation, every run deterministic, conserved.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.determinism_failures.is_empty() && self.conservation.conserved
+    }
+
+    /// The table printed at the end of `esim sim`.
+    pub fn table(&self) -> String {
+        let total = &self.conservation.total;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Simulation of seeds {}..{}: {} steps each, {} account(s), faults {}",
+            self.seeds.start,
+            self.seeds.end,
+            self.steps_per_seed,
+            self.accounts,
+            if self.faults { "on" } else { "off" }
+        );
+        let row = |out: &mut String, name: &str, value: String| {
+            let _ = writeln!(out, "  {name:<28} {value:>16}");
+        };
+        row(&mut out, "scenarios", self.scenarios.to_string());
+        row(&mut out, "steps", self.steps.to_string());
+        row(&mut out, "HTTP requests", self.requests.to_string());
+        row(&mut out, "  of which rate limited (429)", self.rate_limited.to_string());
+        row(&mut out, "events emitted", self.events.to_string());
+        row(&mut out, "webhook deliveries", self.deliveries.to_string());
+        row(&mut out, "  answered 2xx", self.deliveries_ok.to_string());
+        let _ = writeln!(out, "money moved (USD)");
+        let money = |v: rust_decimal::Decimal| v.normalize().to_string();
+        row(&mut out, "top-ups", money(total.top_ups_usd));
+        row(&mut out, "auto-refills", money(total.auto_refills_usd));
+        row(&mut out, "provisioning fees", money(total.provisioning_fees_usd));
+        row(&mut out, "eSIM funds (credit)", money(total.esim_funds_usd));
+        row(&mut out, "group funds (credit)", money(total.group_funds_usd));
+        row(&mut out, "conversion dust", money(total.conversion_dust_usd));
+        row(&mut out, "data charged", money(total.data_charged_usd));
+        row(&mut out, "returns settled", money(total.returns_settled_usd));
+        row(&mut out, "forfeited on terminate", money(total.forfeited_on_terminate_usd));
+        row(&mut out, "conservation difference", money(total.difference_usd));
+        let _ = writeln!(out, "commands by kind");
+        for (verb, count) in &self.commands {
+            row(&mut out, verb, count.to_string());
+        }
+        if self.determinism_checked > 0 {
+            row(&mut out, "determinism: seeds run twice", self.determinism_checked.to_string());
+            row(&mut out, "determinism failures", self.determinism_failures.len().to_string());
+        }
+        row(&mut out, "violations", self.violations.len().to_string());
+        row(&mut out, "elapsed", format!("{:.2} s", self.elapsed.as_secs_f64()));
+        for violation in &self.violations {
+            let _ = write!(out, "\n{violation}");
+        }
+        for failure in &self.determinism_failures {
+            let _ = writeln!(out, "\nNOT DETERMINISTIC: {failure}");
+        }
+        out
+    }
+
+    /// Writes `conservation.json`, `.csv`, `.md`, `summary.md`, and for each violation a
+    /// replayable `violation-seed-N.scenario` with its shrunk trace, into `dir`.
+    pub fn write_report(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("conservation.json"), self.conservation.to_json())?;
+        std::fs::write(dir.join("conservation.csv"), self.conservation.to_csv())?;
+        std::fs::write(dir.join("conservation.md"), self.conservation.to_markdown())?;
+        let summary = format!("# Simulation summary\n\n```text\n{}```\n", self.table());
+        std::fs::write(dir.join("summary.md"), summary)?;
+        for violation in &self.violations {
+            std::fs::write(dir.join(format!("violation-seed-{}.scenario", violation.seed)), violation.script())?;
+        }
+        Ok(())
+    }
+}

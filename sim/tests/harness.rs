@@ -1,0 +1,111 @@
+//! The harness end to end: a clean run finds nothing, a known engine bug is caught and
+//! shrunk to a short trace that replays, and every seed is deterministic.
+
+use esim_sim::runner::{self, RunConfig};
+use esim_sim::{script, InjectedBug, SimOptions};
+
+/// Longest acceptable shrunk trace for the injected bug (it needs an account, a top-up,
+/// a provisioning, a fund, a defund and a wait: 6 steps).
+const MAX_SHRUNK_STEPS: usize = 15;
+
+#[test]
+fn a_clean_engine_passes_every_checker() {
+    let options = SimOptions { seeds: 0..200, steps: 200, jobs: 2, ..SimOptions::default() };
+    let summary = esim_sim::run(&options);
+    assert!(summary.ok(), "{}", summary.table());
+    assert_eq!(summary.scenarios, 200);
+    assert_eq!(summary.steps, 200 * 200);
+    assert!(summary.conservation.conserved);
+    assert!(summary.conservation.total.difference_usd.is_zero());
+    // The worlds reach the interesting places.
+    assert!(summary.rate_limited > 0, "some burst reached the rate limit");
+    assert!(summary.deliveries_ok > 0 && summary.deliveries > summary.deliveries_ok, "receivers answer and fail");
+    assert!(summary.conservation.total.returns_settled_usd > rust_decimal::Decimal::ZERO);
+    assert!(summary.conservation.total.auto_refills_usd > rust_decimal::Decimal::ZERO);
+    for verb in
+        ["fund", "fundgroup", "defund", "defundgroup", "usage", "advance", "raw", "burst", "faults", "testwebhook"]
+    {
+        assert!(summary.commands.get(verb).copied().unwrap_or(0) > 0, "no {verb} in {:?}", summary.commands);
+    }
+    let table = summary.table();
+    for line in ["scenarios", "steps", "commands by kind", "webhook deliveries", "money moved", "violations"] {
+        assert!(table.contains(line), "{table}");
+    }
+}
+
+#[test]
+fn an_injected_settlement_bug_is_caught_and_shrunk() {
+    let options = SimOptions {
+        seeds: 0..40,
+        steps: 200,
+        jobs: 2,
+        accounts: 1,
+        inject_bug: Some(InjectedBug::SettlementPaysOneCentMore),
+        ..SimOptions::default()
+    };
+    let summary = esim_sim::run(&options);
+    assert!(!summary.violations.is_empty(), "the bug went unnoticed:\n{}", summary.table());
+    let violation = &summary.violations[0];
+    assert!(matches!(violation.checker, "conservation" | "returns_exact"), "{violation}");
+    assert!(violation.shrunk.len() <= MAX_SHRUNK_STEPS, "{violation}");
+    assert!(violation.replay.starts_with(&format!(
+        "esim sim --seed {} --steps {}",
+        violation.seed,
+        violation.step + 1
+    )));
+    assert!(violation.state_diff.contains("reseller"), "{}", violation.state_diff);
+    // The shrunk trace replays to the same checker, and so does the replay command's prefix.
+    let config =
+        RunConfig { steps: violation.step + 1, accounts: 1, faults: true, bug: options.inject_bug, fingerprint: false };
+    let again = runner::replay(&violation.shrunk, violation.seed, options.inject_bug).expect("still fails");
+    assert_eq!(again.checker, violation.checker);
+    let rerun = runner::run_seed(violation.seed, &config);
+    assert_eq!(rerun.found.map(|f| (f.step, f.checker)), Some((violation.step, violation.checker)));
+    // The shrunk trace is a valid scenario script, and it passes without the bug.
+    let clean = script::run_script(&violation.script());
+    assert!(clean.failures.is_empty(), "{:?}", clean.failures);
+    assert_eq!(clean.steps, violation.shrunk.len());
+    // The report files are written.
+    let dir = std::env::temp_dir().join(format!("esim-sim-report-{}", std::process::id()));
+    summary.write_report(&dir).unwrap();
+    for file in ["conservation.json", "conservation.csv", "conservation.md", "summary.md"] {
+        assert!(dir.join(file).exists(), "{file}");
+    }
+    assert!(dir.join(format!("violation-seed-{}.scenario", violation.seed)).exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_runs_of_a_seed_are_identical() {
+    let config = RunConfig { steps: 300, accounts: 3, faults: true, bug: None, fingerprint: true };
+    for seed in 0..12 {
+        runner::check_determinism(seed, &config).unwrap();
+    }
+    // And different seeds make different worlds.
+    let a = runner::run_seed(1, &config).fingerprint;
+    let b = runner::run_seed(2, &config).fingerprint;
+    assert_ne!(a, b);
+    let options = SimOptions { seeds: 100..110, steps: 150, jobs: 2, determinism: true, ..SimOptions::default() };
+    let summary = esim_sim::run(&options);
+    assert_eq!(summary.determinism_checked, 10);
+    assert!(summary.ok(), "{}", summary.table());
+}
+
+#[test]
+fn a_summary_does_not_depend_on_the_number_of_jobs() {
+    let one = esim_sim::run(&SimOptions { seeds: 0..24, steps: 120, jobs: 1, ..SimOptions::default() });
+    let three = esim_sim::run(&SimOptions { seeds: 0..24, steps: 120, jobs: 3, ..SimOptions::default() });
+    assert_eq!(one.commands, three.commands);
+    assert_eq!(one.requests, three.requests);
+    assert_eq!(one.conservation.to_csv(), three.conservation.to_csv());
+}
+
+#[test]
+fn progress_reaches_the_total() {
+    let seen = std::sync::Mutex::new(Vec::new());
+    let options = SimOptions { seeds: 0..40, steps: 20, jobs: 2, ..SimOptions::default() };
+    esim_sim::run_with_progress(&options, |done, total| seen.lock().unwrap().push((done, total)));
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.iter().map(|(done, _)| *done).max(), Some(40));
+    assert!(seen.iter().all(|(_, total)| *total == 40));
+}
