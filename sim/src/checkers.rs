@@ -43,7 +43,7 @@ pub fn all() -> Vec<Box<dyn Checker>> {
     vec![
         Box::new(Conservation::default()),
         Box::new(NoNegativeSlot),
-        Box::new(Display),
+        Box::new(Display::default()),
         Box::new(ReturnsExact::default()),
         Box::new(LifetimeCounters::default()),
         Box::new(LegalTransitions::default()),
@@ -162,7 +162,11 @@ pub fn display_error(exact: Decimal, shown: Decimal) -> Option<String> {
 
 /// Display rules: for every eSIM, and for every balance a response displayed,
 /// `0 <= exact credit - displayed < 0.05`, never above the exact credit, two decimals.
-pub struct Display;
+#[derive(Default)]
+pub struct Display {
+    /// Exact credit of each eSIM when last checked: unchanged credit, unchanged display.
+    checked: Vec<Option<Decimal>>,
+}
 
 impl Checker for Display {
     fn name(&self) -> &'static str {
@@ -171,12 +175,14 @@ impl Checker for Display {
 
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         let engine = ctx.engine;
+        self.checked.resize(engine.esims().len(), None);
         for (index, esim) in engine.esims().iter().enumerate() {
             let Some(exact) = sim_exact(engine, index as u32) else { continue };
             // A negative credit is the slot checker's to report (and display would assert).
-            if exact < Decimal::ZERO {
+            if exact < Decimal::ZERO || self.checked[index] == Some(exact) {
                 continue;
             }
+            self.checked[index] = Some(exact);
             if let Some(error) = display_error(exact, engine.esim_displayed_balance(index as u32)) {
                 return Err(format!("eSIM {}: {error}", esim.iccid));
             }
@@ -648,6 +654,9 @@ pub struct EventDelivery {
     epochs: Vec<u32>,
     /// Deliveries owed: (event id, webhook) -> since when.
     owed: BTreeMap<(String, u32), Owed>,
+    /// How many deliveries the engine held after the last step: a step that hands out
+    /// nothing and leaves the count alone cannot have dropped one.
+    engine_held: usize,
 }
 
 impl EventDelivery {
@@ -747,7 +756,10 @@ impl Checker for EventDelivery {
             self.active[index] = active;
         }
         // Liveness: an owed delivery is still held by the engine unless excused.
-        if !self.owed.is_empty() {
+        let held = engine.pending_deliveries().len();
+        let changed = held != self.engine_held || !log.deliveries.is_empty();
+        self.engine_held = held;
+        if changed && !self.owed.is_empty() {
             let owes = Self::engine_owes(engine);
             let now = log.now;
             for ((event_id, webhook), owed) in &self.owed {
@@ -1031,10 +1043,10 @@ mod tests {
         // The credit of 20 is 19.998: a response showing 20.00 breaks rule 2.
         let mut log = StepLog::default();
         log.facts.push(Fact::EsimShown { sim: 0, shown: Decimal::new(20, 0) });
-        let error = check_with(&mut Display, &world, &log).unwrap_err();
+        let error = check_with(&mut Display::default(), &world, &log).unwrap_err();
         assert!(error.contains("holds exactly 19.998"), "{error}");
         log.facts[0] = Fact::GroupShown { group: 0, shown: Decimal::new(-1, 0) };
-        assert!(check_with(&mut Display, &world, &log).is_err());
+        assert!(check_with(&mut Display::default(), &world, &log).is_err());
         assert_eq!(display_error(Decimal::new(19998, 3), Decimal::new(1999, 2)), None);
         assert!(display_error(Decimal::new(2, 0), Decimal::new(195, 2)).is_some(), "5 cents below is too far");
         assert!(display_error(Decimal::new(2, 0), Decimal::new(1999, 3)).is_some(), "three decimals");

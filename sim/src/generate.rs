@@ -16,7 +16,7 @@ use rand_core::{RngCore, SeedableRng};
 use rust_decimal::Decimal;
 
 /// Small worlds keep every step cheap: at most this many eSIMs and accounts.
-const MAX_SIMS: usize = 40;
+const MAX_SIMS: usize = 32;
 const MAX_ACCOUNTS: usize = 4;
 /// An ICCID no account owns.
 const UNKNOWN_ICCID: &str = "8944100000000000000";
