@@ -245,7 +245,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 ClockMode::Virtual => Millis::VIRTUAL_EPOCH,
                 ClockMode::Wall => Millis(server::real_now_ms()),
             };
-            let header = SegmentHeader { version: 1, config: config.clone(), clock, start, first_index: 0 };
+            let header = SegmentHeader {
+                version: journal::FORMAT_VERSION,
+                config: config.clone(),
+                clock,
+                start,
+                first_index: 0,
+            };
             (Engine::new(config, start), header)
         }
     };

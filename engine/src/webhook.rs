@@ -259,9 +259,17 @@ impl Engine {
         self.effects.push_back(Effect::Deliver(delivery));
     }
 
+    /// What a restart of the shell does to the state it recovered (or kept): the soft
+    /// state (per-key rate windows, never journaled) starts empty, and deliveries handed
+    /// out before it are handed out again, with their ids and attempt numbers.
+    pub fn restart(&mut self) {
+        self.rate_windows.clear();
+        self.redeliver_in_flight();
+    }
+
     /// Deliveries handed out whose outcome never came back (the shell restarted):
     /// hand them out again. Receivers de-duplicate by event id.
-    pub fn redeliver_in_flight(&mut self) {
+    fn redeliver_in_flight(&mut self) {
         let ids: Vec<u64> = self.deliveries.iter().filter(|(_, d)| d.in_flight).map(|(id, _)| *id).collect();
         for id in ids {
             self.push_delivery_effect(id);

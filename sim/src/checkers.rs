@@ -53,6 +53,7 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(LowBalanceOnce::default()),
         Box::new(RateLimit::default()),
         Box::new(IdempotentReplay),
+        Box::new(CrashRecovery),
     ]
 }
 
@@ -674,9 +675,14 @@ impl Checker for EventDelivery {
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         let engine = ctx.engine;
         let log = ctx.log;
+        // After a restart, what is handed out is what was in flight, handed out again:
+        // judged like retries (only where owed), whatever their attempt number.
+        let restarted = log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. }));
         // First attempts of this step's events, by event.
         let mut first: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-        for delivery in log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && d.attempt == 1) {
+        for delivery in
+            log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && d.attempt == 1 && !restarted)
+        {
             let Some(webhook) = delivery.webhook else { continue };
             if !first.entry(delivery.event_id.as_str()).or_default().insert(webhook) {
                 return Err(format!("event {} handed to webhook {webhook} twice at once", delivery.event_id));
@@ -712,7 +718,9 @@ impl Checker for EventDelivery {
             }
         }
         // Retries go only where a delivery is owed.
-        for delivery in log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && d.attempt > 1) {
+        for delivery in
+            log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && (d.attempt > 1 || restarted))
+        {
             let Some(webhook) = delivery.webhook else { continue };
             match self.owed.get_mut(&(delivery.event_id.clone(), webhook)) {
                 Some(owed) => owed.last_attempt = delivery.attempt,
@@ -871,6 +879,10 @@ impl Checker for RateLimit {
 
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         let limit = ctx.engine.config().rate_limit_per_minute;
+        // A restart starts the windows afresh (soft state, DESIGN gap decision).
+        if ctx.log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. })) {
+            self.windows.clear();
+        }
         for exchange in &ctx.log.exchanges {
             let (Some(key), true, true) = (exchange.key, exchange.key_valid, exchange.engine_bound) else { continue };
             let window = self.windows.entry(key).or_insert((exchange.at, 0));
@@ -921,6 +933,35 @@ impl Checker for IdempotentReplay {
                         "{} {}: a reused key with another request answered {}",
                         exchange.method, exchange.path, exchange.status
                     ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- crash recovery -----
+
+/// A crash loses nothing: the engine rebuilt from the journal's bytes has exactly the
+/// state digest of the engine that died.
+pub struct CrashRecovery;
+
+impl Checker for CrashRecovery {
+    fn name(&self) -> &'static str {
+        "crash_recovery"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for fact in &ctx.log.facts {
+            match fact {
+                Fact::Restarted { rebuild: Some(Err(why)) } => {
+                    return Err(format!("the journal did not rebuild the engine: {why}"))
+                }
+                Fact::Restarted { rebuild: Some(Ok((before, after))) } if before != after => {
+                    return Err(format!(
+                        "the engine rebuilt from the journal has digest {after}, the one that crashed {before}"
+                    ))
                 }
                 _ => {}
             }
@@ -1000,8 +1041,13 @@ mod tests {
             "install s1",
             "fund alice s1 20",
             "usage s1 100 DE",
+            "receiver w1 hold",
+            "fund alice s1 5",
+            "crash",
+            "receiver w1 ok",
             "advance 16m",
             "defund alice s1",
+            "restart",
             "advance 16m",
             "wallet alice",
         ];
@@ -1015,7 +1061,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 12);
+        assert_eq!(names().len(), 13);
     }
 
     #[test]
@@ -1261,5 +1307,36 @@ mod tests {
         replay.idempotency = Idempotency::Conflict;
         log.exchanges = vec![replay];
         assert!(check_with(&mut IdempotentReplay, &world, &log).unwrap_err().contains("reused key"));
+    }
+
+    #[test]
+    fn crash_recovery_fires_when_the_state_holds_a_change_the_journal_lacks() {
+        let mut world = world(None);
+        let slot = credit_slot(&world, 0);
+        // A change made behind the journal's back: the rebuilt engine cannot have it.
+        world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::new(1, 2));
+        world.apply(&"crash".parse::<Op>().unwrap());
+        let error = check_with(&mut CrashRecovery, &world, world.log()).unwrap_err();
+        assert!(error.contains("rebuilt from the journal has digest"), "{error}");
+        // A rebuild that failed is reported as such.
+        let log =
+            StepLog { facts: vec![Fact::Restarted { rebuild: Some(Err("bad magic".into())) }], ..StepLog::default() };
+        assert!(check_with(&mut CrashRecovery, &world, &log).unwrap_err().contains("did not rebuild"));
+    }
+
+    #[test]
+    fn a_crash_hands_held_deliveries_out_again() {
+        let mut checker = EventDelivery::default();
+        let mut world = seen(&mut checker, None);
+        let lines = ["receiver w1 hold", "provision alice as s2"];
+        run(&mut checker, &mut world, &lines).unwrap();
+        let held: Vec<u64> = world.engine().pending_deliveries().keys().copied().collect();
+        assert!(!held.is_empty(), "the held delivery is still the engine's");
+        world.apply(&"crash".parse::<Op>().unwrap());
+        let again: Vec<u64> = world.log().deliveries.iter().filter(|d| d.handed_out).map(|d| d.delivery_id).collect();
+        assert_eq!(again, held, "the same deliveries, handed out again");
+        checker.check(&Ctx { engine: world.engine(), log: world.log() }).unwrap();
+        run(&mut checker, &mut world, &["receiver w1 ok", "advance 1m"]).unwrap();
+        assert!(world.engine().pending_deliveries().is_empty());
     }
 }

@@ -422,6 +422,9 @@ impl Generator {
                 Some(op) => op,
                 None => self.read(world, account),
             },
+            // A crash of the service: rebuilt from its journal, it must carry on as if
+            // nothing happened (the `crash_recovery` checker and the comparison test).
+            What::Faults if self.faults && self.chance(25) => Op::Restart { rebuild: true },
             What::Faults if self.faults => {
                 let on = !self.faults_active && self.chance(60);
                 self.faults_active = on;

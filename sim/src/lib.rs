@@ -26,7 +26,8 @@
 //! `legal_transitions` (status and euicc), `members_hold_no_wallet`,
 //! `webhook_auto_disable`, `event_delivery` (each event to exactly the subscribed, active
 //! webhooks; retries only to them; nothing dropped), `low_balance_once`, `rate_limit`,
-//! `idempotent_replay`. Determinism (two runs of a seed, same responses, events and state
+//! `idempotent_replay`, `crash_recovery` (after a `crash`, the engine rebuilt from the
+//! journal's bytes has the digest of the one that died). Determinism (two runs of a seed, same responses, events and state
 //! digest) is checked per seed with [`SimOptions::determinism`] and in the tests.
 //!
 //! ## Layout

@@ -215,6 +215,13 @@ pub enum Op {
         webhook: String,
         mode: Receiver,
     },
+    /// The service process dies and starts again. `crash` (`rebuild`): the engine is
+    /// rebuilt from the journal's bytes, as a restart after SIGKILL does. `restart`: the
+    /// engine is kept, and only what any restart loses is lost (the rate windows; the
+    /// deliveries in flight are handed out again). The two must give identical results.
+    Restart {
+        rebuild: bool,
+    },
 }
 
 impl Op {
@@ -238,6 +245,8 @@ impl Op {
             Op::Faults { .. } => "faults",
             Op::Advance { .. } => "advance",
             Op::Receiver { .. } => "receiver",
+            Op::Restart { rebuild: true } => "crash",
+            Op::Restart { rebuild: false } => "restart",
         }
     }
 
@@ -459,6 +468,7 @@ impl fmt::Display for Op {
             }
             Op::Advance { ms } => write!(f, "{verb} {}", duration_text(*ms)),
             Op::Receiver { webhook, mode } => write!(f, "{verb} {} {mode}", token(webhook)),
+            Op::Restart { .. } => f.write_str(verb),
         }
     }
 }
@@ -631,6 +641,8 @@ impl FromStr for Op {
                 }
             }
             "advance" => Op::Advance { ms: parse_duration(args.next("duration")?)? },
+            "crash" => Op::Restart { rebuild: true },
+            "restart" => Op::Restart { rebuild: false },
             "receiver" => {
                 let webhook = args.string("webhook")?;
                 let mode = match args.next("mode")? {
@@ -805,6 +817,8 @@ mod tests {
             "receiver w1 down 3h",
             "receiver w1 fail 10",
             "receiver w1 fail",
+            "crash",
+            "restart",
         ];
         for line in lines {
             let op: Op = line.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
@@ -824,6 +838,7 @@ mod tests {
             "receiver w1 maybe",
             "frobnicate a",
             "topup a 1 2",
+            "crash now",
         ] {
             assert!(line.parse::<Op>().is_err(), "{line}");
         }

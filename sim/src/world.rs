@@ -16,8 +16,9 @@ use esim_engine::{
     ResellerRequest,
 };
 use esim_transport::api::Routed;
+use esim_transport::journal::{self, SegmentBuffer, SegmentHeader};
 use esim_transport::routes::RESELLER_BASE;
-use esim_transport::{ClockMode, Outcome, Service};
+use esim_transport::{ClockMode, JournalEntry, Outcome, Service};
 use rust_decimal::Decimal;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -93,6 +94,12 @@ pub enum Fact {
         events: Option<Vec<String>>,
         active: Option<bool>,
         deleted: bool,
+    },
+    /// The service restarted (`crash` or `restart`). For a crash, `rebuild` holds the
+    /// state digest before it and the digest of the engine rebuilt from the journal's
+    /// bytes, or why the rebuild failed.
+    Restarted {
+        rebuild: Option<Result<(String, String), String>>,
     },
 }
 
@@ -325,12 +332,19 @@ pub struct World {
     log: StepLog,
     steps: usize,
     stats: WorldStats,
+    /// The engine's configuration and test switch (a crash rebuilds with them).
+    config: EngineConfig,
+    bug: Option<InjectedBug>,
+    /// Every journal entry the service handed out since the world began, in order:
+    /// what a crash rebuilds the engine from.
+    journal: Vec<JournalEntry>,
 }
 
 impl World {
     /// A new service at the virtual epoch; the engine's seed is the scenario seed.
     pub fn new(seed: u64, bug: Option<InjectedBug>) -> World {
-        let engine = Engine::new(EngineConfig { seed, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
+        let config = EngineConfig { seed, ..EngineConfig::default() };
+        let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
         let mut service = Service::new(engine, ADMIN_TOKEN.to_string(), ClockMode::Virtual);
         service.set_render_qr(false);
         service.engine_mut().inject_bug_for_test(bug);
@@ -349,6 +363,9 @@ impl World {
             log: StepLog::default(),
             steps: 0,
             stats: WorldStats::default(),
+            config,
+            bug,
+            journal: Vec::new(),
         }
     }
 
@@ -567,10 +584,43 @@ impl World {
                     };
                 }
             }
+            Op::Restart { rebuild } => self.restart(*rebuild),
         }
         self.drain();
+        self.journal.extend(self.service.drain_journal());
         self.log.now = self.now;
         &self.log
+    }
+
+    /// The service process stops and starts again (see [`Op::Restart`]). Connections
+    /// die with it: deliveries the receivers were holding are never answered, and the
+    /// restarted service hands them out again (the next `drain` answers them).
+    fn restart(&mut self, rebuild: bool) {
+        self.journal.extend(self.service.drain_journal());
+        let rebuilt = rebuild.then(|| {
+            let before = self.service.engine().state_digest();
+            let header = SegmentHeader {
+                version: journal::FORMAT_VERSION,
+                config: self.config.clone(),
+                clock: ClockMode::Virtual,
+                start: Millis::VIRTUAL_EPOCH,
+                first_index: 0,
+            };
+            let mut segment = SegmentBuffer::new(&header);
+            segment.append(&self.journal);
+            match journal::replay_segment(segment.bytes()) {
+                Ok((mut engine, _, _)) => {
+                    engine.inject_bug_for_test(self.bug);
+                    let after = engine.state_digest();
+                    self.service.replace_engine(engine);
+                    Ok((before, after))
+                }
+                Err(error) => Err(error.to_string()),
+            }
+        });
+        self.log.facts.push(Fact::Restarted { rebuild: rebuilt });
+        self.held.clear();
+        self.service.engine_mut().restart();
     }
 
     /// Moves the clock by `ms`. While deliveries are outstanding it stops at every

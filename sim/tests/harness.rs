@@ -22,9 +22,19 @@ fn a_clean_engine_passes_every_checker() {
     assert!(summary.deliveries_ok > 0 && summary.deliveries > summary.deliveries_ok, "receivers answer and fail");
     assert!(summary.conservation.total.returns_settled_usd > rust_decimal::Decimal::ZERO);
     assert!(summary.conservation.total.auto_refills_usd > rust_decimal::Decimal::ZERO);
-    for verb in
-        ["fund", "fundgroup", "defund", "defundgroup", "usage", "advance", "raw", "burst", "faults", "testwebhook"]
-    {
+    for verb in [
+        "fund",
+        "fundgroup",
+        "defund",
+        "defundgroup",
+        "usage",
+        "advance",
+        "raw",
+        "burst",
+        "faults",
+        "testwebhook",
+        "crash",
+    ] {
         assert!(summary.commands.get(verb).copied().unwrap_or(0) > 0, "no {verb} in {:?}", summary.commands);
     }
     let table = summary.table();

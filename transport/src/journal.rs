@@ -30,6 +30,9 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"ESIMSNP1";
 /// Largest record accepted when reading (a larger length field is damage).
 const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
 
+/// The version of the segment and snapshot format written by this build.
+pub const FORMAT_VERSION: u32 = 1;
+
 /// What every segment header says: enough to start an engine from nothing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SegmentHeader {
@@ -367,12 +370,80 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// The first bytes of a segment: its magic and header record.
+fn segment_start(header: &SegmentHeader) -> Vec<u8> {
+    let mut bytes = SEGMENT_MAGIC.to_vec();
+    encode_record(&serde_json::to_vec(header).expect("a header serializes"), &mut bytes);
+    bytes
+}
+
+/// Appends one record per entry.
+fn encode_entries(entries: &[JournalEntry], out: &mut Vec<u8>) {
+    for entry in entries {
+        encode_record(&serde_json::to_vec(entry).expect("an entry serializes"), out);
+    }
+}
+
+/// A whole journal segment in memory, byte for byte what [`FileJournal`] writes to a
+/// file: the simulation's crash fault rebuilds its engine from these bytes with
+/// [`replay_segment`], so it exercises the same encoding and decoding as a restart.
+pub struct SegmentBuffer {
+    bytes: Vec<u8>,
+}
+
+impl SegmentBuffer {
+    pub fn new(header: &SegmentHeader) -> SegmentBuffer {
+        SegmentBuffer { bytes: segment_start(header) }
+    }
+
+    pub fn append(&mut self, entries: &[JournalEntry]) {
+        encode_entries(entries, &mut self.bytes);
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Rebuilds an engine from the bytes of one segment that starts at entry 0 (no
+/// snapshot): the header's configuration, then every entry. Any damage, a torn tail
+/// included, is an error naming the offset (the caller holds the whole segment).
+pub fn replay_segment(bytes: &[u8]) -> Result<(Engine, SegmentHeader, u64), JournalError> {
+    let damage = |offset: usize, why: &str| JournalError(format!("segment damaged at byte offset {offset} ({why})"));
+    if bytes.len() < 8 || &bytes[..8] != SEGMENT_MAGIC {
+        return Err(damage(0, "bad magic"));
+    }
+    let mut offset = 8;
+    let header: SegmentHeader = match next_record(bytes, &mut offset) {
+        Next::Record(payload) => serde_json::from_slice(payload).map_err(|_| damage(8, "unreadable header"))?,
+        Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
+        Next::End => return Err(damage(8, "missing header")),
+    };
+    if header.first_index != 0 {
+        return Err(damage(8, "the segment does not start at entry 0"));
+    }
+    let mut engine = Engine::new(header.config.clone(), header.start);
+    let mut entries = 0;
+    loop {
+        let start = offset;
+        match next_record(bytes, &mut offset) {
+            Next::Record(payload) => {
+                let entry: JournalEntry =
+                    serde_json::from_slice(payload).map_err(|_| damage(start, "unreadable entry"))?;
+                entry.replay(&mut engine);
+                entries += 1;
+            }
+            Next::End => return Ok((engine, header, entries)),
+            Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
+        }
+    }
+}
+
 /// Creates a segment file with its magic and header, durably.
 fn new_segment(dir: &Path, header: &SegmentHeader) -> io::Result<(BufWriter<File>, u64)> {
     let path = dir.join("journal").join(format!("{:020}.seg", header.first_index));
     let file = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
-    let mut bytes = SEGMENT_MAGIC.to_vec();
-    encode_record(&serde_json::to_vec(header).map_err(io::Error::other)?, &mut bytes);
+    let bytes = segment_start(header);
     let mut writer = BufWriter::with_capacity(1 << 20, file);
     writer.write_all(&bytes)?;
     writer.flush()?;
@@ -417,10 +488,7 @@ impl FileJournal {
             self.broken = false;
         }
         self.scratch.clear();
-        for entry in entries {
-            let payload = serde_json::to_vec(entry).map_err(io::Error::other)?;
-            encode_record(&payload, &mut self.scratch);
-        }
+        encode_entries(entries, &mut self.scratch);
         let written = self
             .writer
             .write_all(&self.scratch)

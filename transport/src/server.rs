@@ -221,7 +221,7 @@ async fn owner_task(
     sender: Sender,
 ) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
-    service.engine_mut().redeliver_in_flight();
+    service.engine_mut().restart();
     let mut waiting_tests: BTreeMap<u64, oneshot::Sender<http::Response<Bytes>>> = BTreeMap::new();
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
