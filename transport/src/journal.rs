@@ -287,6 +287,9 @@ pub fn recover(data_dir: &Path, options: &RecoverOptions) -> Result<Recovery, Jo
             Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
             Next::End => return Err(damage(8, "missing header")),
         };
+        if header.version != FORMAT_VERSION {
+            return Err(damage(8, &format!("format version {}, this build reads {FORMAT_VERSION}", header.version)));
+        }
         if header.first_index != *first_index {
             return Err(damage(8, "header index does not match the file name"));
         }
@@ -419,6 +422,9 @@ pub fn replay_segment(bytes: &[u8]) -> Result<(Engine, SegmentHeader, u64), Jour
         Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
         Next::End => return Err(damage(8, "missing header")),
     };
+    if header.version != FORMAT_VERSION {
+        return Err(damage(8, &format!("format version {}, this build reads {FORMAT_VERSION}", header.version)));
+    }
     if header.first_index != 0 {
         return Err(damage(8, "the segment does not start at entry 0"));
     }

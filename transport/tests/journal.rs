@@ -131,3 +131,51 @@ fn a_snapshot_plus_the_journal_after_it_recovers_and_old_segments_are_removed() 
     assert!(recovery.from_snapshot >= 48, "{}", recovery.from_snapshot);
     assert_eq!(recovery.next_index, 51);
 }
+
+#[test]
+fn a_segment_in_memory_is_the_file_byte_for_byte_and_replays_strictly() {
+    use esim_transport::journal::{replay_segment, SegmentBuffer, FORMAT_VERSION};
+    let dir = temp_dir("memory");
+    let config = EngineConfig { seed: 5, ..EngineConfig::default() };
+    let header = SegmentHeader {
+        version: FORMAT_VERSION,
+        config: config.clone(),
+        clock: ClockMode::Virtual,
+        start: Millis::VIRTUAL_EPOCH,
+        first_index: 0,
+    };
+    let policy = SnapshotPolicy { every_entries: u64::MAX, every_bytes: u64::MAX };
+    let mut file = FileJournal::open(&dir, header.clone(), policy).unwrap();
+    let mut memory = SegmentBuffer::new(&header);
+    let mut service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), "t".into(), ClockMode::Virtual);
+    let mut now = Millis::VIRTUAL_EPOCH;
+    let created = service.apply_command(
+        now,
+        Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None }),
+    );
+    let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!() };
+    for step in 0..20 {
+        now = now.plus_ms(90_000);
+        let _ = service.apply_command(
+            now,
+            Command::Admin(AdminOp::TopUp { account_id: account.account_id.clone(), amount_usd: Decimal::from(step) }),
+        );
+        let entries = service.drain_journal();
+        file.append(&entries).unwrap();
+        memory.append(&entries);
+    }
+    let on_disk = fs::read(&segments(&dir)[0]).unwrap();
+    assert_eq!(on_disk, memory.bytes(), "the same format in memory and on disk");
+    let (engine, read_header, entries) = replay_segment(memory.bytes()).unwrap();
+    assert_eq!((read_header, entries), (header, 21), "the account and 20 top-ups");
+    assert_eq!(engine.state_digest(), service.engine().state_digest());
+    // No torn tail is tolerated in memory: the caller holds the whole segment.
+    let error = replay_segment(&on_disk[..on_disk.len() - 3]).err().unwrap().0;
+    assert!(error.contains("record cut short"), "{error}");
+    let mut flipped = on_disk.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x40;
+    let error = replay_segment(&flipped).err().unwrap().0;
+    assert!(error.contains("byte offset") && error.contains("checksum mismatch"), "{error}");
+    fs::remove_dir_all(&dir).unwrap();
+}
