@@ -45,6 +45,11 @@ pub trait JournalSink: Send + 'static {
     }
     /// After a failed append: the durable state to continue from.
     fn reload(&mut self) -> Result<Engine, String>;
+    /// Appends wait on a disk (or a network): the owner task runs them on tokio's
+    /// blocking pool, so the worker thread keeps serving connections meanwhile.
+    fn blocks(&self) -> bool {
+        true
+    }
 }
 
 /// No durability (tests that do not need it).
@@ -56,6 +61,9 @@ impl JournalSink for NoJournal {
     }
     fn reload(&mut self) -> Result<Engine, String> {
         Err("no journal to reload from".into())
+    }
+    fn blocks(&self) -> bool {
+        false
     }
 }
 
@@ -267,7 +275,19 @@ async fn owner_task(
         // Group commit: one durable append for the whole batch, then the answers.
         let entries = service.drain_journal();
         if !entries.is_empty() {
-            if let Err(error) = journal.append(&entries) {
+            let appended = if journal.blocks() {
+                let (returned, appended) = tokio::task::spawn_blocking(move || {
+                    let appended = journal.append(&entries);
+                    (journal, appended)
+                })
+                .await
+                .expect("the journal append does not panic");
+                journal = returned;
+                appended
+            } else {
+                journal.append(&entries)
+            };
+            if let Err(error) = appended {
                 tracing::error!(%error, "journal append failed: answering 503 and going back to the durable state");
                 for (reply, _) in answers.drain(..) {
                     let _ = reply.send(unavailable());
