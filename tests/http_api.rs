@@ -207,6 +207,23 @@ async fn idempotent_retries_replay_the_same_bytes() {
     assert_eq!(balance.body["balance_usd"], json!(38.25), "applied once");
     let reused = send("11").await;
     assert_eq!((reused.status, reused.body["code"].clone()), (409, json!("IDEMPOTENCY_KEY_REUSED")));
+    // A provisioning retried: the same bytes, its QR code drawn again, one fee charged.
+    let provision = || {
+        server.raw(
+            "POST",
+            "/api/v2/reseller/esim/provision",
+            Some(&key),
+            &[("idempotency-key", "order-7")],
+            Bytes::from("{}"),
+        )
+    };
+    let (first, second) = (provision().await, provision().await);
+    assert_eq!(first.status, 201);
+    assert_eq!((first.status, first.raw.clone()), (second.status, second.raw.clone()));
+    let qr = first.body["qr_code"].as_str().unwrap();
+    assert!(qr.starts_with("data:image/png;base64,iVBORw0KGgo"), "a PNG: {}", &qr[..40.min(qr.len())]);
+    let balance = server.api("GET", "/wallet/balance", &key, None).await;
+    assert_eq!(balance.body["balance_usd"], json!(36.5), "one provisioning fee of 1.75");
     server.stop().await;
 }
 

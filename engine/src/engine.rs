@@ -6,7 +6,7 @@ use crate::command::{Command, DeliveryResult, ResellerOp, ResellerRequest};
 use crate::error::{ApiError, ErrorCode};
 use crate::event::{Event, EventName};
 use crate::ledger::Ledger;
-use crate::reply::{render, Reply, Response};
+use crate::reply::{QrCodeDataUrl, Reply, Response};
 use crate::state::*;
 use crate::time::Millis;
 use rand_chacha::ChaCha20Rng;
@@ -340,7 +340,11 @@ impl Engine {
                         "this Idempotency-Key was used with a different request",
                     ));
                 }
-                return Ok(Reply::Replayed { status: entry.status, body: entry.body.clone() });
+                return Ok(Reply::Replayed {
+                    status: entry.status,
+                    body: entry.body.clone(),
+                    qr_code: entry.qr_text.clone().map(QrCodeDataUrl::new),
+                });
             }
         }
         let response = self.dispatch(account, op);
@@ -348,12 +352,13 @@ impl Engine {
         // rate-limit or server-side failure is worth retrying.
         let storable = !matches!(response, Ok(Reply::WebhookTestDispatched { .. }));
         if storable {
-            let (status, body) = render(&response);
+            let (status, body, qr_text) = Reply::stored_form(&response);
             let expires_at = self.now.plus_ms(limits::IDEMPOTENCY_TTL_MS);
             let entry = IdempotencyEntry {
                 fingerprint,
                 status,
                 body: String::from_utf8(body).expect("JSON is UTF-8"),
+                qr_text,
                 expires_at,
             };
             if self.idempotency.insert((account, key.clone()), entry).is_none() {

@@ -54,8 +54,15 @@ pub enum Reply {
     Replayed {
         status: u16,
         body: String,
+        /// A provisioning's QR code: the stored body holds an empty data URL in its
+        /// place (a PNG is not kept for 24 hours), drawn again on the way out exactly
+        /// as the first answer drew it.
+        qr_code: Option<QrCodeDataUrl>,
     },
 }
+
+/// The `qr_code` field as stored in an idempotent provisioning's body.
+pub(crate) const UNRENDERED_QR_FIELD: &str = "\"qr_code\":\"data:image/png;base64,\"";
 
 impl Reply {
     /// HTTP status of the success.
@@ -76,8 +83,51 @@ impl Reply {
     /// The exact body bytes: a replay gives back what was stored, anything else its JSON.
     pub fn body_bytes(&self) -> Vec<u8> {
         match self {
+            Reply::Replayed { body, qr_code: Some(qr_code), .. } if qr_code.render => {
+                let field = format!("\"qr_code\":{}", serde_json::to_string(qr_code).expect("a QR code serializes"));
+                body.replacen(UNRENDERED_QR_FIELD, &field, 1).into_bytes()
+            }
             Reply::Replayed { body, .. } => body.clone().into_bytes(),
             other => serde_json::to_vec(other).expect("replies always serialize"),
+        }
+    }
+
+    /// Whether a QR code in this reply is drawn when it is serialized (see
+    /// [`QrCodeDataUrl::render`]).
+    pub fn set_render_qr(&mut self, render: bool) {
+        match self {
+            Reply::Provisioned(provisioned) => provisioned.qr_code.render = render,
+            Reply::Replayed { qr_code: Some(qr_code), .. } => qr_code.render = render,
+            _ => {}
+        }
+    }
+
+    /// The QR code this reply draws, if any.
+    fn qr_code(&self) -> Option<&QrCodeDataUrl> {
+        match self {
+            Reply::Provisioned(provisioned) => Some(&provisioned.qr_code),
+            Reply::Replayed { qr_code, .. } => qr_code.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Status and body as an idempotency entry stores them: the QR code left undrawn,
+    /// and its text to draw it again.
+    pub(crate) fn stored_form(response: &Response) -> (u16, Vec<u8>, Option<String>) {
+        match response {
+            Ok(reply) => match reply.qr_code() {
+                Some(qr_code) if qr_code.render => {
+                    let mut undrawn = reply.clone();
+                    undrawn.set_render_qr(false);
+                    (undrawn.status(), undrawn.body_bytes(), Some(qr_code.text.clone()))
+                }
+                Some(qr_code) => (reply.status(), reply.body_bytes(), Some(qr_code.text.clone())),
+                None => (reply.status(), reply.body_bytes(), None),
+            },
+            Err(_) => {
+                let (status, body) = render(response);
+                (status, body, None)
+            }
         }
     }
 }

@@ -238,6 +238,9 @@ pub struct IdempotencyEntry {
     pub fingerprint: [u8; 32],
     pub status: u16,
     pub body: String,
+    /// The LPA text of a provisioning's QR code, drawn again into `body` on a replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qr_text: Option<String>,
     pub expires_at: Millis,
 }
 

@@ -530,3 +530,24 @@ fn rates_table_filters() {
     };
     assert_eq!(none.total_countries, 0);
 }
+
+#[test]
+fn idempotent_provisioning_keeps_no_picture_and_replays_the_same_bytes() {
+    let mut h = Harness::new();
+    let r = h.reseller("50");
+    let provision = || {
+        Command::Reseller(ResellerRequest {
+            api_key: r.api_key.clone(),
+            idempotency_key: Some("order-7".into()),
+            op: ResellerOp::Provision { end_user_reference: None, label: None, group_id: None },
+        })
+    };
+    let first = render(&h.run(provision()));
+    let state = serde_json::to_string(&h.engine).unwrap();
+    assert!(!state.contains("iVBORw0KGgo"), "the stored answer holds no PNG (the QR code is drawn on the way out)");
+    let second = render(&h.run(provision()));
+    assert_eq!(first, second, "the replay draws the same QR code");
+    let body: serde_json::Value = serde_json::from_slice(&first.1).unwrap();
+    assert!(body["qr_code"].as_str().unwrap().starts_with("data:image/png;base64,iVBORw0KGgo"));
+    assert_eq!(h.balance(&r), d("48.25"), "one fee");
+}

@@ -258,7 +258,7 @@ impl Generator {
                     .collect();
                 let group = if self.chance(20) { self.pick(&mine).cloned() } else { None };
                 let label = self.chance(30).then(|| format!("trip {}", self.below(100)));
-                self.call(account, Call::Provision { bind, group, label, reference: None }, false)
+                self.call(account, Call::Provision { bind, group, label, reference: None }, true)
             }
             What::Defund => {
                 let (caller, sim) = self.sim(world);

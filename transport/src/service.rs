@@ -212,9 +212,9 @@ impl Service {
             }
             Routed::Engine(command) => match self.apply(now, command) {
                 Ok(Reply::WebhookTestDispatched { delivery_id }) => return Outcome::AwaitDelivery(delivery_id),
-                Ok(Reply::Provisioned(mut provisioned)) => {
-                    provisioned.qr_code.render = self.render_qr;
-                    respond(&Ok(Reply::Provisioned(provisioned)))
+                Ok(mut reply) => {
+                    reply.set_render_qr(self.render_qr);
+                    respond(&Ok(reply))
                 }
                 other => respond(&other),
             },
