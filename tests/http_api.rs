@@ -185,6 +185,42 @@ async fn rate_limit_answers_429_with_retry_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_and_the_rate_limit_come_before_what_is_wrong_with_a_request() {
+    let server = TestServer::start().await;
+    let (_, key) = server.account(20.0).await;
+    let fund = "/api/v2/reseller/esim/8900000000000000000/fund";
+    let send = |path: &'static str, token: Option<&str>, body: &'static str| {
+        let token = token.map(str::to_string);
+        let server = &server;
+        async move { server.raw("POST", path, token.as_deref(), &[], Bytes::from(body)).await }
+    };
+    let code = |reply: &common::Reply| (reply.status, reply.body["code"].as_str().unwrap_or("").to_string());
+    // No key, or a wrong one: 401 whatever the body, the route or the method.
+    for (path, body) in
+        [(fund, "{bad"), (fund, "{}"), ("/api/v2/reseller/nothing/here", ""), ("/api/v2/reseller/wallet/balance", "")]
+    {
+        for token in [None, Some("rsk_wrong")] {
+            let reply = send(path, token, body).await;
+            assert_eq!(code(&reply), (401, "INVALID_API_KEY".into()), "{path} {body} {token:?}");
+        }
+    }
+    // With the key: the request's own error.
+    let key = key.as_str();
+    assert_eq!(code(&send(fund, Some(key), "{bad").await), (400, "VALIDATION_ERROR".into()));
+    assert_eq!(code(&send("/api/v2/reseller/nothing", Some(key), "").await), (404, "ROUTE_NOT_FOUND".into()));
+    assert_eq!(code(&send("/api/v2/reseller/wallet/balance", Some(key), "").await), (405, "METHOD_NOT_ALLOWED".into()));
+    // Bad requests count against the limit, and past it they get 429 too.
+    for _ in 0..97 {
+        assert_eq!(send(fund, Some(key), "{}").await.status, 400);
+    }
+    let limited = send(fund, Some(key), "{bad").await;
+    assert_eq!(code(&limited), (429, "RATE_LIMITED".into()));
+    assert!(limited.headers.contains_key("retry-after"));
+    assert_eq!(server.api("GET", "/account", key, None).await.status, 429);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_retries_replay_the_same_bytes() {
     let server = TestServer::start().await;
     let (_, key) = server.account(50.0).await;

@@ -259,6 +259,18 @@ impl Engine {
         }
     }
 
+    /// The checks every reseller request passes first, for one that cannot become a
+    /// command (the transport could not parse it): the rate limit counts it, and a
+    /// missing, invalid or revoked key is refused. Changes only the soft rate windows.
+    pub fn authenticate(&mut self, now: Millis, api_key: &str) -> Result<(), ApiError> {
+        self.handle_timeout(now);
+        let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
+        match self.keys.get(&key_id(&digest)) {
+            Some(record) if !record.revoked && constant_time_eq(&record.digest, &digest) => self.check_rate(digest),
+            _ => Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
+        }
+    }
+
     /// Like [`Engine::handle`], without the per-key rate limit: for commands already
     /// admitted, and for replaying a journal (which holds only admitted commands).
     pub fn replay(&mut self, now: Millis, command: Command) -> Response {

@@ -1270,6 +1270,9 @@ fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
             };
             (false, false, kind)
         }
+        // Refused by the transport after the key check: counted by the rate limit, but
+        // never reaches the idempotency store (treated as a read).
+        Routed::ResellerReject { .. } => (true, true, Kind::Other),
         _ => (false, request.method() == http::Method::GET, Kind::Other),
     }
 }

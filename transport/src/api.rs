@@ -3,7 +3,7 @@
 //! an HTTP response. No sockets, no runtime, no clock, no business rules: everything
 //! here is parsing, validation of shapes, and rendering.
 
-use crate::routes::{self, Api, Match, ROUTES};
+use crate::routes::{self, Api, Match, RESELLER_BASE, ROUTES};
 use bytes::Bytes;
 use esim_engine::{
     AdminOp, ApiError, CardBehavior, Command, ErrorCode, ResellerOp, ResellerRequest, Response, SandboxOp,
@@ -32,6 +32,10 @@ pub enum Routed {
     OpenApi,
     /// Answer at once with this error.
     Reject(ApiError),
+    /// A request to the reseller API that cannot become a command (unknown route,
+    /// wrong method, bad body or query): the key is still authenticated and counted by
+    /// the rate limit first, so a bad request answers 401 or 429 before this error.
+    ResellerReject { api_key: String, error: ApiError },
 }
 
 /// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
@@ -179,9 +183,22 @@ pub fn bearer(headers: &http::HeaderMap) -> String {
 
 /// Parses a request into what it asks for. `admin_token` guards the admin and sandbox APIs.
 pub fn route(request: &http::Request<Bytes>, admin_token: &str) -> Routed {
-    match try_route(request, admin_token) {
-        Ok(routed) => routed,
-        Err(error) => Routed::Reject(error),
+    let error = match try_route(request, admin_token) {
+        Ok(routed) => return routed,
+        Err(error) => error,
+    };
+    // Credentials come first in every API: who is asking, then what is wrong with it.
+    let path = request.uri().path();
+    let credential = bearer(request.headers());
+    if path == RESELLER_BASE || path.starts_with(&format!("{RESELLER_BASE}/")) {
+        Routed::ResellerReject { api_key: credential, error }
+    } else if (path.starts_with("/admin/") || path.starts_with("/sandbox/"))
+        && error.code != ErrorCode::InvalidAdminToken
+        && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())
+    {
+        Routed::Reject(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"))
+    } else {
+        Routed::Reject(error)
     }
 }
 
@@ -436,9 +453,12 @@ mod tests {
     #[test]
     fn shape_errors_name_the_field() {
         for (body, field) in [(r#"{"amount": "1"}"#, "amount"), ("{}", "amount"), (r#"{"amount": true}"#, "amount")] {
-            let Routed::Reject(error) = route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t") else {
+            let Routed::ResellerReject { api_key, error } =
+                route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t")
+            else {
                 panic!()
             };
+            assert_eq!(api_key, "rsk_k", "the key is checked before the error is answered");
             assert_eq!(error.code, ErrorCode::ValidationError);
             assert!(error.message.contains(field), "{}", error.message);
         }
@@ -446,5 +466,9 @@ mod tests {
             panic!()
         };
         assert_eq!(error.code, ErrorCode::InvalidAdminToken, "admin routes check the token first");
+        // Unknown admin routes too; with the right token, the 404.
+        let unknown = request("GET", "/admin/v1/nothing", "");
+        assert!(matches!(route(&unknown, "t"), Routed::Reject(e) if e.code == ErrorCode::InvalidAdminToken));
+        assert!(matches!(route(&unknown, "rsk_k"), Routed::Reject(e) if e.code == ErrorCode::RouteNotFound));
     }
 }

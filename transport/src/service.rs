@@ -169,6 +169,13 @@ impl Service {
         let now = self.now(wall_now);
         let response = match api::route(request, &self.admin_token) {
             Routed::Reject(error) => api::error_response(error),
+            Routed::ResellerReject { api_key, error } => {
+                self.advance(now);
+                match self.engine.authenticate(now, &api_key) {
+                    Err(refused) => respond(&Err(refused)),
+                    Ok(()) => api::error_response(error),
+                }
+            }
             Routed::OpenApi => json_response(200, self.openapi.clone()),
             Routed::ClockRead => self.clock_body(),
             Routed::StateDigest => {
