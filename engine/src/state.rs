@@ -75,7 +75,9 @@ impl Wallet {
             slots,
             reporting_paused_until: Millis(i64::MIN),
             report_scheduled: false,
-            low_armed: true,
+            // Armed only once the balance shows $5 or more: a wallet never funded that
+            // high has no high-to-low crossing to notify.
+            low_armed: false,
             depleted_sent: false,
             paused: false,
         }

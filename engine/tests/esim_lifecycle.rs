@@ -551,3 +551,19 @@ fn idempotent_provisioning_keeps_no_picture_and_replays_the_same_bytes() {
     assert!(body["qr_code"].as_str().unwrap().starts_with("data:image/png;base64,iVBORw0KGgo"));
     assert_eq!(h.balance(&r), d("48.25"), "one fee");
 }
+
+#[test]
+fn a_wallet_never_funded_to_five_dollars_sends_no_balance_low() {
+    let mut h = Harness::new();
+    let r = h.reseller("50");
+    let iccid = h.provision_installed(&r);
+    h.fund(&r, &iccid, "3").unwrap();
+    h.usage(&iccid, "100");
+    h.advance_secs(20 * 60);
+    assert!(h.events_named("esim.balance_low").is_empty(), "never high, so no high-to-low crossing");
+    // Funded to $5 or more, the next crossing notifies once.
+    h.fund(&r, &iccid, "5").unwrap();
+    h.usage(&iccid, "1000");
+    h.advance_secs(20 * 60);
+    assert_eq!(h.events_named("esim.balance_low").len(), 1);
+}
