@@ -191,6 +191,10 @@ impl Engine {
             record.refill_amount = refill;
         }
         record.updated_at = now;
+        if threshold.is_some() {
+            // The balance may now be above the threshold (re-arms) or below it (notifies).
+            self.check_group_balance(group);
+        }
         Ok(Reply::Group(self.group_record(group)))
     }
 
@@ -399,7 +403,7 @@ impl Engine {
     }
 
     /// The group low-balance loop, run on every change of the group balance by usage or
-    /// fund: group.balance_low once per crossing (held back while an auto-refill charge
+    /// fund, and of its threshold: group.balance_low once per crossing (held back while an auto-refill charge
     /// for the refill is on its way), group.balance_depleted at exactly 0.
     pub(crate) fn check_group_balance(&mut self, group: u32) {
         let record = &self.groups[group as usize];
@@ -410,7 +414,10 @@ impl Engine {
         let exact = self.ledger.balance(record.wallet.slots.credit);
         let below = money::displayed(exact) < record.low_balance_threshold;
         let refill = record.refill_amount;
-        if below && record.wallet.low_armed {
+        if !below {
+            // At or above the threshold again: the next crossing notifies.
+            self.groups[group as usize].wallet.low_armed = true;
+        } else if record.wallet.low_armed {
             self.groups[group as usize].wallet.low_armed = false;
             let underfunded = self.reseller_balance(account) < refill;
             if underfunded && self.accounts[account as usize].auto_refill.enabled && self.start_auto_refill(account) {

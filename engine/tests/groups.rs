@@ -188,6 +188,24 @@ fn group_low_balance_once_per_crossing_rearmed_by_fund() {
     h.call(&r, ResellerOp::FundGroup { group_id: gid.clone(), amount: d("0.01") }).unwrap();
     h.usage(&p.iccid, "1");
     assert_eq!(h.events_named("group.balance_low").len(), 2, "re-armed by a group fund");
+    // A lower threshold puts the balance (about 9) above it again: re-armed, so the next
+    // crossing of the new threshold notifies.
+    let patch = |t: &str| ResellerOp::UpdateGroup {
+        group_id: gid.clone(),
+        name: None,
+        low_balance_threshold_usd: Some(d(t)),
+        refill_amount_usd: None,
+    };
+    h.call(&r, patch("5")).unwrap();
+    assert_eq!(h.events_named("group.balance_low").len(), 2, "above the new threshold: nothing to say");
+    h.usage(&p.iccid, &(d("5") / per_mb).round().to_string());
+    let low = h.events_named("group.balance_low");
+    assert_eq!(low.len(), 3, "re-armed by the lower threshold");
+    assert_eq!(low[2].data["threshold_usd"], 5.0);
+    // A threshold raised above the balance is a crossing too.
+    h.call(&r, patch("0")).unwrap();
+    h.call(&r, patch("8")).unwrap();
+    assert_eq!(h.events_named("group.balance_low").len(), 4);
 }
 
 #[test]

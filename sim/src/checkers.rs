@@ -788,7 +788,8 @@ impl Checker for EventDelivery {
 // ----- low-balance events -----
 
 /// Once per crossing: no two `esim.balance_low` (or `esim.balance_depleted`) for one
-/// eSIM without a fund of it in between, the same for the group events and group funds,
+/// eSIM without a fund of it in between, the same for the group events and group funds
+/// (a group's low event also re-arms when its balance shows its threshold again),
 /// and no two `balance.low` (`balance.depleted`) for an account without its balance back
 /// at $5 or more (above 0) in between.
 #[derive(Default)]
@@ -845,6 +846,14 @@ impl Checker for LowBalanceOnce {
                 for name in names {
                     self.notified.remove(&(name, id.clone()));
                 }
+            }
+        }
+        // A group's low event re-arms when its balance shows its threshold or more again
+        // (a lower threshold, PATCHed, does that as well as a fund).
+        for group in engine.groups() {
+            let shown = money::displayed(engine.ledger().balance(group.wallet.slots.credit));
+            if shown >= group.low_balance_threshold {
+                self.notified.remove(&(EventName::GroupBalanceLow, group.id.clone()));
             }
         }
         // The reseller balance events re-arm when the balance is back up (a step holds
