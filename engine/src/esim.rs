@@ -110,6 +110,9 @@ impl Engine {
         check_text("end_user_reference", &end_user_reference)?;
         check_text("label", &label)?;
         let group = match &group_id {
+            Some(id) if uuid::Uuid::try_parse(id).is_err() => {
+                return Err(ApiError::validation("group_id must be a UUID"));
+            }
             Some(id) => {
                 let group = self.group_of(account, id)?;
                 self.require_group_room(group)?;
@@ -328,7 +331,11 @@ impl Engine {
         let credit = esim.wallet.slots.credit;
         let group = esim.group.take();
         if let Some(group) = group {
-            self.groups[group as usize].members.remove(&sim);
+            // It leaves its group: subscribers tracking membership hear it first.
+            let record = &mut self.groups[group as usize];
+            record.members.remove(&sim);
+            let extra = json!({ "group_id": record.id, "group_name": record.name });
+            self.emit_esim_event(sim, EventName::EsimGroupRemoved, extra);
         }
         let forfeited = self.ledger.transfer_all(credit, forfeited_slot, Reason::Forfeit);
         self.emit_esim_event(

@@ -442,3 +442,22 @@ fn auto_refill_stops_after_ten_charges_in_a_day() {
     assert!(!a.auto_refill_enabled);
     h.assert_conserved();
 }
+
+#[test]
+fn terminating_a_member_removes_it_from_its_group_with_the_event() {
+    let mut h = Harness::new();
+    let r = h.reseller("50");
+    let gid = create(&mut h, &r, "Fleet");
+    let Ok(Reply::Provisioned(p)) =
+        h.call(&r, ResellerOp::Provision { end_user_reference: None, label: None, group_id: Some(gid.clone()) })
+    else {
+        panic!()
+    };
+    let before = h.events.len();
+    h.call(&r, ResellerOp::Terminate { iccid: p.iccid.clone() }).unwrap();
+    let names: Vec<&str> = h.events[before..].iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["esim.group_removed", "esim.terminated"]);
+    let removed = &h.events[before];
+    assert_eq!((removed.data["group_id"].as_str(), removed.data["group_name"].as_str()), (Some(gid.as_str()), Some("Fleet")));
+    assert_eq!(group(&mut h, &r, &gid).esim_count, 0);
+}
