@@ -259,7 +259,27 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut journal = FileJournal::open(&args.data_dir, header, SnapshotPolicy::default())
         .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?;
     let mut service = Service::new(engine, admin_token, clock);
-    let demo_key = if args.demo || new_data_dir { Some(create_demo_account(&mut service)?) } else { None };
+    if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
+        // The flag of this start rules from now on (journaled: earlier registrations
+        // replay under the setting they were made with).
+        let now = service.now(Millis(server::real_now_ms()));
+        let allowed = args.allow_insecure_webhooks;
+        service
+            .apply_command(now, Command::Admin(AdminOp::SetInsecureWebhooks { allowed }))
+            .map_err(|e| e.to_string())?;
+    }
+    let demo_exists = service.engine().accounts().iter().any(|a| a.contact_email == DEMO_EMAIL);
+    let demo_key = if (args.demo || new_data_dir) && !demo_exists {
+        Some(create_demo_account(&mut service)?)
+    } else {
+        if args.demo {
+            eprintln!(
+                "esim: the demo account exists already (its key was shown at its first start); \
+                 POST /admin/v1/accounts/{{id}}/keys makes a new key"
+            );
+        }
+        None
+    };
     journal.append(&service.drain_journal()).map_err(|e| format!("cannot write the journal: {e}"))?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -281,12 +301,15 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     })
 }
 
+/// The contact of the demo account (how a restart knows it exists already).
+const DEMO_EMAIL: &str = "demo@reseller.example";
+
 fn create_demo_account(service: &mut Service) -> Result<String, String> {
     let now = service.now(Millis(server::real_now_ms()));
     let created = service.apply_command(
         now,
         Command::Admin(AdminOp::CreateAccount {
-            contact_email: "demo@reseller.example".into(),
+            contact_email: DEMO_EMAIL.into(),
             company_name: Some("Demo Reseller".into()),
         }),
     );

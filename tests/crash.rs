@@ -3,71 +3,20 @@
 //! acknowledged change is there, nothing is half-applied, money is conserved exactly,
 //! and at the end the live digest equals an offline `esim replay`.
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const ADMIN: &str = "crash-admin-token";
+mod process;
+use process::*;
+
 const ROUNDS: usize = 22;
 const CLIENTS: usize = 4;
-
-type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-struct Running {
-    child: Child,
-    base: String,
-}
-
-fn start(dir: &Path) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_esim"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--clock", "virtual", "--seed", "99", "--admin-token", ADMIN])
-        .arg("--data-dir")
-        .arg(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("esim serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let base = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
-    Running { child, base }
-}
-
-async fn call(
-    client: &HttpClient,
-    base: &str,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: Option<Value>,
-    key: Option<&str>,
-) -> Option<(u16, Value)> {
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"))
-        .header("authorization", format!("Bearer {token}"));
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
-    }
-    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-    let response = tokio::time::timeout(Duration::from_secs(5), client.request(request.body(Full::new(body)).unwrap()))
-        .await
-        .ok()?
-        .ok()?;
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.ok()?.to_bytes();
-    Some((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
-}
 
 fn dec(value: &Value) -> Decimal {
     Decimal::from_str(&value.to_string()).unwrap()
@@ -97,7 +46,7 @@ async fn kill_minus_nine_twenty_times_loses_nothing_acknowledged() {
         seed % bound
     };
     for round in 0..ROUNDS {
-        let mut server = start(&dir);
+        let mut server = start(&dir, &[]);
         let base = server.base.clone();
         if round == 0 {
             for _ in 0..CLIENTS {
@@ -244,7 +193,7 @@ async fn kill_minus_nine_twenty_times_loses_nothing_acknowledged() {
         }
     }
     // The end: the live digest equals an offline replay of the data dir.
-    let mut server = start(&dir);
+    let mut server = start(&dir, &[]);
     let (_, state) = call(&client, &server.base, "GET", "/admin/v1/state", ADMIN, None, None).await.unwrap();
     let live = state["state_digest"].as_str().unwrap().to_string();
     unsafe_free_sigterm(&mut server.child);
@@ -256,12 +205,4 @@ async fn kill_minus_nine_twenty_times_loses_nothing_acknowledged() {
     let provisioned: usize = ledger.lock().unwrap().iter().map(|a| a.provisioned.len()).sum();
     assert!(provisioned >= 10, "the clients really worked ({provisioned} eSIMs)");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Stops the server gracefully with SIGTERM (via the `kill` command, no unsafe code).
-fn unsafe_free_sigterm(child: &mut Child) {
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let exit = child.wait().unwrap();
-    assert!(exit.success(), "graceful stop exits 0: {exit:?}");
 }

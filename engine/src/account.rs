@@ -18,6 +18,10 @@ impl Engine {
     pub(crate) fn handle_admin(&mut self, op: AdminOp) -> Response {
         match op {
             AdminOp::CreateAccount { contact_email, company_name } => self.create_account(contact_email, company_name),
+            AdminOp::SetInsecureWebhooks { allowed } => {
+                self.config.allow_insecure_webhooks = allowed;
+                Ok(Reply::AdminUpdated(json!({ "allow_insecure_webhooks": allowed })))
+            }
             AdminOp::TopUp { account_id, amount_usd } => {
                 let account = self.account_by_id(&account_id)?;
                 self.top_up(account, amount_usd)

@@ -190,14 +190,44 @@ pub enum CardBehavior {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum AdminOp {
-    CreateAccount { contact_email: String, company_name: Option<String> },
-    TopUp { account_id: String, amount_usd: Decimal },
-    CreateKey { account_id: String },
-    RevokeKey { api_key: String },
-    Freeze { account_id: String, frozen: bool },
-    SetAutoRefill { account_id: String, enabled: bool, amount_usd: Option<Decimal>, card: Option<CardBehavior> },
-    SetLimits { account_id: String, max_groups: Option<u32>, max_group_size: Option<u32> },
-    SetInventory { available: u64 },
+    CreateAccount {
+        contact_email: String,
+        company_name: Option<String>,
+    },
+    TopUp {
+        account_id: String,
+        amount_usd: Decimal,
+    },
+    CreateKey {
+        account_id: String,
+    },
+    RevokeKey {
+        api_key: String,
+    },
+    Freeze {
+        account_id: String,
+        frozen: bool,
+    },
+    SetAutoRefill {
+        account_id: String,
+        enabled: bool,
+        amount_usd: Option<Decimal>,
+        card: Option<CardBehavior>,
+    },
+    SetLimits {
+        account_id: String,
+        max_groups: Option<u32>,
+        max_group_size: Option<u32>,
+    },
+    SetInventory {
+        available: u64,
+    },
+    /// The `--allow-insecure-webhooks` setting of a start, when it differs from the
+    /// state's (no HTTP route): journaled, so a replay validates each webhook URL under
+    /// the setting it was registered with.
+    SetInsecureWebhooks {
+        allowed: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -458,6 +458,9 @@ fn terminating_a_member_removes_it_from_its_group_with_the_event() {
     let names: Vec<&str> = h.events[before..].iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["esim.group_removed", "esim.terminated"]);
     let removed = &h.events[before];
-    assert_eq!((removed.data["group_id"].as_str(), removed.data["group_name"].as_str()), (Some(gid.as_str()), Some("Fleet")));
+    assert_eq!(
+        (removed.data["group_id"].as_str(), removed.data["group_name"].as_str()),
+        (Some(gid.as_str()), Some("Fleet"))
+    );
     assert_eq!(group(&mut h, &r, &gid).esim_count, 0);
 }
