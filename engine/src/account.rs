@@ -183,11 +183,13 @@ impl Engine {
 
     /// Checks that the reseller balance covers `amount` (402 with both amounts otherwise).
     pub(crate) fn require_balance(&self, account: u32, amount: Decimal) -> Result<(), ApiError> {
-        let available = self.reseller_balance(account);
+        // Compared as they are (scale does not matter to Decimal order); normalized only
+        // to be shown.
+        let available = self.ledger.balance(self.accounts[account as usize].slots.reseller);
         if available < amount {
             return Err(ApiError::new(
                 ErrorCode::InsufficientBalance,
-                format!("required {} USD, available {} USD", amount.normalize(), available),
+                format!("required {} USD, available {} USD", amount.normalize(), available.normalize()),
             ));
         }
         Ok(())
@@ -212,7 +214,7 @@ impl Engine {
     }
 
     pub(crate) fn after_reseller_debit(&mut self, account: u32) {
-        let balance = self.reseller_balance(account);
+        let balance = self.ledger.balance(self.accounts[account as usize].slots.reseller);
         let record = &mut self.accounts[account as usize];
         let low = balance < money::low_balance_threshold_usd() && record.low_armed;
         let depleted = balance.is_zero() && !record.depleted_sent;

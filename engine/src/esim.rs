@@ -369,11 +369,11 @@ impl Engine {
         self.accounts[account as usize].lifetime_usage += amount;
         self.after_reseller_debit(account);
         let pause_until = self.now.plus_ms(self.config.reporting_pause_ms);
-        let exact = self.ledger.balance(wallet_credit);
+        let shown = money::displayed(self.ledger.balance(wallet_credit));
         let esim = &mut self.esims[sim as usize];
         esim.wallet_created = true;
         esim.wallet.reporting_paused_until = pause_until;
-        if money::displayed(exact) >= money::low_balance_threshold_usd() {
+        if shown >= money::low_balance_threshold_usd() {
             esim.wallet.low_armed = true;
         }
         esim.wallet.depleted_sent = false;
@@ -381,7 +381,7 @@ impl Engine {
             success: true,
             iccid: iccid.to_string(),
             funded_usd: amount,
-            wallet_balance_usd: money::displayed(exact),
+            wallet_balance_usd: shown,
             account_balance_remaining: self.reseller_balance(account),
         }))
     }
