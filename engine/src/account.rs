@@ -228,11 +228,11 @@ impl Engine {
             self.emit(
                 account,
                 EventName::BalanceLow,
-                json!({ "balance_usd": balance, "threshold_usd": money::low_balance_threshold_usd() }),
+                json!({ "balance_usd": balance.normalize(), "threshold_usd": money::low_balance_threshold_usd() }),
             );
         }
         if depleted {
-            self.emit(account, EventName::BalanceDepleted, json!({ "balance_usd": balance }));
+            self.emit(account, EventName::BalanceDepleted, json!({ "balance_usd": balance.normalize() }));
         }
     }
 
