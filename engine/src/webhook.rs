@@ -29,26 +29,58 @@ pub fn retry_wait_ms(failed_attempts: u32) -> i64 {
     (limits::RETRY_BASE_MS << doubling).min(limits::RETRY_MAX_WAIT_MS)
 }
 
-/// True for hosts that only a local developer should target.
+/// True for hosts that only a local developer should target: local names, addresses
+/// that are not public, and numeric forms resolvers read as addresses (`0`,
+/// `2130706433`, `0x7f.1`, `127.1`). A public name that resolves to a private address
+/// is refused by the sender when it connects.
 fn is_private_host(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-    if host == "localhost"
+    let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty()
+        || host == "localhost"
         || host.ends_with(".localhost")
         || host.ends_with(".local")
-        || host == "::1"
-        || host == "0.0.0.0"
+        || host.ends_with(".internal")
     {
         return true;
     }
-    if host.starts_with("fc") || host.starts_with("fd") || host.starts_with("fe80:") {
-        return host.contains(':');
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return !is_public_ip(ip);
     }
-    let octets: Vec<u8> = host.split('.').filter_map(|p| p.parse().ok()).collect();
-    if octets.len() != 4 || host.split('.').count() != 4 {
-        return false;
+    host.split('.').all(|part| !part.is_empty() && (part.bytes().all(|b| b.is_ascii_digit()) || part.starts_with("0x")))
+}
+
+/// Whether an address is on the public internet (webhooks target only those unless
+/// insecure webhooks are allowed). IPv4-mapped IPv6 addresses are judged as IPv4.
+pub fn is_public_ip(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..=127).contains(&b))
+                || (a == 198 && (18..=19).contains(&b))
+                || a >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public_ip(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || (first == 0 && v6.segments()[1..6].iter().all(|s| *s == 0)))
+        }
     }
-    matches!((octets[0], octets[1]), (127, _) | (10, _) | (192, 168) | (169, 254) | (0, _) | (100, 64..=127))
-        || (octets[0] == 172 && (16..=31).contains(&octets[1]))
 }
 
 impl Engine {
@@ -353,10 +385,32 @@ mod tests {
 
     #[test]
     fn private_hosts() {
-        for host in ["localhost", "127.0.0.1", "10.1.2.3", "192.168.0.1", "172.20.0.1", "[::1]", "169.254.1.1"] {
+        let private = [
+            "localhost",
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.20.0.1",
+            "[::1]",
+            "169.254.1.1",
+            // Forms a spec audit got through the first version of this check:
+            "[::ffff:127.0.0.1]",
+            "[::]",
+            "0",
+            "2130706433",
+            "0x7f.1",
+            "127.1",
+            "localhost.",
+            "[fd00::1]",
+            "[fe80::1]",
+            "100.64.0.1",
+            "metadata.google.internal",
+        ];
+        for host in private {
             assert!(is_private_host(host), "{host}");
         }
-        for host in ["example.com", "8.8.8.8", "172.32.0.1", "hooks.reseller.io"] {
+        for host in ["example.com", "8.8.8.8", "172.32.0.1", "hooks.reseller.io", "[2001:4860:4860::8888]", "1.example"]
+        {
             assert!(!is_private_host(host), "{host}");
         }
     }

@@ -2,11 +2,19 @@
 //! 10-second timeout and bounded concurrency. The outcome goes back to the engine.
 
 use bytes::Bytes;
+use esim_engine::webhook::is_public_ip;
 use esim_engine::{Delivery, DeliveryResult};
 use http_body_util::Full;
+use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -15,8 +23,60 @@ pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deliveries in flight at once.
 pub const MAX_CONCURRENT_DELIVERIES: usize = 64;
 
-type HttpsClient =
-    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector<PublicOnly>>, Full<Bytes>>;
+
+/// DNS resolution that keeps only public addresses (unless insecure webhooks are
+/// allowed): a public-looking name that resolves to loopback or a private network is
+/// refused at connect time, which the URL check at registration cannot see.
+#[derive(Clone)]
+struct PublicOnly {
+    inner: GaiResolver,
+    allow_private: bool,
+}
+
+impl tower_service::Service<Name> for PublicOnly {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let resolving = self.inner.call(name.clone());
+        let allow_private = self.allow_private;
+        Box::pin(async move {
+            let kept: Vec<SocketAddr> =
+                resolving.await?.filter(|address| allow_private || is_public_ip(address.ip())).collect();
+            if kept.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("{name} resolves only to private addresses (allowed with --allow-insecure-webhooks)"),
+                ));
+            }
+            Ok(kept.into_iter())
+        })
+    }
+}
+
+/// An error and its causes, `a: b: c` (hyper's client error alone says only "Connect").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// The host of a URL when it is an IP literal (connected to without resolving).
+fn literal_ip(url: &str) -> Option<IpAddr> {
+    let uri: http::Uri = url.parse().ok()?;
+    uri.host()?.trim_start_matches('[').trim_end_matches(']').parse().ok()
+}
 
 #[derive(Clone)]
 pub struct Sender {
@@ -27,12 +87,15 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(allow_insecure: bool) -> Sender {
+        let mut http =
+            HttpConnector::new_with_resolver(PublicOnly { inner: GaiResolver::new(), allow_private: allow_insecure });
+        http.enforce_http(false);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
             .expect("the ring provider supports the default protocol versions")
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         Sender {
             client: Client::builder(TokioExecutor::new()).build(https),
             permits: Arc::new(Semaphore::new(MAX_CONCURRENT_DELIVERIES)),
@@ -46,6 +109,9 @@ impl Sender {
         if !self.allow_insecure && !delivery.url.starts_with("https://") {
             return DeliveryResult::Failed("plain http:// targets need --allow-insecure-webhooks".into());
         }
+        if !self.allow_insecure && literal_ip(&delivery.url).is_some_and(|ip| !is_public_ip(ip)) {
+            return DeliveryResult::Failed("private addresses need --allow-insecure-webhooks".into());
+        }
         let mut request = http::Request::post(&delivery.url).header(http::header::CONTENT_TYPE, "application/json");
         for (name, value) in delivery.headers() {
             request = request.header(name, value);
@@ -56,8 +122,53 @@ impl Sender {
         };
         match tokio::time::timeout(DELIVERY_TIMEOUT, self.client.request(request)).await {
             Err(_) => DeliveryResult::Timeout,
-            Ok(Err(error)) => DeliveryResult::Failed(error.to_string()),
+            Ok(Err(error)) => DeliveryResult::Failed(with_causes(&error)),
             Ok(Ok(response)) => DeliveryResult::Status(response.status().as_u16()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use esim_engine::{EventName, Millis};
+
+    fn delivery(url: &str) -> Delivery {
+        Delivery {
+            delivery_id: 1,
+            webhook_id: "w".into(),
+            url: url.into(),
+            event_id: "evt_1".into(),
+            event: EventName::Test,
+            body: "{}".into(),
+            signature: "00".into(),
+            timestamp: Millis::VIRTUAL_EPOCH,
+            attempt: 1,
+        }
+    }
+
+    /// Private targets are refused before any connection: by name once resolved, and as
+    /// IP literals (including IPv4-mapped IPv6); with insecure webhooks allowed, the
+    /// same targets are tried (and here refused by the closed port instead).
+    #[tokio::test]
+    async fn private_targets_are_refused_unless_insecure_webhooks_are_allowed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let secure = Sender::new(false);
+        for url in [
+            format!("https://localhost:{port}/h"),
+            format!("https://127.0.0.1:{port}/h"),
+            format!("https://[::ffff:127.0.0.1]:{port}/h"),
+            format!("https://[::1]:{port}/h"),
+        ] {
+            let DeliveryResult::Failed(why) = secure.send(&delivery(&url)).await else { panic!("{url} was tried") };
+            assert!(why.contains("private addresses"), "{url}: {why}");
+        }
+        let insecure = Sender::new(true);
+        let DeliveryResult::Failed(why) = insecure.send(&delivery(&format!("http://localhost:{port}/h"))).await else {
+            panic!("nothing listens there")
+        };
+        assert!(!why.contains("private addresses"), "{why}");
     }
 }
