@@ -419,6 +419,10 @@ impl Engine {
         let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
         let esim = &mut self.esims[sim as usize];
         esim.wallet.paused = true;
+        // The wallet is emptied by the reseller's choice: no low or depleted event for it
+        // (a fund re-arms them).
+        esim.wallet.low_armed = false;
+        esim.wallet.depleted_sent = true;
         esim.pending = Some(PendingReturn::Defund { amount, settles_at });
         self.schedule(settles_at, Timer::SettleReturn(sim));
         Ok(Reply::DefundAccepted(DefundAccepted {
@@ -437,6 +441,19 @@ impl Engine {
     /// A defund or a move settles: the displayed amount goes back to the reseller
     /// balance, the sub-cent rest to dust; a move then joins its group.
     pub(crate) fn settle_return(&mut self, sim: u32) {
+        let wallet = &self.esims[sim as usize].wallet;
+        if wallet.report_scheduled && self.esims[sim as usize].pending.is_some() {
+            // DESIGN rule 5: settlement comes once usage has reported. The report timer
+            // fires on this sync boundary; this one, scheduled after it, follows it.
+            let report_due = self.next_sync(self.now.max(wallet.reporting_paused_until));
+            if let Some(PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. }) =
+                &mut self.esims[sim as usize].pending
+            {
+                *settles_at = report_due;
+            }
+            self.schedule(report_due, Timer::SettleReturn(sim));
+            return;
+        }
         let Some(pending) = self.esims[sim as usize].pending.take() else { return };
         let account = self.esims[sim as usize].account;
         let slots = self.accounts[account as usize].slots;

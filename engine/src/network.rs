@@ -176,7 +176,7 @@ impl Engine {
     }
 
     /// The next sync-cycle boundary strictly after `at`.
-    fn next_sync(&self, at: Millis) -> Millis {
+    pub(crate) fn next_sync(&self, at: Millis) -> Millis {
         let interval = self.config.sync_interval_ms.max(1);
         Millis((at.0.div_euclid(interval) + 1) * interval)
     }
