@@ -61,6 +61,9 @@ pub struct Service {
     openapi: Bytes,
     /// Draw QR codes in provisioning responses (off only in the simulation).
     render_qr: bool,
+    /// The latest service time any answer showed: reads never show time going back,
+    /// even when the wall clock does.
+    shown_now: Millis,
 }
 
 impl Service {
@@ -74,6 +77,7 @@ impl Service {
             journal: Vec::new(),
             openapi: Bytes::from(crate::openapi::document()),
             render_qr: true,
+            shown_now: virtual_now,
         }
     }
 
@@ -166,7 +170,8 @@ impl Service {
 
     /// Handles one request.
     pub fn handle(&mut self, wall_now: Millis, request: &http::Request<Bytes>) -> Outcome {
-        let now = self.now(wall_now);
+        let now = self.now(wall_now).max(self.shown_now);
+        self.shown_now = now;
         let response = match api::route(request, &self.admin_token) {
             Routed::Reject(error) => api::error_response(error),
             Routed::ResellerReject { api_key, error } => {
@@ -177,10 +182,10 @@ impl Service {
                 }
             }
             Routed::OpenApi => json_response(200, self.openapi.clone()),
-            Routed::ClockRead => self.clock_body(),
+            Routed::ClockRead => self.clock_body(now),
             Routed::StateDigest => {
                 self.advance(now);
-                let body = serde_json::json!({ "state_digest": self.engine.state_digest(), "now": self.engine.now().to_rfc3339() });
+                let body = serde_json::json!({ "state_digest": self.engine.state_digest(), "now": now.to_rfc3339() });
                 json_response(200, serde_json::to_vec(&body).expect("json"))
             }
             Routed::ClockAdvance { ms } => {
@@ -195,7 +200,7 @@ impl Service {
                     // Always journaled: the virtual clock's position must survive a restart.
                     self.engine.handle_timeout(now);
                     self.journal.push(JournalEntry::Tick { at: now });
-                    self.clock_body()
+                    self.clock_body(now)
                 }
             }
             Routed::Report { account_id, format } => {
@@ -229,11 +234,8 @@ impl Service {
         Outcome::Respond(response)
     }
 
-    fn clock_body(&self) -> http::Response<Bytes> {
-        let now = match self.clock {
-            ClockMode::Virtual => self.virtual_now,
-            ClockMode::Wall => self.engine.now(),
-        };
+    /// The clock's answer at service time `now` (a wall clock moves between inputs).
+    fn clock_body(&self, now: Millis) -> http::Response<Bytes> {
         json_response(
             200,
             serde_json::to_vec(&serde_json::json!({ "now": now.to_rfc3339(), "mode": self.clock })).expect("json"),
