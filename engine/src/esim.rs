@@ -278,6 +278,12 @@ impl Engine {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         self.require_no_pending(sim)?;
+        if let Some(group) = self.esims[sim as usize].group {
+            // DESIGN rule 5: the same shape holds for a group defund.
+            if self.groups[group as usize].defund.is_some() {
+                return Err(ApiError::new(ErrorCode::GroupDefundPending, "the group's balance return is in progress"));
+            }
+        }
         self.require_not_frozen(account)?;
         let balance = self.reseller_balance(account);
         if balance <= Decimal::ZERO {

@@ -314,12 +314,16 @@ fn group_defund_pauses_members_and_settles_with_group_defunded() {
         code(h.call(&r, ResellerOp::FundGroup { group_id: gid.clone(), amount: d("5") })),
         "GROUP_DEFUND_PENDING"
     );
+    // Enabling a member is refused too (it would answer data_enabled while data stays paused).
+    h.call(&r, ResellerOp::Disable { iccid: p.iccid.clone() }).unwrap();
+    assert_eq!(code(h.call(&r, ResellerOp::Enable { iccid: p.iccid.clone() })), "GROUP_DEFUND_PENDING");
     assert!(h.events_named("group.defunded").is_empty());
     let before = h.balance(&r);
     h.advance_secs(15 * 60);
     assert_eq!(h.balance(&r), before + d("19.99"));
     assert_eq!(h.events_named("group.defunded").len(), 1);
     assert_eq!(group(&mut h, &r, &gid).balance_usd, d("0"));
+    h.call(&r, ResellerOp::Enable { iccid: p.iccid.clone() }).unwrap();
     h.call(&r, ResellerOp::FundGroup { group_id: gid.clone(), amount: d("9") }).unwrap();
     assert!(!h.usage(&p.iccid, "1").data_stopped, "members resume when the group is funded");
     // Reuse: rename after moving out and defunding.
