@@ -186,8 +186,16 @@ impl Engine {
 }
 
 impl ConservationReport {
+    /// JSON with every amount in its shortest exact form (`120.22`, `0`, `0.008`): the
+    /// same figures as CSV and Markdown, no trailing zeros.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("reports serialize")
+        let mut copy = self.clone();
+        for lines in copy.accounts.iter_mut().chain(std::iter::once(&mut copy.total)) {
+            for value in lines.values_mut() {
+                *value = value.normalize();
+            }
+        }
+        serde_json::to_string_pretty(&copy).expect("reports serialize")
     }
 
     pub fn to_csv(&self) -> String {

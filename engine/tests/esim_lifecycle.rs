@@ -567,3 +567,16 @@ fn a_wallet_never_funded_to_five_dollars_sends_no_balance_low() {
     h.advance_secs(20 * 60);
     assert_eq!(h.events_named("esim.balance_low").len(), 1);
 }
+
+#[test]
+fn the_json_finance_report_writes_amounts_without_trailing_zeros() {
+    let mut h = Harness::new();
+    let r = h.reseller("100");
+    let iccid = h.provision_installed(&r);
+    h.fund(&r, &iccid, "20").unwrap();
+    let json = h.engine.conservation_report(None).unwrap().to_json();
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(report["total"]["difference_usd"].to_string(), "0", "{json}");
+    assert_eq!(report["total"]["reseller_balance_usd"].to_string(), "78.25", "{json}");
+    assert_eq!(report["total"]["conversion_dust_usd"].to_string(), "0.002", "exact, sub-cent: {json}");
+}
