@@ -173,9 +173,17 @@ struct ServeArgs {
     /// Accept http:// webhook URLs and loopback or private targets (local development only).
     #[arg(long, env = "ESIM_ALLOW_INSECURE_WEBHOOKS", value_parser = clap::builder::FalseyValueParser::new())]
     allow_insecure_webhooks: bool,
-    /// Create a demo account with a $100 top-up and print its API key (default: on a new data dir).
-    #[arg(long, env = "ESIM_DEMO", value_parser = clap::builder::FalseyValueParser::new())]
-    demo: bool,
+    /// Create a demo account with a $100 top-up and print its API key (default: on a new
+    /// data dir; `--demo=false` or ESIM_DEMO=0 turns it off).
+    #[arg(
+        long,
+        env = "ESIM_DEMO",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    demo: Option<bool>,
 }
 
 fn os_random_u64() -> u64 {
@@ -269,10 +277,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     let demo_exists = service.engine().accounts().iter().any(|a| a.contact_email == DEMO_EMAIL);
-    let demo_key = if (args.demo || new_data_dir) && !demo_exists {
+    let demo_key = if args.demo.unwrap_or(new_data_dir) && !demo_exists {
         Some(create_demo_account(&mut service)?)
     } else {
-        if args.demo {
+        if args.demo == Some(true) && demo_exists {
             eprintln!(
                 "esim: the demo account exists already (its key was shown at its first start); \
                  POST /admin/v1/accounts/{{id}}/keys makes a new key"
