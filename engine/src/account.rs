@@ -47,6 +47,9 @@ impl Engine {
             }
             AdminOp::SetAutoRefill { account_id, enabled, amount_usd, card } => {
                 let account = self.account_by_id(&account_id)?;
+                if enabled.is_none() && amount_usd.is_none() && card.is_none() {
+                    return Err(ApiError::validation("give at least one of enabled, amount_usd, card"));
+                }
                 if let Some(amount) = amount_usd {
                     match money::to_cents(amount) {
                         Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
@@ -58,7 +61,9 @@ impl Engine {
                     }
                 }
                 let refill = &mut self.accounts[account as usize].auto_refill;
-                refill.enabled = enabled;
+                if let Some(enabled) = enabled {
+                    refill.enabled = enabled;
+                }
                 if let Some(amount) = amount_usd {
                     refill.amount = amount.normalize();
                 }

@@ -208,9 +208,10 @@ pub enum AdminOp {
         account_id: String,
         frozen: bool,
     },
+    /// A partial update: absent fields keep their value (at least one must be given).
     SetAutoRefill {
         account_id: String,
-        enabled: bool,
+        enabled: Option<bool>,
         amount_usd: Option<Decimal>,
         card: Option<CardBehavior>,
     },

@@ -43,7 +43,7 @@ fn is_private_host(host: &str) -> bool {
     {
         return true;
     }
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+    if let Ok(ip) = host.parse::<core::net::IpAddr>() {
         return !is_public_ip(ip);
     }
     host.split('.').all(|part| !part.is_empty() && (part.bytes().all(|b| b.is_ascii_digit()) || part.starts_with("0x")))
@@ -51,8 +51,8 @@ fn is_private_host(host: &str) -> bool {
 
 /// Whether an address is on the public internet (webhooks target only those unless
 /// insecure webhooks are allowed). IPv4-mapped IPv6 addresses are judged as IPv4.
-pub fn is_public_ip(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
+pub fn is_public_ip(ip: core::net::IpAddr) -> bool {
+    use core::net::IpAddr;
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, ..] = v4.octets();

@@ -34,7 +34,7 @@ fn run_everything(h: &mut Harness) -> Reseller {
     register(h, &r, &["*"]);
     h.admin(AdminOp::SetAutoRefill {
         account_id: r.account_id.clone(),
-        enabled: true,
+        enabled: Some(true),
         amount_usd: Some(d("50")),
         card: Some(CardBehavior::Ok),
     })
@@ -67,7 +67,7 @@ fn run_everything(h: &mut Harness) -> Reseller {
     // balance.low, balance.depleted and a failing card.
     h.admin(AdminOp::SetAutoRefill {
         account_id: r.account_id.clone(),
-        enabled: true,
+        enabled: Some(true),
         amount_usd: None,
         card: Some(CardBehavior::Expired),
     })

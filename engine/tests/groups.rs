@@ -358,7 +358,7 @@ fn low_group_with_underfunded_account_charges_the_card_first() {
     let r = h.reseller("40");
     h.admin(AdminOp::SetAutoRefill {
         account_id: r.account_id.clone(),
-        enabled: true,
+        enabled: Some(true),
         amount_usd: Some(d("50")),
         card: Some(CardBehavior::Ok),
     })
@@ -393,7 +393,7 @@ fn a_declined_card_turns_auto_refill_off_and_sends_the_low_event_underfunded() {
     let r = h.reseller("40");
     h.admin(AdminOp::SetAutoRefill {
         account_id: r.account_id.clone(),
-        enabled: true,
+        enabled: Some(true),
         amount_usd: Some(d("50")),
         card: Some(CardBehavior::Declined),
     })
@@ -424,7 +424,7 @@ fn auto_refill_stops_after_ten_charges_in_a_day() {
     let r = h.reseller("10");
     h.admin(AdminOp::SetAutoRefill {
         account_id: r.account_id.clone(),
-        enabled: true,
+        enabled: Some(true),
         amount_usd: Some(d("10")),
         card: Some(CardBehavior::Ok),
     })

@@ -330,7 +330,7 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
             };
             admin(AdminOp::SetAutoRefill {
                 account_id: param(0),
-                enabled: body.required_bool("enabled")?,
+                enabled: body.bool("enabled")?,
                 amount_usd: body.decimal("amount_usd")?,
                 card,
             })

@@ -206,7 +206,7 @@ impl World {
                 ][card as usize % 5];
                 let response = self.h.admin(AdminOp::SetAutoRefill {
                     account_id: id,
-                    enabled: true,
+                    enabled: Some(true),
                     amount_usd: Some(Decimal::from(20)),
                     card: Some(card),
                 });
