@@ -6,7 +6,8 @@ use esim_engine::{Engine, EngineConfig, Millis};
 use esim_transport::{ClockMode, Outcome, Service};
 
 fn clock_now(service: &mut Service, wall_now: Millis) -> String {
-    let request = http::Request::get("/sandbox/v1/clock").header("authorization", "Bearer t").body(Bytes::new()).unwrap();
+    let request =
+        http::Request::get("/sandbox/v1/clock").header("authorization", "Bearer t").body(Bytes::new()).unwrap();
     let Outcome::Respond(response) = service.handle(wall_now, &request) else { panic!() };
     assert_eq!(response.status(), 200);
     let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
