@@ -392,10 +392,11 @@ fn every_engine_error_code_is_reachable() {
         idempotency_key: Some("k".into()),
         op: ResellerOp::Enable { iccid: iccid.clone() },
     })));
+    let standalone = h.provision(&r);
     h.admin(AdminOp::SetInventory { available: 0 }).unwrap();
     note(h.call(&r, ResellerOp::Provision { end_user_reference: None, label: None, group_id: None }));
     h.admin(AdminOp::Freeze { account_id: r.account_id.clone(), frozen: true }).unwrap();
-    note(h.call(&r, ResellerOp::Enable { iccid: member.clone() }));
+    note(h.call(&r, ResellerOp::Enable { iccid: standalone.clone() }));
     note(h.admin(AdminOp::TopUp { account_id: "acc_missing".into(), amount_usd: d("10") }));
     for _ in 0..100 {
         note(h.call(&r, ResellerOp::WalletBalance));
