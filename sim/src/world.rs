@@ -8,7 +8,7 @@
 //! The checkers judge the engine against those observations, never against the world's
 //! own guesses.
 
-use crate::op::{Call, Op, Receiver};
+use crate::op::{Call, Card, Op, Receiver};
 use bytes::Bytes;
 use esim_engine::state::WalletOwner;
 use esim_engine::{
@@ -502,24 +502,16 @@ impl World {
             }
             Op::AutoRefill { account, enabled, amount, card } => {
                 let path = format!("/admin/v1/accounts/{}/auto-refill", encode(&self.id_of(account)));
-                let mut body = Json::new().raw("enabled", &enabled.to_string());
-                if let Some(amount) = amount {
-                    body = body.number("amount_usd", amount);
-                }
-                if let Some(card) = card {
-                    body = body.string("card", card.as_str());
-                }
+                let body = Json::new()
+                    .raw("enabled", &enabled.to_string())
+                    .optional("amount_usd", amount.as_ref())
+                    .optional("card", card.map(Card::as_str));
                 self.send(Who::Admin, http::Method::PUT, path, body.finish(), None, Kind::Other);
             }
             Op::Limits { account, groups, size } => {
                 let path = format!("/admin/v1/accounts/{}/limits", encode(&self.id_of(account)));
-                let mut body = Json::new();
-                if let Some(groups) = groups {
-                    body = body.raw("max_groups", &groups.to_string());
-                }
-                if let Some(size) = size {
-                    body = body.raw("max_group_size", &size.to_string());
-                }
+                let body =
+                    Json::new().optional("max_groups", groups.as_ref()).optional("max_group_size", size.as_ref());
                 self.send(Who::Admin, http::Method::PUT, path, body.finish(), None, Kind::Other);
             }
             Op::Inventory { available } => {
@@ -555,20 +547,14 @@ impl World {
             }
             Op::Usage { sim, mb, country, operator } => {
                 let path = format!("/sandbox/v1/esims/{}/usage", encode(&self.id_of(sim)));
-                let mut body = Json::new().number("mb", mb).string("country", country);
-                if let Some(operator) = operator {
-                    body = body.string("operator", operator);
-                }
+                let body =
+                    Json::new().number("mb", mb).string("country", country).optional("operator", operator.as_deref());
                 self.send(Who::Admin, http::Method::POST, path, body.finish(), None, Kind::Other);
             }
             Op::Faults { upstream_pause_fails, network_read_fails } => {
-                let mut body = Json::new();
-                if let Some(value) = upstream_pause_fails {
-                    body = body.raw("upstream_pause_fails", &value.to_string());
-                }
-                if let Some(value) = network_read_fails {
-                    body = body.raw("network_read_fails", &value.to_string());
-                }
+                let body = Json::new()
+                    .optional("upstream_pause_fails", upstream_pause_fails.as_ref())
+                    .optional("network_read_fails", network_read_fails.as_ref());
                 self.send(Who::Admin, http::Method::PUT, "/sandbox/v1/faults".into(), body.finish(), None, Kind::Other);
             }
             Op::Advance { ms } => self.advance(*ms),
@@ -666,16 +652,10 @@ impl World {
         use http::Method as M;
         let (method, path, body, kind) = match call {
             Call::Provision { bind, group, label, reference } => {
-                let mut body = Json::new();
-                if let Some(reference) = reference {
-                    body = body.string("end_user_reference", reference);
-                }
-                if let Some(label) = label {
-                    body = body.string("label", label);
-                }
-                if let Some(group) = group {
-                    body = body.string("group_id", &self.id_of(group));
-                }
+                let body = Json::new()
+                    .optional("end_user_reference", reference.as_deref())
+                    .optional("label", label.as_deref())
+                    .optional("group_id", group.as_ref().map(|g| self.id_of(g)).as_deref());
                 (
                     M::POST,
                     format!("{base}/esim/provision"),
@@ -710,29 +690,20 @@ impl World {
             }
             Call::Groups => (M::GET, format!("{base}/groups"), String::new(), Kind::Other),
             Call::CreateGroup { bind, name, threshold, refill } => {
-                let mut body = Json::new().string("name", name);
-                if let Some(threshold) = threshold {
-                    body = body.number("low_balance_threshold_usd", threshold);
-                }
-                if let Some(refill) = refill {
-                    body = body.number("refill_amount_usd", refill);
-                }
+                let body = Json::new()
+                    .string("name", name)
+                    .optional("low_balance_threshold_usd", threshold.as_ref())
+                    .optional("refill_amount_usd", refill.as_ref());
                 (M::POST, format!("{base}/groups"), body.finish(), Kind::CreateGroup { bind: bind.clone() })
             }
             Call::GetGroup { group } => {
                 (M::GET, format!("{base}/groups/{}", id(self, group)), String::new(), Kind::ShowGroup)
             }
             Call::UpdateGroup { group, name, threshold, refill } => {
-                let mut body = Json::new();
-                if let Some(name) = name {
-                    body = body.string("name", name);
-                }
-                if let Some(threshold) = threshold {
-                    body = body.number("low_balance_threshold_usd", threshold);
-                }
-                if let Some(refill) = refill {
-                    body = body.number("refill_amount_usd", refill);
-                }
+                let body = Json::new()
+                    .optional("name", name.as_deref())
+                    .optional("low_balance_threshold_usd", threshold.as_ref())
+                    .optional("refill_amount_usd", refill.as_ref());
                 (M::PATCH, format!("{base}/groups/{}", id(self, group)), body.finish(), Kind::ShowGroup)
             }
             Call::FundGroup { group, amount } => {
@@ -773,16 +744,10 @@ impl World {
                 (M::GET, format!("{base}/webhooks/{}", id(self, webhook)), String::new(), Kind::Other)
             }
             Call::UpdateWebhook { webhook, events, active, url } => {
-                let mut body = Json::new();
-                if let Some(url) = url {
-                    body = body.string("url", url);
-                }
-                if let Some(events) = events {
-                    body = body.raw("events", &serde_json::to_string(events).unwrap_or_default());
-                }
-                if let Some(active) = active {
-                    body = body.raw("active", &active.to_string());
-                }
+                let body = Json::new()
+                    .optional("url", url.as_deref())
+                    .optional("events", events.as_ref())
+                    .optional("active", active.as_ref());
                 let kind = Kind::UpdateWebhook { events: events.clone(), active: *active };
                 (M::PUT, format!("{base}/webhooks/{}", id(self, webhook)), body.finish(), kind)
             }
@@ -1363,6 +1328,41 @@ fn query(pairs: &[(&str, Option<String>)]) -> String {
 /// A small JSON object writer: numbers are written with their exact decimal digits.
 struct Json(String);
 
+/// A value as JSON text in a request body the world writes.
+trait JsonText {
+    fn json_text(&self) -> String;
+}
+
+impl JsonText for Decimal {
+    fn json_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl JsonText for bool {
+    fn json_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl JsonText for u32 {
+    fn json_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl JsonText for str {
+    fn json_text(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "\"\"".to_string())
+    }
+}
+
+impl JsonText for Vec<String> {
+    fn json_text(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 impl Json {
     fn new() -> Json {
         Json(String::from("{"))
@@ -1377,12 +1377,19 @@ impl Json {
     }
 
     fn number(self, key: &str, value: &Decimal) -> Json {
-        self.raw(key, &value.to_string())
+        self.raw(key, &value.json_text())
     }
 
     fn string(self, key: &str, value: &str) -> Json {
-        let quoted = serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_string());
-        self.raw(key, &quoted)
+        self.raw(key, &value.json_text())
+    }
+
+    /// Adds the field only when it has a value (an optional field stays absent).
+    fn optional<T: JsonText + ?Sized>(self, key: &str, value: Option<&T>) -> Json {
+        match value {
+            Some(value) => self.raw(key, &value.json_text()),
+            None => self,
+        }
     }
 
     fn finish(mut self) -> String {
