@@ -252,10 +252,9 @@ impl Engine {
     /// unknown key is admitted here and refused by the command itself.
     pub fn admit(&mut self, now: Millis, request: &ResellerRequest) -> Result<(), ApiError> {
         self.handle_timeout(now);
-        let digest: [u8; 32] = Sha256::digest(request.api_key.as_bytes()).into();
-        match self.keys.get(&key_id(&digest)) {
-            Some(record) if !record.revoked => self.check_rate(digest),
-            _ => Ok(()),
+        match self.key_holder(&request.api_key) {
+            Ok((_, digest)) => self.check_rate(digest),
+            Err(_) => Ok(()),
         }
     }
 
@@ -264,9 +263,19 @@ impl Engine {
     /// missing, invalid or revoked key is refused. Changes only the soft rate windows.
     pub fn authenticate(&mut self, now: Millis, api_key: &str) -> Result<(), ApiError> {
         self.handle_timeout(now);
+        let (_, digest) = self.key_holder(api_key)?;
+        self.check_rate(digest)
+    }
+
+    /// The account holding a valid (known, not revoked) API key, and the key's digest.
+    fn key_holder(&self, api_key: &str) -> Result<(u32, [u8; 32]), ApiError> {
         let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
         match self.keys.get(&key_id(&digest)) {
-            Some(record) if !record.revoked && constant_time_eq(&record.digest, &digest) => self.check_rate(digest),
+            // The map is keyed by the first half of the digest; the whole digest is then
+            // compared in constant time.
+            Some(record) if !record.revoked && constant_time_eq(&record.digest, &digest) => {
+                Ok((record.account, digest))
+            }
             _ => Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
         }
     }
@@ -327,13 +336,7 @@ impl Engine {
 
     fn handle_reseller(&mut self, request: ResellerRequest, rate_limited: bool) -> Response {
         let ResellerRequest { api_key, idempotency_key, op } = request;
-        let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
-        let account = match self.keys.get(&key_id(&digest)) {
-            // The map is keyed by the first half of the digest; the whole digest is then
-            // compared in constant time.
-            Some(record) if !record.revoked && constant_time_eq(&record.digest, &digest) => record.account,
-            _ => return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
-        };
+        let (account, digest) = self.key_holder(&api_key)?;
         if rate_limited {
             self.check_rate(digest)?;
         }

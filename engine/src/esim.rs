@@ -447,11 +447,10 @@ impl Engine {
     /// A defund or a move settles: the displayed amount goes back to the reseller
     /// balance, the sub-cent rest to dust; a move then joins its group.
     pub(crate) fn settle_return(&mut self, sim: u32) {
-        let wallet = &self.esims[sim as usize].wallet;
-        if wallet.report_scheduled && self.esims[sim as usize].pending.is_some() {
+        if self.esims[sim as usize].wallet.report_scheduled && self.esims[sim as usize].pending.is_some() {
             // DESIGN rule 5: settlement comes once usage has reported. The report timer
             // fires on this sync boundary; this one, scheduled after it, follows it.
-            let report_due = self.next_sync(self.now.max(wallet.reporting_paused_until));
+            let report_due = self.report_due(WalletOwner::Sim(sim));
             if let Some(PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. }) =
                 &mut self.esims[sim as usize].pending
             {

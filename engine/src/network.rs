@@ -176,17 +176,21 @@ impl Engine {
     }
 
     /// The next sync-cycle boundary strictly after `at`.
-    pub(crate) fn next_sync(&self, at: Millis) -> Millis {
+    fn next_sync(&self, at: Millis) -> Millis {
         let interval = self.config.sync_interval_ms.max(1);
         Millis((at.0.div_euclid(interval) + 1) * interval)
     }
 
+    /// When a report of this wallet's usage comes: the first sync cycle after its pause.
+    pub(crate) fn report_due(&self, owner: WalletOwner) -> Millis {
+        self.next_sync(self.now.max(self.wallet(owner).reporting_paused_until))
+    }
+
     fn schedule_report(&mut self, owner: WalletOwner) {
-        let wallet = self.wallet(owner);
-        if wallet.report_scheduled {
+        if self.wallet(owner).report_scheduled {
             return;
         }
-        let due = self.next_sync(self.now.max(wallet.reporting_paused_until));
+        let due = self.report_due(owner);
         self.wallet_mut(owner).report_scheduled = true;
         self.schedule(due, Timer::Report(owner));
     }

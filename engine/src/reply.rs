@@ -61,8 +61,8 @@ pub enum Reply {
     },
 }
 
-/// The `qr_code` field as stored in an idempotent provisioning's body.
-pub(crate) const UNRENDERED_QR_FIELD: &str = "\"qr_code\":\"data:image/png;base64,\"";
+/// What an undrawn QR code serializes to: an empty PNG data URL.
+const UNDRAWN_QR: &str = "data:image/png;base64,";
 
 impl Reply {
     /// HTTP status of the success.
@@ -84,8 +84,8 @@ impl Reply {
     pub fn body_bytes(&self) -> Vec<u8> {
         match self {
             Reply::Replayed { body, qr_code: Some(qr_code), .. } if qr_code.render => {
-                let field = format!("\"qr_code\":{}", serde_json::to_string(qr_code).expect("a QR code serializes"));
-                body.replacen(UNRENDERED_QR_FIELD, &field, 1).into_bytes()
+                let drawn = serde_json::to_string(qr_code).expect("a QR code serializes");
+                body.replacen(&format!("\"qr_code\":\"{UNDRAWN_QR}\""), &format!("\"qr_code\":{drawn}"), 1).into_bytes()
             }
             Reply::Replayed { body, .. } => body.clone().into_bytes(),
             other => serde_json::to_vec(other).expect("replies always serialize"),
@@ -114,21 +114,16 @@ impl Reply {
     /// Status and body as an idempotency entry stores them: the QR code left undrawn,
     /// and its text to draw it again.
     pub(crate) fn stored_form(response: &Response) -> (u16, Vec<u8>, Option<String>) {
-        match response {
-            Ok(reply) => match reply.qr_code() {
-                Some(qr_code) if qr_code.render => {
-                    let mut undrawn = reply.clone();
-                    undrawn.set_render_qr(false);
-                    (undrawn.status(), undrawn.body_bytes(), Some(qr_code.text.clone()))
-                }
-                Some(qr_code) => (reply.status(), reply.body_bytes(), Some(qr_code.text.clone())),
-                None => (reply.status(), reply.body_bytes(), None),
-            },
-            Err(_) => {
-                let (status, body) = render(response);
-                (status, body, None)
+        let mut undrawn = response.clone();
+        let qr_text = match &mut undrawn {
+            Ok(reply) => {
+                reply.set_render_qr(false);
+                reply.qr_code().map(|qr_code| qr_code.text.clone())
             }
-        }
+            Err(_) => None,
+        };
+        let (status, body) = render(&undrawn);
+        (status, body, qr_text)
     }
 }
 
@@ -160,7 +155,7 @@ impl QrCodeDataUrl {
 impl Serialize for QrCodeDataUrl {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if !self.render {
-            return serializer.serialize_str("data:image/png;base64,");
+            return serializer.serialize_str(UNDRAWN_QR);
         }
         let url = codes::qr_png_data_url(&self.text).map_err(serde::ser::Error::custom)?;
         serializer.serialize_str(&url)

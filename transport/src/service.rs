@@ -54,30 +54,28 @@ pub struct Service {
     engine: Engine,
     admin_token: String,
     clock: ClockMode,
-    /// Service time of the virtual clock (unused for a wall clock).
-    virtual_now: Millis,
+    /// The latest service time: a virtual clock's position (moved only by
+    /// `clock/advance`), or the latest time a wall clock showed (never shown going back,
+    /// even when the wall clock does).
+    clock_now: Millis,
     /// Entries to journal, drained by the driver after every call.
     journal: Vec<JournalEntry>,
     openapi: Bytes,
     /// Draw QR codes in provisioning responses (off only in the simulation).
     render_qr: bool,
-    /// The latest service time any answer showed: reads never show time going back,
-    /// even when the wall clock does.
-    shown_now: Millis,
 }
 
 impl Service {
     pub fn new(engine: Engine, admin_token: String, clock: ClockMode) -> Service {
-        let virtual_now = engine.now();
+        let clock_now = engine.now();
         Service {
             engine,
             admin_token,
             clock,
-            virtual_now,
+            clock_now,
             journal: Vec::new(),
             openapi: Bytes::from(crate::openapi::document()),
             render_qr: true,
-            shown_now: virtual_now,
         }
     }
 
@@ -97,7 +95,7 @@ impl Service {
 
     /// Continues from another engine state (the durable one after a failed append).
     pub fn replace_engine(&mut self, engine: Engine) {
-        self.virtual_now = self.virtual_now.max(engine.now());
+        self.clock_now = self.clock_now.max(engine.now());
         self.engine = engine;
         self.journal.clear();
     }
@@ -114,8 +112,8 @@ impl Service {
     /// Service time of a request: the wall time given, or the virtual clock.
     pub fn now(&self, wall_now: Millis) -> Millis {
         match self.clock {
-            ClockMode::Wall => wall_now.max(self.engine.now()),
-            ClockMode::Virtual => self.virtual_now,
+            ClockMode::Wall => wall_now.max(self.clock_now).max(self.engine.now()),
+            ClockMode::Virtual => self.clock_now,
         }
     }
 
@@ -158,11 +156,12 @@ impl Service {
     fn apply(&mut self, now: Millis, command: Command) -> Response {
         self.advance(now);
         if let Command::Reseller(request) = &command {
+            if request.op.is_read() {
+                // Nothing to journal: one pass authenticates, rate-limits and reads.
+                return self.engine.handle(now, command);
+            }
             // Refused by the rate limit: nothing changes, nothing is journaled.
             self.engine.admit(now, request)?;
-            if request.op.is_read() {
-                return self.engine.replay(now, command);
-            }
         }
         self.journal.push(JournalEntry::Command { at: now, command: command.clone() });
         self.engine.replay(now, command)
@@ -170,8 +169,8 @@ impl Service {
 
     /// Handles one request.
     pub fn handle(&mut self, wall_now: Millis, request: &http::Request<Bytes>) -> Outcome {
-        let now = self.now(wall_now).max(self.shown_now);
-        self.shown_now = now;
+        let now = self.now(wall_now);
+        self.clock_now = now;
         let response = match api::route(request, &self.admin_token) {
             Routed::Reject(error) => api::error_response(error),
             Routed::ResellerReject { api_key, error } => {
@@ -195,8 +194,8 @@ impl Service {
                         "the service runs on the wall clock; start it with --clock virtual",
                     ))
                 } else {
-                    self.virtual_now = self.virtual_now.plus_ms(ms);
-                    let now = self.virtual_now;
+                    self.clock_now = self.clock_now.plus_ms(ms);
+                    let now = self.clock_now;
                     // Always journaled: the virtual clock's position must survive a restart.
                     self.engine.handle_timeout(now);
                     self.journal.push(JournalEntry::Tick { at: now });
