@@ -66,7 +66,11 @@ impl Bench {
         for _ in 0..ACCOUNTS {
             let Ok(Reply::AccountCreated(created)) = engine.handle(
                 now,
-                Command::Admin(AdminOp::CreateAccount { contact_email: "bench@x.example".into(), company_name: None }),
+                Command::Admin(AdminOp::CreateAccount {
+                    contact_email: "bench@x.example".into(),
+                    company_name: None,
+                    api_key_digest: Default::default(),
+                }),
             ) else {
                 panic!("account creation failed")
             };
@@ -158,7 +162,7 @@ impl Bench {
 }
 
 fn reseller(key: &str, op: ResellerOp) -> Command {
-    Command::Reseller(ResellerRequest { api_key: key.to_string(), idempotency_key: None, op })
+    Command::Reseller(ResellerRequest { key_digest: esim_engine::KeyDigest::of(key), idempotency_key: None, op })
 }
 
 fn drain(engine: &mut Engine) {

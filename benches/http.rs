@@ -27,14 +27,19 @@ struct Account {
 }
 
 fn service_with_accounts(engine: Engine) -> (Service, Vec<Account>) {
-    let mut service = Service::new(engine, "bench-admin".into(), ClockMode::Wall);
+    let mut service =
+        Service::new(engine, "bench-admin".into(), ClockMode::Wall, esim_transport::secrets::Secrets::seeded(1));
     service.set_render_qr(false);
     let now = Millis(server::real_now_ms());
     let mut accounts = Vec::with_capacity(ACCOUNTS);
     for _ in 0..ACCOUNTS {
         let Ok(Reply::AccountCreated(created)) = service.apply_command(
             now,
-            Command::Admin(AdminOp::CreateAccount { contact_email: "load@x.example".into(), company_name: None }),
+            Command::Admin(AdminOp::CreateAccount {
+                contact_email: "load@x.example".into(),
+                company_name: None,
+                api_key_digest: Default::default(),
+            }),
         ) else {
             panic!("account")
         };
@@ -43,7 +48,7 @@ fn service_with_accounts(engine: Engine) -> (Service, Vec<Account>) {
             Command::Admin(AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: 100_000.into() }),
         );
         let request = ResellerRequest {
-            api_key: created.api_key.clone(),
+            key_digest: esim_engine::KeyDigest::of(&created.api_key),
             idempotency_key: None,
             op: ResellerOp::Provision { end_user_reference: None, label: None, group_id: None },
         };

@@ -28,14 +28,23 @@ fn main() {
     };
     let policy = SnapshotPolicy { every_entries: u64::MAX, every_bytes: u64::MAX };
     let mut journal = FileJournal::open(&dir, header, policy).unwrap();
-    let mut service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), "t".into(), ClockMode::Virtual);
+    let mut service = Service::new(
+        Engine::new(config, Millis::VIRTUAL_EPOCH),
+        "t".into(),
+        ClockMode::Virtual,
+        esim_transport::secrets::Secrets::seeded(1),
+    );
     let mut now = Millis::VIRTUAL_EPOCH;
     // 200 accounts x 5 installed eSIMs, then a fund/usage mix; one append per 100 entries.
     let mut sims = Vec::new();
     for _ in 0..200 {
         let Ok(Reply::AccountCreated(account)) = service.apply_command(
             now,
-            Command::Admin(AdminOp::CreateAccount { contact_email: "b@x.example".into(), company_name: None }),
+            Command::Admin(AdminOp::CreateAccount {
+                contact_email: "b@x.example".into(),
+                company_name: None,
+                api_key_digest: Default::default(),
+            }),
         ) else {
             panic!("account")
         };
@@ -48,7 +57,7 @@ fn main() {
         );
         for _ in 0..5 {
             let request = ResellerRequest {
-                api_key: account.api_key.clone(),
+                key_digest: esim_engine::KeyDigest::of(&account.api_key),
                 idempotency_key: None,
                 op: ResellerOp::Provision { end_user_reference: None, label: None, group_id: None },
             };
@@ -68,7 +77,7 @@ fn main() {
             now = now.plus_ms(700);
             let command = if step.is_multiple_of(2) {
                 Command::Reseller(ResellerRequest {
-                    api_key: key.clone(),
+                    key_digest: esim_engine::KeyDigest::of(key),
                     idempotency_key: None,
                     op: ResellerOp::Fund { iccid: iccid.clone(), amount: Decimal::new(150, 2) },
                 })

@@ -5,11 +5,12 @@
 use clap::{Parser, Subcommand};
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
 use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
+use esim_transport::secrets::{self, SealingKey, Secrets};
 use esim_transport::server::{self, JournalSink, ServerOptions};
 use esim_transport::{ClockMode, Service};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "esim", version, about = "Reseller eSIM Connectivity Service v2.0: service, simulation and reports")]
@@ -170,6 +171,12 @@ struct ServeArgs {
     /// Token of the admin and sandbox APIs (default: generated into DIR/admin-token).
     #[arg(long, env = "ESIM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// The 256-bit key that seals webhook signing secrets at rest; kept outside the data
+    /// dir (a copy of the data dir then reveals no secret). Made, mode 0600, on first
+    /// start. Default: $XDG_CONFIG_HOME/esim/secret-key, else ~/.config/esim/secret-key.
+    /// A data dir must always be served with the key file it was made with.
+    #[arg(long, env = "ESIM_SECRET_KEY_FILE")]
+    secret_key_file: Option<PathBuf>,
     /// Accept http:// webhook URLs and loopback or private targets (local development only).
     #[arg(long, env = "ESIM_ALLOW_INSECURE_WEBHOOKS", value_parser = clap::builder::FalseyValueParser::new())]
     allow_insecure_webhooks: bool,
@@ -186,47 +193,70 @@ struct ServeArgs {
     demo: Option<bool>,
 }
 
-fn os_random_u64() -> u64 {
-    let mut bytes = [0u8; 8];
-    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
-        let _ = file.read_exact(&mut bytes);
-    }
-    u64::from_le_bytes(bytes) ^ (server::real_now_ms() as u64).rotate_left(17)
-}
-
+/// A new admin token: `adm_` and 48 hex characters from the OS random source.
 fn random_token() -> String {
-    let mut bytes = [0u8; 24];
-    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
-        let _ = file.read_exact(&mut bytes);
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("adm_{hex}")
+    format!("adm_{}", secrets::hex(&secrets::os_random::<24>()))
 }
 
+/// Writes the admin token file, mode 0600 whatever the umask (and an existing file is
+/// made 0600 too).
 fn write_admin_token(dir: &Path, token: &str) -> std::io::Result<()> {
     use std::io::Write;
-    #[cfg(unix)]
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join("admin-token");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    options.mode(0o600);
-    let mut file = options.open(&path)?;
+    let mut file = secrets::private_file(&dir.join("admin-token"))?;
     file.write_all(token.as_bytes())?;
-    file.write_all(b"\n")
+    file.write_all(b"\n")?;
+    file.sync_all()
+}
+
+/// The sealing key of this start: the key file named, or the default one (made on first
+/// start); it must open every signing secret the data dir holds.
+fn sealing_key(args: &ServeArgs, engine: Option<&Engine>) -> Result<Arc<SealingKey>, String> {
+    let path = match &args.secret_key_file {
+        Some(path) => path.clone(),
+        None => secrets::default_key_file().ok_or(
+            "no place for the secret key file: set --secret-key-file or ESIM_SECRET_KEY_FILE (HOME is not set)",
+        )?,
+    };
+    if path.starts_with(&args.data_dir) {
+        eprintln!(
+            "esim: warning: the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
+            path.display()
+        );
+    }
+    let (key, created) = SealingKey::load_or_create(&path)?;
+    if created {
+        eprintln!(
+            "esim: made a new secret key file {} (key id {}); keep it apart from the data dir",
+            path.display(),
+            key.key_id()
+        );
+    }
+    for webhook in engine.map(|e| e.webhooks()).unwrap_or_default() {
+        if let Err(why) = key.open(&webhook.signing_secret) {
+            return Err(format!(
+                "the secret key file {} does not open the signing secret of webhook {} ({why}); \
+                 serve this data dir with the key file it was made with (--secret-key-file)",
+                path.display(),
+                webhook.id
+            ));
+        }
+    }
+    Ok(Arc::new(key))
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
+    // Only the service's user may read the data dir, whatever the umask.
+    secrets::set_mode(&args.data_dir, 0o700)
+        .map_err(|e| format!("cannot make the data dir {} mode 0700: {e}", args.data_dir.display()))?;
     let recovery =
         journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None }).map_err(|e| e.to_string())?;
     for note in &recovery.repaired {
         eprintln!("esim: recovery: {note}");
     }
     let new_data_dir = recovery.engine.is_none();
-    let admin_token = match args.admin_token {
+    let admin_token = match args.admin_token.clone() {
         Some(token) if !token.is_empty() => token,
         _ => {
             let existing =
@@ -237,7 +267,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
     };
     let clock = if args.clock == "virtual" { ClockMode::Virtual } else { ClockMode::Wall };
-    let (engine, header) = match (recovery.engine, recovery.header) {
+    let (mut engine, header) = match (recovery.engine, recovery.header) {
         (Some(engine), Some(mut header)) => {
             header.first_index = recovery.next_index;
             (engine, header)
@@ -245,7 +275,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         _ => {
             // A new data dir: the seed and configuration go into the journal header.
             let config = EngineConfig {
-                seed: args.seed.unwrap_or_else(os_random_u64),
+                // The seed draws ids and serials only, never a secret (secrets come from
+                // the OS random source), so it may sit in every segment header.
+                seed: args.seed.unwrap_or_else(|| u64::from_le_bytes(secrets::os_random::<8>())),
                 allow_insecure_webhooks: args.allow_insecure_webhooks,
                 ..EngineConfig::default()
             };
@@ -266,7 +298,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let replayed = (recovery.from_snapshot, recovery.replayed);
     let mut journal = FileJournal::open(&args.data_dir, header, SnapshotPolicy::default())
         .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?;
-    let mut service = Service::new(engine, admin_token, clock);
+    let key = sealing_key(&args, Some(&engine))?;
+    if std::env::var_os(TEST_PANIC_ON_FUND).is_some_and(|v| v == "1") {
+        eprintln!("esim: {TEST_PANIC_ON_FUND}=1: every fund panics (a test of fail-fast)");
+        engine.inject_bug_for_test(Some(esim_engine::InjectedBug::PanicOnFund));
+    }
+    let mut service = Service::new(engine, admin_token, clock, Secrets::from_os(key));
     if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
         // The flag of this start rules from now on (journaled: earlier registrations
         // replay under the setting they were made with).
@@ -309,6 +346,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     })
 }
 
+/// Test-only switch (the fail-fast test): with this environment variable at 1, every
+/// eSIM fund panics inside the engine, so a test can see the process end.
+const TEST_PANIC_ON_FUND: &str = "ESIM_TEST_PANIC_ON_FUND";
+
 /// The contact of the demo account (how a restart knows it exists already).
 const DEMO_EMAIL: &str = "demo@reseller.example";
 
@@ -319,6 +360,8 @@ fn create_demo_account(service: &mut Service) -> Result<String, String> {
         Command::Admin(AdminOp::CreateAccount {
             contact_email: DEMO_EMAIL.into(),
             company_name: Some("Demo Reseller".into()),
+            // Drawn by the service.
+            api_key_digest: Default::default(),
         }),
     );
     let Ok(Reply::AccountCreated(created)) = created else { return Err("demo account creation failed".into()) };

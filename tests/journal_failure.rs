@@ -39,7 +39,7 @@ async fn a_failing_journal_answers_503_for_changes_and_keeps_serving_reads() {
     let engine = Engine::new(config, Millis::VIRTUAL_EPOCH);
     let failing = Arc::new(AtomicBool::new(false));
     let sink = FlakyDisk { durable: engine.clone(), failing: failing.clone() };
-    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual);
+    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -12,12 +12,13 @@ use crate::state::*;
 use crate::time::Millis;
 use rust_decimal::Decimal;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 impl Engine {
     pub(crate) fn handle_admin(&mut self, op: AdminOp) -> Response {
         match op {
-            AdminOp::CreateAccount { contact_email, company_name } => self.create_account(contact_email, company_name),
+            AdminOp::CreateAccount { contact_email, company_name, api_key_digest } => {
+                self.create_account(contact_email, company_name, api_key_digest)
+            }
             AdminOp::SetInsecureWebhooks { allowed } => {
                 self.config.allow_insecure_webhooks = allowed;
                 Ok(Reply::AdminUpdated(json!({ "allow_insecure_webhooks": allowed })))
@@ -26,13 +27,13 @@ impl Engine {
                 let account = self.account_by_id(&account_id)?;
                 self.top_up(account, amount_usd)
             }
-            AdminOp::CreateKey { account_id } => {
+            AdminOp::CreateKey { account_id, api_key_digest } => {
                 let account = self.account_by_id(&account_id)?;
-                Ok(Reply::KeyCreated(KeyCreated { api_key: self.new_api_key(account) }))
+                self.add_api_key(account, api_key_digest);
+                Ok(Reply::KeyCreated(KeyCreated { api_key: String::new() }))
             }
-            AdminOp::RevokeKey { api_key } => {
-                let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
-                match self.keys.get_mut(&crate::engine::key_id(&digest)) {
+            AdminOp::RevokeKey { api_key_digest } => {
+                match self.keys.get_mut(&api_key_digest.id()).filter(|record| record.digest == api_key_digest) {
                     Some(record) => {
                         record.revoked = true;
                         Ok(Reply::Success(Success { success: true }))
@@ -100,7 +101,12 @@ impl Engine {
         }
     }
 
-    fn create_account(&mut self, contact_email: String, company_name: Option<String>) -> Response {
+    fn create_account(
+        &mut self,
+        contact_email: String,
+        company_name: Option<String>,
+        api_key_digest: crate::secret::KeyDigest,
+    ) -> Response {
         let email = contact_email.trim();
         if email.len() > limits::MAX_TEXT_LEN || !email.contains('@') || email.starts_with('@') || email.ends_with('@')
         {
@@ -138,19 +144,18 @@ impl Engine {
             },
         });
         self.account_index.insert(id.clone(), index);
-        let api_key = self.new_api_key(index);
+        self.add_api_key(index, api_key_digest);
         let account = self.account_record(index)?;
-        Ok(Reply::AccountCreated(AccountCreated { account_id: id, api_key, account }))
+        // The shell, which drew the key, shows it in the answer.
+        Ok(Reply::AccountCreated(AccountCreated { account_id: id, api_key: String::new(), account }))
     }
 
-    /// A new key: `rsk_` and 64 hex characters (68 in all); only its SHA-256 is kept.
-    fn new_api_key(&mut self, account: u32) -> String {
-        let key = self.random_id("rsk_", 32);
-        debug_assert_eq!(key.len(), 68);
-        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        let previous = self.keys.insert(crate::engine::key_id(&digest), KeyRecord { digest, account, revoked: false });
+    /// A key drawn by the shell from OS entropy (`rsk_` and 64 hex characters): only its
+    /// SHA-256 reaches the engine, and only that is kept.
+    fn add_api_key(&mut self, account: u32, digest: crate::secret::KeyDigest) {
+        assert!(!digest.is_unset(), "the shell fills in every new key's digest");
+        let previous = self.keys.insert(digest.id(), KeyRecord { digest, account, revoked: false });
         assert!(previous.is_none(), "a 128-bit key id collision cannot happen by chance");
-        key
     }
 
     pub(crate) fn account_by_id(&self, account_id: &str) -> Result<u32, ApiError> {

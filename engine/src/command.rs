@@ -1,6 +1,7 @@
 //! Inputs of the engine. Commands are plain data (serde), so the journal can store them
 //! and a replay can feed them back: the transport parses, the engine decides.
 
+use crate::secret::{KeyDigest, SealedSecret};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +20,9 @@ pub enum Command {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResellerRequest {
-    pub api_key: String,
+    /// SHA-256 of the bearer key (the transport hashes it once; the key itself never
+    /// reaches the engine or the journal).
+    pub key_digest: KeyDigest,
     /// `Idempotency-Key` header of a POST: replays the stored response for 24 hours.
     pub idempotency_key: Option<String>,
     pub op: ResellerOp,
@@ -106,6 +109,9 @@ pub enum ResellerOp {
     CreateWebhook {
         url: String,
         events: Vec<String>,
+        /// The new signing secret, drawn and sealed by the shell (not part of what an
+        /// `Idempotency-Key` compares: a retry draws a fresh one that is never used).
+        signing_secret: SealedSecret,
     },
     GetWebhook {
         webhook_id: String,
@@ -190,9 +196,11 @@ pub enum CardBehavior {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum AdminOp {
+    /// `api_key_digest`: the digest of the account's first key, drawn by the shell.
     CreateAccount {
         contact_email: String,
         company_name: Option<String>,
+        api_key_digest: KeyDigest,
     },
     TopUp {
         account_id: String,
@@ -200,9 +208,10 @@ pub enum AdminOp {
     },
     CreateKey {
         account_id: String,
+        api_key_digest: KeyDigest,
     },
     RevokeKey {
-        api_key: String,
+        api_key_digest: KeyDigest,
     },
     Freeze {
         account_id: String,

@@ -7,6 +7,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::event::{Event, EventName};
 use crate::ledger::Ledger;
 use crate::reply::{QrCodeDataUrl, Reply, Response};
+use crate::secret::{KeyDigest, SealedSecret};
 use crate::state::*;
 use crate::time::Millis;
 use rand_chacha::ChaCha20Rng;
@@ -63,6 +64,11 @@ pub mod limits {
     pub const WEBHOOK_DISABLE_AT: u32 = 10;
     pub const AUTO_REFILL_MAX_PER_DAY: usize = 10;
     pub const IDEMPOTENCY_TTL_MS: i64 = 24 * crate::Millis::HOUR;
+    /// Stored answers per account at most: past it the oldest is dropped first, so
+    /// requests with fresh keys cannot grow the state without bound.
+    pub const IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX: usize = 10_000;
+    /// Longest `Idempotency-Key`.
+    pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
     pub const RATE_WINDOW_MS: i64 = crate::Millis::MINUTE;
     /// Webhook retries: 30 s, 1 min, 2 min, ... doubling, each wait capped at 6 hours,
     /// given up 3 days after the first attempt.
@@ -91,22 +97,11 @@ pub struct Delivery {
     pub event_id: String,
     pub event: EventName,
     pub body: String,
-    /// Lowercase hex HMAC-SHA256 of `body` with the webhook's signing secret.
-    pub signature: String,
+    /// The webhook's signing secret, sealed: the sender opens it and signs `body`
+    /// (the engine never holds the secret itself).
+    pub signing_secret: SealedSecret,
     pub timestamp: Millis,
     pub attempt: u32,
-}
-
-impl Delivery {
-    /// The headers of the POST, beside `Content-Type: application/json`.
-    pub fn headers(&self) -> [(&'static str, String); 4] {
-        [
-            ("X-Service-Signature", self.signature.clone()),
-            ("X-Service-Event-Id", self.event_id.clone()),
-            ("X-Service-Timestamp", self.timestamp.to_rfc3339()),
-            ("X-Service-Delivery-Attempt", self.attempt.to_string()),
-        ]
-    }
 }
 
 /// The service state machine. See the crate docs for the contract.
@@ -138,15 +133,15 @@ pub struct Engine {
     pub(crate) faults: Faults,
     #[serde(with = "crate::state::map_as_pairs")]
     pub(crate) idempotency: BTreeMap<(u32, String), IdempotencyEntry>,
+    /// Per account, its stored keys oldest first (with their expiry, which tells a key
+    /// stored again after it expired from the entry it replaced).
+    pub(crate) idempotency_order: BTreeMap<u32, VecDeque<(Millis, String)>>,
     /// Output queues, drained by the shell after every input (not part of the state:
     /// a snapshot is taken with them drained).
     #[serde(skip)]
     pub(crate) effects: VecDeque<Effect>,
     #[serde(skip)]
     pub(crate) events: VecDeque<Event>,
-    /// Soft state (not journaled, not in the digest): per-key request windows.
-    #[serde(skip)]
-    pub(crate) rate_windows: BTreeMap<u128, (Millis, u32)>,
     /// A deliberately broken rule, switched on only by tests of the checkers.
     #[serde(skip)]
     pub(crate) injected_bug: Option<InjectedBug>,
@@ -157,6 +152,8 @@ pub struct Engine {
 pub enum InjectedBug {
     /// An eSIM defund or move settlement credits one cent more than it returns.
     SettlementPaysOneCentMore,
+    /// Every eSIM fund panics (a bug in the engine: the server must end, not limp on).
+    PanicOnFund,
 }
 
 impl Engine {
@@ -183,9 +180,9 @@ impl Engine {
             next_serial: 0,
             faults: Faults::default(),
             idempotency: BTreeMap::new(),
+            idempotency_order: BTreeMap::new(),
             effects: VecDeque::new(),
             events: VecDeque::new(),
-            rate_windows: BTreeMap::new(),
             injected_bug: None,
         }
     }
@@ -235,58 +232,38 @@ impl Engine {
 
     // ----- inputs -----
 
-    /// Applies one command at `now`. Timers due at or before `now` fire first.
+    /// Applies one command at `now`. Timers due at or before `now` fire first. A
+    /// reseller request comes already admitted by the transport (key known, rate limit
+    /// passed: see [`Engine::key_account`]); the engine still refuses a key that is
+    /// unknown or revoked by now. Replaying a journal is calling this with its entries.
     pub fn handle(&mut self, now: Millis, command: Command) -> Response {
         self.handle_timeout(now);
         match command {
-            Command::Reseller(request) => self.handle_reseller(request, true),
+            Command::Reseller(request) => self.handle_reseller(request),
             Command::Admin(op) => self.handle_admin(op),
             Command::Sandbox(op) => self.handle_sandbox(op),
             Command::DeliveryOutcome { delivery_id, result } => self.delivery_outcome(delivery_id, result),
         }
     }
 
-    /// The per-key rate limit on its own: a driver that journals commands asks first and
-    /// journals only what was admitted, then applies it with [`Engine::replay`]. (A
-    /// request refused here changes nothing, so it must not reach the journal.) An
-    /// unknown key is admitted here and refused by the command itself.
-    pub fn admit(&mut self, now: Millis, request: &ResellerRequest) -> Result<(), ApiError> {
-        self.handle_timeout(now);
-        match self.key_holder(&request.api_key) {
-            Ok((_, digest)) => self.check_rate(digest),
-            Err(_) => Ok(()),
-        }
+    /// The account holding a valid (known, not revoked) API key: a read-only lookup,
+    /// for the transport's authentication before it reads a request's body.
+    pub fn key_account(&self, digest: &KeyDigest) -> Option<u32> {
+        self.key_holder(digest).ok()
     }
 
-    /// The checks every reseller request passes first, for one that cannot become a
-    /// command (the transport could not parse it): the rate limit counts it, and a
-    /// missing, invalid or revoked key is refused. Changes only the soft rate windows.
-    pub fn authenticate(&mut self, now: Millis, api_key: &str) -> Result<(), ApiError> {
-        self.handle_timeout(now);
-        let (_, digest) = self.key_holder(api_key)?;
-        self.check_rate(digest)
+    /// Every valid key's digest with its account (the transport's key directory).
+    pub fn valid_keys(&self) -> impl Iterator<Item = (KeyDigest, u32)> + '_ {
+        self.keys.values().filter(|record| !record.revoked).map(|record| (record.digest, record.account))
     }
 
-    /// The account holding a valid (known, not revoked) API key, and the key's digest.
-    fn key_holder(&self, api_key: &str) -> Result<(u32, [u8; 32]), ApiError> {
-        let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
-        match self.keys.get(&key_id(&digest)) {
+    /// The account holding a valid (known, not revoked) API key.
+    fn key_holder(&self, digest: &KeyDigest) -> Result<u32, ApiError> {
+        match self.keys.get(&digest.id()) {
             // The map is keyed by the first half of the digest; the whole digest is then
             // compared in constant time.
-            Some(record) if !record.revoked && constant_time_eq(&record.digest, &digest) => {
-                Ok((record.account, digest))
-            }
+            Some(record) if !record.revoked && constant_time_eq(&record.digest.0, &digest.0) => Ok(record.account),
             _ => Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
-        }
-    }
-
-    /// Like [`Engine::handle`], without the per-key rate limit: for commands already
-    /// admitted, and for replaying a journal (which holds only admitted commands).
-    pub fn replay(&mut self, now: Millis, command: Command) -> Response {
-        self.handle_timeout(now);
-        match command {
-            Command::Reseller(request) => self.handle_reseller(request, false),
-            other => self.handle(now, other),
         }
     }
 
@@ -334,19 +311,19 @@ impl Engine {
 
     // ----- the reseller API: authentication, rate limit, idempotency, dispatch -----
 
-    fn handle_reseller(&mut self, request: ResellerRequest, rate_limited: bool) -> Response {
-        let ResellerRequest { api_key, idempotency_key, op } = request;
-        let (account, digest) = self.key_holder(&api_key)?;
-        if rate_limited {
-            self.check_rate(digest)?;
-        }
+    fn handle_reseller(&mut self, request: ResellerRequest) -> Response {
+        let ResellerRequest { key_digest, idempotency_key, op } = request;
+        let account = self.key_holder(&key_digest)?;
         let Some(key) = idempotency_key.filter(|_| !op.is_read()) else {
             return self.dispatch(account, op);
         };
-        if key.is_empty() || key.len() > 255 {
-            return Err(ApiError::validation("Idempotency-Key must be 1 to 255 characters"));
+        if key.is_empty() || key.len() > limits::IDEMPOTENCY_KEY_LEN_MAX {
+            return Err(ApiError::validation(format!(
+                "Idempotency-Key must be 1 to {} characters",
+                limits::IDEMPOTENCY_KEY_LEN_MAX
+            )));
         }
-        let fingerprint: [u8; 32] = Sha256::digest(serde_json::to_vec(&op).expect("commands serialize")).into();
+        let fingerprint = request_fingerprint(&op);
         if let Some(entry) = self.idempotency.get(&(account, key.clone())) {
             if entry.expires_at > self.now {
                 if entry.fingerprint != fingerprint {
@@ -359,48 +336,51 @@ impl Engine {
                     status: entry.status,
                     body: entry.body.clone(),
                     qr_code: entry.qr_text.clone().map(QrCodeDataUrl::new),
+                    signing_secret: entry.signing_secret.clone(),
                 });
             }
         }
         let response = self.dispatch(account, op);
-        // Only final answers are stored: a webhook test waits for its outcome, and a
-        // rate-limit or server-side failure is worth retrying.
-        let storable = !matches!(response, Ok(Reply::WebhookTestDispatched { .. }));
-        if storable {
-            let (status, body, qr_text) = Reply::stored_form(&response);
-            let expires_at = self.now.plus_ms(limits::IDEMPOTENCY_TTL_MS);
-            let entry = IdempotencyEntry {
-                fingerprint,
-                status,
-                body: String::from_utf8(body).expect("JSON is UTF-8"),
-                qr_text,
-                expires_at,
-            };
-            if self.idempotency.insert((account, key.clone()), entry).is_none() {
-                self.schedule(expires_at, Timer::ExpireIdempotency(account, key));
-            }
+        if is_final(&response) {
+            self.store_idempotent(account, key, fingerprint, &response);
         }
         response
     }
 
-    /// The per-key rate limit: a fixed one-minute window from the window's first request.
-    fn check_rate(&mut self, digest: [u8; 32]) -> Result<(), ApiError> {
-        let now = self.now;
-        let limit = self.config.rate_limit_per_minute;
-        let window = self.rate_windows.entry(key_id(&digest)).or_insert((now, 0));
-        if now.0 - window.0 .0 >= limits::RATE_WINDOW_MS {
-            *window = (now, 0);
+    /// Keeps a final answer for its `Idempotency-Key`, dropping the account's oldest
+    /// stored answer when it holds the most it may.
+    fn store_idempotent(&mut self, account: u32, key: String, fingerprint: [u8; 32], response: &Response) {
+        let (status, body, qr_text, signing_secret) = Reply::stored_form(response);
+        let expires_at = self.now.plus_ms(limits::IDEMPOTENCY_TTL_MS);
+        let entry = IdempotencyEntry {
+            fingerprint,
+            status,
+            body: String::from_utf8(body).expect("JSON is UTF-8"),
+            qr_text,
+            signing_secret,
+            expires_at,
+        };
+        // A key found here had expired (a live one was answered above): it is replaced.
+        self.idempotency.insert((account, key.clone()), entry);
+        let order = self.idempotency_order.entry(account).or_default();
+        order.push_back((expires_at, key.clone()));
+        if order.len() > limits::IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX {
+            let (oldest_expiry, oldest) = order.pop_front().expect("the queue is over its limit");
+            self.forget_idempotent(account, &oldest, oldest_expiry);
         }
-        if window.1 >= limit {
-            let retry_after = now.seconds_until_ceil(window.0.plus_ms(limits::RATE_WINDOW_MS)).max(1);
-            return Err(ApiError {
-                code: ErrorCode::RateLimited,
-                message: format!("more than {limit} requests per minute; retry in {retry_after} s"),
-                retry_after_secs: Some(retry_after),
-            });
+        assert!(
+            self.idempotency_order[&account].len() <= limits::IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX,
+            "the idempotency store of an account is bounded"
+        );
+        self.schedule(expires_at, Timer::ExpireIdempotency(account, key));
+    }
+
+    /// Drops a stored answer, if it is still the one stored with this expiry.
+    fn forget_idempotent(&mut self, account: u32, key: &str, expires_at: Millis) {
+        let slot = (account, key.to_string());
+        if self.idempotency.get(&slot).is_some_and(|entry| entry.expires_at == expires_at) {
+            self.idempotency.remove(&slot);
         }
-        window.1 += 1;
-        Ok(())
     }
 
     fn dispatch(&mut self, account: u32, op: ResellerOp) -> Response {
@@ -434,7 +414,7 @@ impl Engine {
             Rates { country, continent } => Ok(crate::rates_reply(country.as_deref(), continent.as_deref())),
             Account => self.account_record(account).map(Reply::Account),
             ListWebhooks => self.list_webhooks(account),
-            CreateWebhook { url, events } => self.create_webhook(account, url, events),
+            CreateWebhook { url, events, signing_secret } => self.create_webhook(account, url, events, signing_secret),
             GetWebhook { webhook_id } => self.get_webhook(account, &webhook_id),
             UpdateWebhook { webhook_id, url, events, active } => {
                 self.update_webhook(account, &webhook_id, url, events, active)
@@ -461,9 +441,16 @@ impl Engine {
             Timer::CardSettles(account) => self.card_settles(account),
             Timer::GroupLowDeadline(group) => self.group_low_deadline(group),
             Timer::ExpireIdempotency(account, key) => {
-                let expired = self.idempotency.get(&(account, key.clone())).is_some_and(|e| e.expires_at <= self.now);
-                if expired {
-                    self.idempotency.remove(&(account, key));
+                // Keys expire in the order they were stored (a fixed TTL, time never goes
+                // back), so the expired one heads its account's queue unless the bound
+                // dropped it already (then this timer is stale: expected).
+                let order = self.idempotency_order.entry(account).or_default();
+                if order.front().is_some_and(|(expiry, front)| *expiry <= self.now && *front == key) {
+                    let (expiry, key) = order.pop_front().expect("checked");
+                    if order.is_empty() {
+                        self.idempotency_order.remove(&account);
+                    }
+                    self.forget_idempotent(account, &key, expiry);
                 }
             }
         }
@@ -539,9 +526,31 @@ impl std::io::Write for HashWriter<'_> {
     }
 }
 
-/// Index of a key: the first 128 bits of its SHA-256 digest.
-pub(crate) fn key_id(digest: &[u8; 32]) -> u128 {
-    u128::from_le_bytes(digest[..16].try_into().expect("16 bytes"))
+/// What an `Idempotency-Key` compares: the request, without the secret the shell drew
+/// for it (a retry draws a fresh one, which is then never used).
+fn request_fingerprint(op: &ResellerOp) -> [u8; 32] {
+    let bytes = match op {
+        ResellerOp::CreateWebhook { url, events, signing_secret } if !signing_secret.is_unset() => {
+            let blank = ResellerOp::CreateWebhook {
+                url: url.clone(),
+                events: events.clone(),
+                signing_secret: SealedSecret::default(),
+            };
+            serde_json::to_vec(&blank)
+        }
+        other => serde_json::to_vec(other),
+    };
+    Sha256::digest(bytes.expect("commands serialize")).into()
+}
+
+/// Only final answers are kept for an `Idempotency-Key`: a webhook test still waits
+/// for its outcome, and a server-side or upstream failure (5xx, 502) is worth retrying.
+fn is_final(response: &Response) -> bool {
+    match response {
+        Ok(Reply::WebhookTestDispatched { .. }) => false,
+        Ok(_) => true,
+        Err(error) => error.status() < 500,
+    }
 }
 
 /// An ICCID as its number (all digits, at most 19 of them); anything else is no ICCID.

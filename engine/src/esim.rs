@@ -353,6 +353,9 @@ impl Engine {
     }
 
     pub(crate) fn fund(&mut self, account: u32, iccid: &str, amount: Decimal) -> Response {
+        if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
+            panic!("injected engine bug: a fund panics (test switch)");
+        }
         let sim = self.sim_of(account, iccid)?;
         let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
         self.require_not_terminated(sim)?;

@@ -55,6 +55,7 @@ pub mod network;
 pub mod rates;
 pub mod reply;
 pub mod report;
+pub mod secret;
 pub mod state;
 pub mod time;
 pub mod webhook;
@@ -64,6 +65,7 @@ pub use engine::{limits, Delivery, Effect, Engine, EngineConfig, InjectedBug};
 pub use error::{ApiError, ErrorCode};
 pub use event::{Event, EventName};
 pub use reply::{render, Reply, Response};
+pub use secret::{KeyDigest, SealedSecret};
 pub use time::Millis;
 
 /// The rates endpoint: the built-in table filtered by country and continent.

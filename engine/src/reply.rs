@@ -58,8 +58,16 @@ pub enum Reply {
         /// place (a PNG is not kept for 24 hours), drawn again on the way out exactly
         /// as the first answer drew it.
         qr_code: Option<QrCodeDataUrl>,
+        /// A webhook creation's signing secret, sealed: the stored body holds an empty
+        /// `signing_secret`, which the shell fills with the opened secret
+        /// ([`Reply::show_secret`]).
+        #[serde(skip)]
+        signing_secret: Option<crate::secret::SealedSecret>,
     },
 }
+
+/// The field of a webhook creation's answer that shows its signing secret.
+const SECRET_FIELD: &str = "signing_secret";
 
 /// What an undrawn QR code serializes to: an empty PNG data URL.
 const UNDRAWN_QR: &str = "data:image/png;base64,";
@@ -92,6 +100,30 @@ impl Reply {
         }
     }
 
+    /// The secret this reply shows once, which only the shell knows: a new API key, or
+    /// a new (or replayed) webhook signing secret. The engine leaves those fields empty.
+    pub fn show_secret(&mut self, secret: &str) {
+        match self {
+            Reply::AccountCreated(created) => created.api_key = secret.to_string(),
+            Reply::KeyCreated(created) => created.api_key = secret.to_string(),
+            Reply::WebhookCreated(created) => created.signing_secret = secret.to_string(),
+            Reply::Replayed { body, signing_secret: Some(_), .. } => {
+                let shown = serde_json::to_string(secret).expect("a string serializes");
+                *body = body.replacen(&format!("\"{SECRET_FIELD}\":\"\""), &format!("\"{SECRET_FIELD}\":{shown}"), 1);
+            }
+            _ => {}
+        }
+    }
+
+    /// The sealed secret a reply must show, for the shell to open.
+    pub fn sealed_secret(&self) -> Option<&crate::secret::SealedSecret> {
+        match self {
+            Reply::WebhookCreated(created) => Some(&created.sealed),
+            Reply::Replayed { signing_secret, .. } => signing_secret.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Whether a QR code in this reply is drawn when it is serialized (see
     /// [`QrCodeDataUrl::render`]).
     pub fn set_render_qr(&mut self, render: bool) {
@@ -112,18 +144,21 @@ impl Reply {
     }
 
     /// Status and body as an idempotency entry stores them: the QR code left undrawn,
-    /// and its text to draw it again.
-    pub(crate) fn stored_form(response: &Response) -> (u16, Vec<u8>, Option<String>) {
+    /// and its text to draw it again; a signing secret left empty, and kept sealed.
+    pub(crate) fn stored_form(
+        response: &Response,
+    ) -> (u16, Vec<u8>, Option<String>, Option<crate::secret::SealedSecret>) {
         let mut undrawn = response.clone();
-        let qr_text = match &mut undrawn {
+        let (qr_text, sealed) = match &mut undrawn {
             Ok(reply) => {
                 reply.set_render_qr(false);
-                reply.qr_code().map(|qr_code| qr_code.text.clone())
+                debug_assert!(!matches!(reply, Reply::WebhookCreated(c) if !c.signing_secret.is_empty()));
+                (reply.qr_code().map(|qr_code| qr_code.text.clone()), reply.sealed_secret().cloned())
             }
-            Err(_) => None,
+            Err(_) => (None, None),
         };
         let (status, body) = render(&undrawn);
-        (status, body, qr_text)
+        (status, body, qr_text, sealed)
     }
 }
 
@@ -389,7 +424,11 @@ pub struct WebhookRecord {
 pub struct WebhookCreated {
     #[serde(flatten)]
     pub webhook: WebhookRecord,
+    /// Filled by the shell, which drew the secret ([`Reply::show_secret`]).
     pub signing_secret: String,
+    /// The secret as the engine holds it, sealed.
+    #[serde(skip)]
+    pub sealed: crate::secret::SealedSecret,
     pub note: &'static str,
 }
 
@@ -416,6 +455,7 @@ pub struct WebhookTestResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct AccountCreated {
     pub account_id: String,
+    /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
     pub api_key: String,
     pub account: AccountRecord,
 }
@@ -429,6 +469,7 @@ pub struct ToppedUp {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct KeyCreated {
+    /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
     pub api_key: String,
 }
 

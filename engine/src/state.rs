@@ -204,7 +204,8 @@ pub struct Webhook {
     pub url: String,
     pub events: Vec<String>,
     pub subscription: Subscription,
-    pub signing_secret: String,
+    /// Sealed by the shell; opened only by the sender, to sign.
+    pub signing_secret: crate::secret::SealedSecret,
     pub active: bool,
     pub failure_count: u32,
     pub last_triggered_at: Option<Millis>,
@@ -230,7 +231,7 @@ pub struct DeliveryState {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KeyRecord {
-    pub digest: [u8; 32],
+    pub digest: crate::secret::KeyDigest,
     pub account: u32,
     pub revoked: bool,
 }
@@ -243,6 +244,10 @@ pub struct IdempotencyEntry {
     /// The LPA text of a provisioning's QR code, drawn again into `body` on a replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qr_text: Option<String>,
+    /// A webhook creation's signing secret (sealed), shown again on a replay: the
+    /// stored body holds an empty `signing_secret` in its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<crate::secret::SealedSecret>,
     pub expires_at: Millis,
 }
 

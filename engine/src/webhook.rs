@@ -1,6 +1,7 @@
 //! Webhooks: registration, and delivery as engine logic. The engine picks the targets,
-//! builds the exact body and its signature, hands a delivery to the shell as an effect,
-//! and takes the outcome back as a command: failure counting, retries and the
+//! builds the exact body, hands a delivery (with the webhook's sealed signing secret) to
+//! the shell as an effect, which signs and sends it, and takes the outcome back as a
+//! command: failure counting, retries and the
 //! auto-disable at 10 are decided here, so they are journaled and simulated.
 
 use crate::command::DeliveryResult;
@@ -8,6 +9,7 @@ use crate::engine::{limits, Delivery, Effect, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::event::{Event, EventName};
 use crate::reply::*;
+use crate::secret::SealedSecret;
 use crate::state::*;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -16,7 +18,8 @@ use std::collections::BTreeSet;
 /// The note returned with a new webhook's signing secret.
 const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. Verify X-Service-Signature as the lowercase hex HMAC-SHA256 of the raw body.";
 
-/// Lowercase hex HMAC-SHA256 of `body` keyed with `secret`.
+/// Lowercase hex HMAC-SHA256 of `body` keyed with `secret` (`X-Service-Signature`; the
+/// sender computes it with the secret it opened).
 pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
     mac.update(body);
@@ -164,7 +167,14 @@ impl Engine {
         }))
     }
 
-    pub(crate) fn create_webhook(&mut self, account: u32, url: String, events: Vec<String>) -> Response {
+    pub(crate) fn create_webhook(
+        &mut self,
+        account: u32,
+        url: String,
+        events: Vec<String>,
+        signing_secret: SealedSecret,
+    ) -> Response {
+        assert!(!signing_secret.is_unset(), "the shell seals a new secret into every webhook creation");
         let url = self.check_url(&url)?;
         let subscription = Self::check_events(&events)?;
         if self.accounts[account as usize].webhooks.len() >= limits::MAX_WEBHOOKS {
@@ -174,7 +184,6 @@ impl Engine {
             ));
         }
         let id = self.random_id("wh_", 8);
-        let signing_secret = self.random_id("whsec_", 24);
         let webhook = self.webhooks.len() as u32;
         self.webhooks.push(Webhook {
             id: id.clone(),
@@ -192,9 +201,11 @@ impl Engine {
         });
         self.webhook_index.insert(id, webhook);
         self.accounts[account as usize].webhooks.push(webhook);
+        // The shell, which drew the secret, shows it in the answer (once).
         Ok(Reply::WebhookCreated(WebhookCreated {
             webhook: self.webhook_record(webhook),
-            signing_secret,
+            signing_secret: String::new(),
+            sealed: signing_secret,
             note: SECRET_NOTE,
         }))
     }
@@ -283,7 +294,7 @@ impl Engine {
             url: webhook.url.clone(),
             event_id: state.event_id.clone(),
             event: state.event,
-            signature: sign(&webhook.signing_secret, state.body.as_bytes()),
+            signing_secret: webhook.signing_secret.clone(),
             body: state.body.clone(),
             timestamp: self.now,
             attempt: state.attempt,
@@ -291,11 +302,9 @@ impl Engine {
         self.effects.push_back(Effect::Deliver(delivery));
     }
 
-    /// What a restart of the shell does to the state it recovered (or kept): the soft
-    /// state (per-key rate windows, never journaled) starts empty, and deliveries handed
-    /// out before it are handed out again, with their ids and attempt numbers.
+    /// What a restart of the shell does to the state it recovered (or kept): deliveries
+    /// handed out before it are handed out again, with their ids and attempt numbers.
     pub fn restart(&mut self) {
-        self.rate_windows.clear();
         self.redeliver_in_flight();
     }
 

@@ -411,30 +411,21 @@ fn api_keys_are_68_chars_and_revocable() {
     let mut h = Harness::new();
     let r = h.reseller("20");
     assert!(r.api_key.starts_with("rsk_") && r.api_key.len() == 68);
-    let Ok(Reply::KeyCreated(k)) = h.admin(AdminOp::CreateKey { account_id: r.account_id.clone() }) else { panic!() };
-    let second = Reseller { account_id: r.account_id.clone(), api_key: k.api_key.clone() };
+    let (key, api_key_digest) = h.draw_key();
+    let created = h.admin(AdminOp::CreateKey { account_id: r.account_id.clone(), api_key_digest });
+    let Ok(Reply::KeyCreated(k)) = created else { panic!() };
+    assert!(k.api_key.is_empty(), "the shell shows the key it drew; the engine has only its digest");
+    let second = Reseller { account_id: r.account_id.clone(), api_key: key };
     assert!(h.call(&second, ResellerOp::WalletBalance).is_ok());
-    h.admin(AdminOp::RevokeKey { api_key: k.api_key }).unwrap();
+    assert_eq!(h.engine.key_account(&api_key_digest), h.engine.key_account(&KeyDigest::of(&r.api_key)));
+    h.admin(AdminOp::RevokeKey { api_key_digest }).unwrap();
+    assert_eq!(h.engine.key_account(&api_key_digest), None);
+    assert_eq!(code(h.admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of("rsk_unknown") })), "NOT_FOUND");
     let error = h.call(&second, ResellerOp::WalletBalance).unwrap_err();
     assert_eq!((error.code, error.status()), (ErrorCode::InvalidApiKey, 401));
     assert!(h.call(&r, ResellerOp::WalletBalance).is_ok());
     let wrong = Reseller { account_id: String::new(), api_key: "rsk_nope".into() };
     assert_eq!(code(h.call(&wrong, ResellerOp::WalletBalance)), "INVALID_API_KEY");
-}
-
-#[test]
-fn rate_limit_is_100_per_minute_with_retry_after() {
-    let mut h = Harness::new();
-    let r = h.reseller("20");
-    for _ in 0..100 {
-        assert!(h.call(&r, ResellerOp::WalletBalance).is_ok());
-    }
-    h.advance_secs(20);
-    let error = h.call(&r, ResellerOp::WalletBalance).unwrap_err();
-    assert_eq!((error.code, error.status()), (ErrorCode::RateLimited, 429));
-    assert_eq!(error.retry_after_secs, Some(40));
-    h.advance_secs(40);
-    assert!(h.call(&r, ResellerOp::WalletBalance).is_ok());
 }
 
 #[test]
@@ -444,7 +435,7 @@ fn idempotent_fund_replays_without_applying_again() {
     let iccid = h.provision(&r);
     let fund = |amount: &str| {
         Command::Reseller(ResellerRequest {
-            api_key: r.api_key.clone(),
+            key_digest: KeyDigest::of(&r.api_key),
             idempotency_key: Some("fund-1".into()),
             op: ResellerOp::Fund { iccid: iccid.clone(), amount: d(amount) },
         })
@@ -537,7 +528,7 @@ fn idempotent_provisioning_keeps_no_picture_and_replays_the_same_bytes() {
     let r = h.reseller("50");
     let provision = || {
         Command::Reseller(ResellerRequest {
-            api_key: r.api_key.clone(),
+            key_digest: KeyDigest::of(&r.api_key),
             idempotency_key: Some("order-7".into()),
             op: ResellerOp::Provision { end_user_reference: None, label: None, group_id: None },
         })
@@ -579,4 +570,53 @@ fn the_json_finance_report_writes_amounts_without_trailing_zeros() {
     assert_eq!(report["total"]["difference_usd"].to_string(), "0", "{json}");
     assert_eq!(report["total"]["reseller_balance_usd"].to_string(), "78.25", "{json}");
     assert_eq!(report["total"]["conversion_dust_usd"].to_string(), "0.002", "exact, sub-cent: {json}");
+}
+
+#[test]
+fn only_final_answers_are_kept_for_an_idempotency_key() {
+    let mut h = Harness::new();
+    let r = h.reseller("50");
+    let iccid = h.provision(&r);
+    h.call(&r, ResellerOp::Fund { iccid: iccid.clone(), amount: d("10") }).unwrap();
+    let defund = Command::Reseller(ResellerRequest {
+        key_digest: KeyDigest::of(&r.api_key),
+        idempotency_key: Some("defund-1".into()),
+        op: ResellerOp::Defund { iccid: iccid.clone() },
+    });
+    h.sandbox(SandboxOp::SetFaults { upstream_pause_fails: Some(true), network_read_fails: None }).unwrap();
+    let failed = h.run(defund.clone()).unwrap_err();
+    assert_eq!(failed.status(), 502);
+    h.sandbox(SandboxOp::SetFaults { upstream_pause_fails: Some(false), network_read_fails: None }).unwrap();
+    // The 502 was not stored: the retry is applied, and its answer is the one kept.
+    let accepted = h.run(defund.clone()).unwrap();
+    assert_eq!(accepted.status(), 202);
+    assert_eq!(render(&h.run(defund)), render(&Ok(accepted)));
+}
+
+#[test]
+fn the_idempotency_store_of_an_account_is_bounded_oldest_first() {
+    let mut h = Harness::new();
+    let r = h.reseller("50");
+    let iccid = h.provision(&r);
+    let request = |key: usize, op: ResellerOp| {
+        Command::Reseller(ResellerRequest {
+            key_digest: KeyDigest::of(&r.api_key),
+            idempotency_key: Some(format!("k{key}")),
+            op,
+        })
+    };
+    let digest_before = h.engine.state_digest();
+    for key in 0..=limits::IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX {
+        h.run(request(key, ResellerOp::Disable { iccid: iccid.clone() })).unwrap();
+    }
+    assert_ne!(h.engine.state_digest(), digest_before);
+    // The newest keys are still kept (another request under one is refused) ...
+    let newest = limits::IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX;
+    assert_eq!(code(h.run(request(newest, ResellerOp::Enable { iccid: iccid.clone() }))), "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(code(h.run(request(1, ResellerOp::Enable { iccid: iccid.clone() }))), "IDEMPOTENCY_KEY_REUSED");
+    // ... and the oldest was dropped: the key is free again.
+    assert!(h.run(request(0, ResellerOp::Enable { iccid: iccid.clone() })).is_ok());
+    // Expiry after 24 h still works through the bounded queue.
+    h.advance_secs(24 * 3600 + 1);
+    assert!(h.run(request(newest, ResellerOp::Enable { iccid: iccid.clone() })).is_ok());
 }

@@ -6,11 +6,14 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
+/// What a run shows: every response (status, body), the events, the digest, the effects.
+type RunOutputs = (Vec<(u16, Vec<u8>)>, Vec<String>, String, usize);
+
 /// 10,000 mixed commands from one seed, run twice: every response, event, effect and
 /// the state digest are identical.
 #[test]
 fn ten_thousand_commands_twice_give_identical_outputs() {
-    fn run(seed: u64) -> (Vec<(u16, Vec<u8>)>, Vec<String>, String, usize) {
+    fn run(seed: u64) -> RunOutputs {
         let mut runner =
             TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes(seed)));
         let mut world = World::new(seed);

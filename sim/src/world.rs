@@ -345,7 +345,10 @@ impl World {
     pub fn new(seed: u64, bug: Option<InjectedBug>) -> World {
         let config = EngineConfig { seed, ..EngineConfig::default() };
         let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
-        let mut service = Service::new(engine, ADMIN_TOKEN.to_string(), ClockMode::Virtual);
+        // Keys and signing secrets come from a stream seeded by the scenario (never secret
+        // here: a run must repeat), sealed under a key derived from the seed.
+        let secrets = esim_transport::secrets::Secrets::seeded(seed);
+        let mut service = Service::new(engine, ADMIN_TOKEN.to_string(), ClockMode::Virtual, secrets);
         service.set_render_qr(false);
         service.engine_mut().inject_bug_for_test(bug);
         World {
@@ -463,9 +466,10 @@ impl World {
         let api_key = self.keys[self.accounts[owner].key as usize].clone();
         let mut merged = serde_json::Map::new();
         for op in ops {
-            let request = ResellerRequest { api_key: api_key.clone(), idempotency_key: None, op };
+            let request =
+                ResellerRequest { key_digest: esim_engine::KeyDigest::of(&api_key), idempotency_key: None, op };
             let now = self.now;
-            let response = self.service.engine_mut().replay(now, Command::Reseller(request));
+            let response = self.service.engine_mut().handle(now, Command::Reseller(request));
             let (_, body) = esim_engine::render(&response);
             match serde_json::from_slice(&body) {
                 Ok(Value::Object(fields)) => merged.extend(fields),
@@ -606,7 +610,7 @@ impl World {
         });
         self.log.facts.push(Fact::Restarted { rebuild: rebuilt });
         self.held.clear();
-        self.service.engine_mut().restart();
+        self.service.restart();
     }
 
     /// Moves the clock by `ms`. While deliveries are outstanding it stops at every
@@ -845,8 +849,12 @@ impl World {
             Who::Account(i) => Some(self.accounts[i].engine),
             _ => None,
         };
+        // A request the router refuses (its shape: JSON, a missing field, an amount with
+        // more than 2 decimals) never reaches the engine's idempotency store.
+        let reaches_engine =
+            idempotency_key.is_some() && matches!(esim_transport::api::route(&request, ADMIN_TOKEN), Routed::Engine(_));
         let idempotency = match (idempotency_key, account) {
-            (Some(idem), Some(account)) if key_valid && engine_bound && !read => {
+            (Some(idem), Some(account)) if key_valid && engine_bound && reaches_engine && !read => {
                 match self.idempotency.get(&(account, idem.to_string())) {
                     Some(stored) if now.0 < stored.at.0 + IDEMPOTENCY_TTL_MS => {
                         if stored.request == (method.clone(), path.clone(), body.clone()) {
@@ -876,7 +884,8 @@ impl World {
             self.stats.rate_limited += 1;
         }
         if let (Idempotency::Fresh, Some(account), Some(idem)) = (&idempotency, account, idempotency_key) {
-            let storable = status != 401 && !rate_limited && !matches!(kind, Kind::TestWebhook);
+            // Only final answers are kept: never a 5xx (an upstream 502 is worth a retry).
+            let storable = status != 401 && status < 500 && !rate_limited && !matches!(kind, Kind::TestWebhook);
             if storable {
                 let stored = Stored {
                     request: (method.clone(), path.clone(), body.clone()),
@@ -1229,15 +1238,23 @@ fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
             let kind = match op {
                 AdminOp::CreateAccount { .. } => Kind::CreateAccount { bind: None },
                 AdminOp::TopUp { account_id, .. } => Kind::TopUp { account_id },
-                AdminOp::CreateKey { account_id } => Kind::NewKey { account_id },
-                AdminOp::RevokeKey { api_key } => Kind::Revoke { key: api_key },
+                AdminOp::CreateKey { account_id, .. } => Kind::NewKey { account_id },
+                // The command holds only the key's digest; the key is the path's last segment.
+                AdminOp::RevokeKey { .. } => Kind::Revoke {
+                    key: esim_transport::api::percent_decode(request.uri().path().rsplit('/').next().unwrap_or("")),
+                },
                 _ => Kind::Other,
             };
             (false, false, kind)
         }
         // Refused by the transport after the key check: counted by the rate limit, but
         // never reaches the idempotency store (treated as a read).
-        Routed::ResellerReject { .. } => (true, true, Kind::Other),
+        Routed::Reject(_)
+            if esim_transport::routes::api_of_path(request.uri().path())
+                == Some(esim_transport::routes::Api::Reseller) =>
+        {
+            (true, true, Kind::Other)
+        }
         _ => (false, request.method() == http::Method::GET, Kind::Other),
     }
 }

@@ -40,7 +40,9 @@ impl TestServer {
 
     pub async fn start_with(options: ServerOptions) -> TestServer {
         let config = EngineConfig { seed: 5, allow_insecure_webhooks: true, ..EngineConfig::default() };
-        let service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual);
+        let secrets = esim_transport::secrets::Secrets::seeded(5);
+        let service =
+            Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, secrets);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();

@@ -3,14 +3,14 @@
 //! an HTTP response. No sockets, no runtime, no clock, no business rules: everything
 //! here is parsing, validation of shapes, and rendering.
 
-use crate::routes::{self, Api, Match, RESELLER_BASE, ROUTES};
+use crate::routes::{self, Api, Match, ROUTES};
 use bytes::Bytes;
 use esim_engine::{
-    AdminOp, ApiError, CardBehavior, Command, ErrorCode, ResellerOp, ResellerRequest, Response, SandboxOp,
+    AdminOp, ApiError, CardBehavior, Command, ErrorCode, KeyDigest, ResellerOp, ResellerRequest, Response, SandboxOp,
+    SealedSecret,
 };
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
-use std::str::FromStr;
 
 /// Largest request body accepted (413 above it).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -30,12 +30,9 @@ pub enum Routed {
     StateDigest,
     /// `GET /api/v2/reseller/openapi.json`.
     OpenApi,
-    /// Answer at once with this error.
+    /// Answer at once with this error. (Credentials and the rate limit were checked
+    /// before, by [`crate::admission`], so a bad request answers 401 or 429 first.)
     Reject(ApiError),
-    /// A request to the reseller API that cannot become a command (unknown route,
-    /// wrong method, bad body or query): the key is still authenticated and counted by
-    /// the rate limit first, so a bad request answers 401 or 429 before this error.
-    ResellerReject { api_key: String, error: ApiError },
 }
 
 /// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
@@ -116,22 +113,34 @@ impl Body {
         self.string(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
     }
 
+    /// A number exactly as written: one with more digits than a `Decimal` holds is
+    /// refused, never rounded.
     fn decimal(&self, name: &str) -> Result<Option<Decimal>, ApiError> {
         match self.present(name) {
             None => Ok(None),
-            Some(Value::Number(number)) => {
-                let text = number.to_string();
-                Decimal::from_str(&text)
-                    .or_else(|_| Decimal::from_scientific(&text))
-                    .map(Some)
-                    .map_err(|_| ApiError::validation(format!("{name} is out of range")))
-            }
+            Some(Value::Number(number)) => exact_decimal(&number.to_string()).map(Some).ok_or_else(|| {
+                ApiError::validation(format!("{name} has more digits than can be held exactly, or is out of range"))
+            }),
             Some(_) => Err(ApiError::validation(format!("{name} must be a number"))),
         }
     }
 
     fn required_decimal(&self, name: &str) -> Result<Decimal, ApiError> {
         self.decimal(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
+    }
+
+    /// A USD amount: at most 2 decimal places (decision 3), never rounded.
+    fn money(&self, name: &str) -> Result<Option<Decimal>, ApiError> {
+        match self.decimal(name)? {
+            Some(amount) if amount.normalize().scale() > 2 => {
+                Err(ApiError::validation(format!("{name} must have at most 2 decimal places")))
+            }
+            other => Ok(other),
+        }
+    }
+
+    fn required_money(&self, name: &str) -> Result<Decimal, ApiError> {
+        self.money(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
     }
 
     fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
@@ -171,34 +180,47 @@ impl Body {
     }
 }
 
+/// A number's text as an exact `Decimal` (plain or scientific), or `None` when it has
+/// more significant digits than a `Decimal` holds or is out of its range.
+pub fn exact_decimal(text: &str) -> Option<Decimal> {
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let mut value = Decimal::from_str_exact(mantissa).ok()?;
+    if value.is_zero() {
+        return Some(Decimal::ZERO);
+    }
+    if exponent >= 0 {
+        // Past 10^29 nothing but zero fits a Decimal (at most about 7.9 * 10^28).
+        for _ in 0..exponent.min(29) {
+            value = value.checked_mul(Decimal::TEN)?;
+        }
+        (exponent <= 29).then_some(value)
+    } else {
+        let scale = value.scale().checked_add(exponent.unsigned_abs())?;
+        value.set_scale(scale).ok()?;
+        Some(value)
+    }
+}
+
 /// The credential of a request: the token after `Bearer `, or empty.
-pub fn bearer(headers: &http::HeaderMap) -> String {
+pub fn bearer_str(headers: &http::HeaderMap) -> &str {
     headers
         .get(http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
-        .map(|token| token.trim().to_string())
+        .map(str::trim)
         .unwrap_or_default()
 }
 
-/// Parses a request into what it asks for. `admin_token` guards the admin and sandbox APIs.
+/// Parses a request into what it asks for. `admin_token` guards the admin and sandbox
+/// APIs; a reseller request carries its key's digest in its extensions (put there by
+/// [`crate::admission`], which hashed the key once), or it is hashed here.
 pub fn route(request: &http::Request<Bytes>, admin_token: &str) -> Routed {
-    let error = match try_route(request, admin_token) {
-        Ok(routed) => return routed,
-        Err(error) => error,
-    };
-    // Credentials come first in every API: who is asking, then what is wrong with it.
-    let path = request.uri().path();
-    let credential = bearer(request.headers());
-    if path == RESELLER_BASE || path.starts_with(&format!("{RESELLER_BASE}/")) {
-        Routed::ResellerReject { api_key: credential, error }
-    } else if (path.starts_with("/admin/") || path.starts_with("/sandbox/"))
-        && error.code != ErrorCode::InvalidAdminToken
-        && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())
-    {
-        Routed::Reject(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"))
-    } else {
-        Routed::Reject(error)
+    match try_route(request, admin_token) {
+        Ok(routed) => routed,
+        Err(error) => Routed::Reject(error),
     }
 }
 
@@ -218,7 +240,7 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
         Match::NotFound => return Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
     };
     let (api, method, pattern) = ROUTES[index];
-    let credential = bearer(request.headers());
+    let credential = bearer_str(request.headers());
     if matches!(api, Api::Admin | Api::Sandbox)
         && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())
     {
@@ -230,7 +252,8 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
     let reseller = |op: ResellerOp| {
         let idempotency_key =
             request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
-        Routed::Engine(Command::Reseller(ResellerRequest { api_key: credential.clone(), idempotency_key, op }))
+        let key_digest = request.extensions().get::<KeyDigest>().copied().unwrap_or_else(|| KeyDigest::of(credential));
+        Routed::Engine(Command::Reseller(ResellerRequest { key_digest, idempotency_key, op }))
     };
     let admin = |op: AdminOp| Routed::Engine(Command::Admin(op));
     let sandbox = |op: SandboxOp| Routed::Engine(Command::Sandbox(op));
@@ -253,24 +276,24 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
             reseller(ResellerOp::Throttle { iccid: param(0), speed: body.required_string("speed")? })
         }
         ("POST", "/esim/{iccid}/fund") => {
-            reseller(ResellerOp::Fund { iccid: param(0), amount: body.required_decimal("amount")? })
+            reseller(ResellerOp::Fund { iccid: param(0), amount: body.required_money("amount")? })
         }
         ("POST", "/esim/{iccid}/defund") => reseller(ResellerOp::Defund { iccid: param(0) }),
         ("GET", "/groups") => reseller(ResellerOp::ListGroups),
         ("POST", "/groups") => reseller(ResellerOp::CreateGroup {
             name: body.required_string("name")?,
-            low_balance_threshold_usd: body.decimal("low_balance_threshold_usd")?,
-            refill_amount_usd: body.decimal("refill_amount_usd")?,
+            low_balance_threshold_usd: body.money("low_balance_threshold_usd")?,
+            refill_amount_usd: body.money("refill_amount_usd")?,
         }),
         ("GET", "/groups/{id}") => reseller(ResellerOp::GetGroup { group_id: param(0) }),
         ("PATCH", "/groups/{id}") => reseller(ResellerOp::UpdateGroup {
             group_id: param(0),
             name: body.string("name")?,
-            low_balance_threshold_usd: body.decimal("low_balance_threshold_usd")?,
-            refill_amount_usd: body.decimal("refill_amount_usd")?,
+            low_balance_threshold_usd: body.money("low_balance_threshold_usd")?,
+            refill_amount_usd: body.money("refill_amount_usd")?,
         }),
         ("POST", "/groups/{id}/fund") => {
-            reseller(ResellerOp::FundGroup { group_id: param(0), amount: body.required_decimal("amount")? })
+            reseller(ResellerOp::FundGroup { group_id: param(0), amount: body.required_money("amount")? })
         }
         ("POST", "/groups/{id}/defund") => reseller(ResellerOp::DefundGroup { group_id: param(0) }),
         ("GET", "/groups/{id}/esims") => reseller(ResellerOp::ListGroupEsims {
@@ -294,6 +317,8 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
         ("POST", "/webhooks") => reseller(ResellerOp::CreateWebhook {
             url: body.required_string("url")?,
             events: body.strings("events")?.ok_or_else(|| ApiError::validation("events is required"))?,
+            // Drawn and sealed by the service (`Service::issue_secrets`).
+            signing_secret: SealedSecret::default(),
         }),
         ("GET", "/webhooks/{id}") => reseller(ResellerOp::GetWebhook { webhook_id: param(0) }),
         ("PUT", "/webhooks/{id}") => reseller(ResellerOp::UpdateWebhook {
@@ -308,12 +333,18 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
         ("POST", "/admin/v1/accounts") => admin(AdminOp::CreateAccount {
             contact_email: body.required_string("contact_email")?,
             company_name: body.string("company_name")?,
+            // Drawn by the service (`Service::issue_secrets`).
+            api_key_digest: KeyDigest::default(),
         }),
         ("POST", "/admin/v1/accounts/{account_id}/topups") => {
-            admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_decimal("amount_usd")? })
+            admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_money("amount_usd")? })
         }
-        ("POST", "/admin/v1/accounts/{account_id}/keys") => admin(AdminOp::CreateKey { account_id: param(0) }),
-        ("DELETE", "/admin/v1/keys/{api_key}") => admin(AdminOp::RevokeKey { api_key: param(0) }),
+        ("POST", "/admin/v1/accounts/{account_id}/keys") => {
+            admin(AdminOp::CreateKey { account_id: param(0), api_key_digest: KeyDigest::default() })
+        }
+        ("DELETE", "/admin/v1/keys/{api_key}") => {
+            admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&param(0)) })
+        }
         ("PUT", "/admin/v1/accounts/{account_id}/freeze") => {
             admin(AdminOp::Freeze { account_id: param(0), frozen: body.required_bool("frozen")? })
         }
@@ -331,7 +362,7 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
             admin(AdminOp::SetAutoRefill {
                 account_id: param(0),
                 enabled: body.bool("enabled")?,
-                amount_usd: body.decimal("amount_usd")?,
+                amount_usd: body.money("amount_usd")?,
                 card,
             })
         }
@@ -439,7 +470,7 @@ mod tests {
             panic!()
         };
         assert_eq!(r.op, ResellerOp::Fund { iccid: "89".into(), amount: Decimal::new(1999, 2) });
-        assert_eq!(r.api_key, "rsk_k");
+        assert_eq!(r.key_digest, KeyDigest::of("rsk_k"), "the key is hashed, never carried");
         let Routed::Engine(Command::Reseller(r)) =
             route(&request("GET", "/api/v2/reseller/rates?country=United%20States&continent=", ""), "t")
         else {
@@ -453,12 +484,9 @@ mod tests {
     #[test]
     fn shape_errors_name_the_field() {
         for (body, field) in [(r#"{"amount": "1"}"#, "amount"), ("{}", "amount"), (r#"{"amount": true}"#, "amount")] {
-            let Routed::ResellerReject { api_key, error } =
-                route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t")
-            else {
+            let Routed::Reject(error) = route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t") else {
                 panic!()
             };
-            assert_eq!(api_key, "rsk_k", "the key is checked before the error is answered");
             assert_eq!(error.code, ErrorCode::ValidationError);
             assert!(error.message.contains(field), "{}", error.message);
         }
@@ -466,9 +494,35 @@ mod tests {
             panic!()
         };
         assert_eq!(error.code, ErrorCode::InvalidAdminToken, "admin routes check the token first");
-        // Unknown admin routes too; with the right token, the 404.
-        let unknown = request("GET", "/admin/v1/nothing", "");
-        assert!(matches!(route(&unknown, "t"), Routed::Reject(e) if e.code == ErrorCode::InvalidAdminToken));
-        assert!(matches!(route(&unknown, "rsk_k"), Routed::Reject(e) if e.code == ErrorCode::RouteNotFound));
+    }
+
+    #[test]
+    fn amounts_are_exact_or_refused_naming_the_field() {
+        let fund = |amount: &str| {
+            route(&request("POST", "/api/v2/reseller/esim/89/fund", &format!("{{\"amount\": {amount}}}")), "t")
+        };
+        for (amount, expected) in
+            [("19.99", "19.99"), ("20.10", "20.1"), ("1e2", "100"), ("2.5E+1", "25"), ("0.0", "0")]
+        {
+            let Routed::Engine(Command::Reseller(r)) = fund(amount) else { panic!("{amount}") };
+            let ResellerOp::Fund { amount: parsed, .. } = r.op else { panic!() };
+            assert_eq!(parsed.normalize().to_string(), expected, "{amount}");
+        }
+        // More than 2 decimals, more digits than a Decimal holds, or out of its range:
+        // 400 naming the field, never a rounded amount.
+        for amount in [
+            "19.999",
+            "9999.99999999999999999999999999999",
+            "10000.00000000000000000000000000001",
+            "1e40",
+            "123456789012345678901234567890123",
+            "1.5e-30",
+        ] {
+            let Routed::Reject(error) = fund(amount) else { panic!("{amount} was accepted") };
+            assert_eq!(error.code, ErrorCode::ValidationError, "{amount}");
+            assert!(error.message.contains("amount"), "{amount}: {}", error.message);
+        }
+        assert_eq!(exact_decimal("0.000000000000000000000000001").map(|d| d.scale()), Some(27));
+        assert_eq!(exact_decimal("1.25e-2"), Some(Decimal::new(125, 4)));
     }
 }

@@ -4,13 +4,17 @@
 //!   authentication header, body parsing and validation, rendering). No IO.
 //! - [`service`]: the engine with its clock mode behind that mapping; also pure, so the
 //!   simulation and tests run exactly what production runs.
+//! - [`admission`]: credentials and the rate limit, from the headers, before a body is read.
+//! - [`secrets`]: new API keys and signing secrets from OS entropy; sealing at rest.
 //! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
 pub mod journal;
 pub mod openapi;
 pub mod routes;
+pub mod secrets;
 pub mod sender;
 pub mod server;
 pub mod service;

@@ -1294,7 +1294,7 @@ mod tests {
     impl Client {
         fn new() -> Client {
             let engine = Engine::new(EngineConfig { seed: 11, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
-            let service = Service::new(engine, "admin".into(), ClockMode::Virtual);
+            let service = Service::new(engine, "admin".into(), ClockMode::Virtual, crate::secrets::Secrets::seeded(1));
             Client { service, doc: parsed(), seen: BTreeSet::new(), delivery: DeliveryResult::Status(200) }
         }
 

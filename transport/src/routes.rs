@@ -135,3 +135,31 @@ pub fn find(method: &str, path: &str) -> Match<'static> {
         Match::WrongMethod(allowed)
     }
 }
+
+/// The API a path belongs to by its prefix, matched route or not (so an unknown path of
+/// an API still asks that API's credential first: decision 55). `None` outside them.
+pub fn api_of_path(path: &str) -> Option<Api> {
+    let trimmed = format!("/{}", path.trim_start_matches('/'));
+    let under = |base: &str| trimmed == base || trimmed.starts_with(&format!("{base}/"));
+    if under(RESELLER_BASE) {
+        Some(Api::Reseller)
+    } else if under("/admin") {
+        Some(Api::Admin)
+    } else if under("/sandbox") {
+        Some(Api::Sandbox)
+    } else {
+        None
+    }
+}
+
+/// What a log line says of a request's path: its route's pattern
+/// (`/admin/v1/keys/{api_key}`), never the path text, which may hold a credential.
+pub fn log_label(method: &str, path: &str) -> String {
+    match find(method, path) {
+        Match::Found(index, _) => {
+            let (api, _, pattern) = ROUTES[index];
+            full_path(api, pattern)
+        }
+        Match::WrongMethod(_) | Match::NotFound => "(no route)".to_string(),
+    }
+}

@@ -1,6 +1,7 @@
 //! The webhook sender: real HTTP POSTs of the deliveries the engine hands out, with a
 //! 10-second timeout and bounded concurrency. The outcome goes back to the engine.
 
+use crate::secrets::SealingKey;
 use bytes::Bytes;
 use esim_engine::webhook::is_public_ip;
 use esim_engine::{Delivery, DeliveryResult};
@@ -78,15 +79,28 @@ fn literal_ip(url: &str) -> Option<IpAddr> {
     uri.host()?.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 
+/// The headers of a delivery's POST, beside `Content-Type: application/json`, signed
+/// with the webhook's secret (opened by the sender just for this).
+pub fn delivery_headers(delivery: &Delivery, secret: &str) -> [(&'static str, String); 4] {
+    [
+        ("X-Service-Signature", esim_engine::webhook::sign(secret, delivery.body.as_bytes())),
+        ("X-Service-Event-Id", delivery.event_id.clone()),
+        ("X-Service-Timestamp", delivery.timestamp.to_rfc3339()),
+        ("X-Service-Delivery-Attempt", delivery.attempt.to_string()),
+    ]
+}
+
 #[derive(Clone)]
 pub struct Sender {
     client: HttpsClient,
     permits: Arc<Semaphore>,
     allow_insecure: bool,
+    /// Opens each delivery's sealed signing secret to sign it.
+    sealing_key: Arc<SealingKey>,
 }
 
 impl Sender {
-    pub fn new(allow_insecure: bool) -> Sender {
+    pub fn new(allow_insecure: bool, sealing_key: Arc<SealingKey>) -> Sender {
         let mut http =
             HttpConnector::new_with_resolver(PublicOnly { inner: GaiResolver::new(), allow_private: allow_insecure });
         http.enforce_http(false);
@@ -100,6 +114,7 @@ impl Sender {
             client: Client::builder(TokioExecutor::new()).build(https),
             permits: Arc::new(Semaphore::new(MAX_CONCURRENT_DELIVERIES)),
             allow_insecure,
+            sealing_key,
         }
     }
 
@@ -112,8 +127,12 @@ impl Sender {
         if !self.allow_insecure && literal_ip(&delivery.url).is_some_and(|ip| !is_public_ip(ip)) {
             return DeliveryResult::Failed("private addresses need --allow-insecure-webhooks".into());
         }
+        let secret = match self.sealing_key.open(&delivery.signing_secret) {
+            Ok(secret) => secret,
+            Err(why) => return DeliveryResult::Failed(format!("the signing secret cannot be opened: {why}")),
+        };
         let mut request = http::Request::post(&delivery.url).header(http::header::CONTENT_TYPE, "application/json");
-        for (name, value) in delivery.headers() {
+        for (name, value) in delivery_headers(delivery, &secret) {
             request = request.header(name, value);
         }
         let request = match request.body(Full::new(Bytes::from(delivery.body.clone()))) {
@@ -131,7 +150,31 @@ impl Sender {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secrets::Secrets;
     use esim_engine::{EventName, Millis};
+
+    #[test]
+    fn the_signature_is_the_hex_hmac_of_the_body_with_the_opened_secret() {
+        use hmac::{Hmac, Mac};
+        let mut secrets = Secrets::seeded(3);
+        let issued = secrets.new_signing_secret();
+        let mut sent = delivery("https://example.com/h");
+        sent.body = r#"{"id":"evt_1","type":"test"}"#.into();
+        sent.signing_secret = issued.sealed.clone();
+        let secret = secrets.open(&sent.signing_secret).unwrap();
+        let headers: std::collections::BTreeMap<&str, String> = delivery_headers(&sent, &secret).into_iter().collect();
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(issued.secret.as_bytes()).unwrap();
+        mac.update(sent.body.as_bytes());
+        let expected: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(headers["X-Service-Signature"], expected);
+        assert_eq!(headers["X-Service-Event-Id"], "evt_1");
+        assert_eq!(headers["X-Service-Delivery-Attempt"], "1");
+        assert_eq!(headers["X-Service-Timestamp"], "2026-01-01T00:00:00.000Z");
+    }
+
+    fn key() -> Arc<SealingKey> {
+        Secrets::seeded(3).sealing_key()
+    }
 
     fn delivery(url: &str) -> Delivery {
         Delivery {
@@ -141,7 +184,7 @@ mod tests {
             event_id: "evt_1".into(),
             event: EventName::Test,
             body: "{}".into(),
-            signature: "00".into(),
+            signing_secret: Secrets::seeded(3).new_signing_secret().sealed,
             timestamp: Millis::VIRTUAL_EPOCH,
             attempt: 1,
         }
@@ -155,7 +198,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let secure = Sender::new(false);
+        let secure = Sender::new(false, key());
         for url in [
             format!("https://localhost:{port}/h"),
             format!("https://127.0.0.1:{port}/h"),
@@ -165,7 +208,7 @@ mod tests {
             let DeliveryResult::Failed(why) = secure.send(&delivery(&url)).await else { panic!("{url} was tried") };
             assert!(why.contains("private addresses"), "{url}: {why}");
         }
-        let insecure = Sender::new(true);
+        let insecure = Sender::new(true, key());
         let DeliveryResult::Failed(why) = insecure.send(&delivery(&format!("http://localhost:{port}/h"))).await else {
             panic!("nothing listens there")
         };

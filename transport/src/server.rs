@@ -7,6 +7,7 @@
 //!   entries durable (group commit: one flush for a whole batch of requests) before it
 //!   answers, fires timers, and hands webhook deliveries to the [`Sender`].
 
+use crate::admission::{Admission, Admitted};
 use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
@@ -20,6 +21,8 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -128,7 +131,32 @@ impl ServerOptions {
     }
 }
 
-/// Serves until `shutdown` resolves, then finishes in-flight requests and returns.
+/// What every connection task shares: the admission checks it makes before reading a
+/// body, and the way to the owner task.
+struct Shared {
+    admission: Arc<Admission>,
+    admin_token: String,
+    mode: ClockMode,
+    clock: WallClock,
+    /// The latest service time the owner task showed (milliseconds): a virtual clock's
+    /// position, and a floor for a wall clock.
+    shown_ms: Arc<AtomicI64>,
+    to_owner: mpsc::Sender<Message>,
+}
+
+impl Shared {
+    /// Service time at a connection task (rate windows are counted in it).
+    fn now(&self) -> Millis {
+        let shown = Millis(self.shown_ms.load(Ordering::Relaxed));
+        match self.mode {
+            ClockMode::Wall => self.clock.now().max(shown),
+            ClockMode::Virtual => shown,
+        }
+    }
+}
+
+/// Serves until `shutdown` resolves, then finishes in-flight requests and returns. An
+/// error if the owner task of the engine died (a bug: the process must end).
 pub async fn serve(
     listener: TcpListener,
     service: Service,
@@ -138,8 +166,17 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
     let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
-    let sender = Sender::new(options.allow_insecure_webhooks);
-    let owner = tokio::spawn(owner_task(service, journal, clock, inbox, to_owner.clone(), sender));
+    let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
+    let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
+    let shared = Arc::new(Shared {
+        admission: service.admission(),
+        admin_token: service.admin_token().to_string(),
+        mode: service.clock(),
+        clock,
+        shown_ms: shown_ms.clone(),
+        to_owner: to_owner.clone(),
+    });
+    let mut owner = tokio::spawn(owner_task(service, journal, clock, inbox, to_owner.clone(), sender, shown_ms));
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -156,8 +193,8 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let to_owner = to_owner.clone();
-                let service = hyper::service::service_fn(move |request| handle(request, to_owner.clone(), peer));
+                let shared = shared.clone();
+                let service = hyper::service::service_fn(move |request| handle(request, shared.clone(), peer));
                 let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 let connection = graceful.watch(connection);
                 connections.spawn(async move {
@@ -165,6 +202,15 @@ pub async fn serve(
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            ended = &mut owner => {
+                let why = match ended {
+                    Err(error) if error.is_panic() => "the engine's owner task panicked (a bug)".to_string(),
+                    Err(error) => format!("the engine's owner task failed: {error}"),
+                    Ok(()) => "the engine's owner task ended".to_string(),
+                };
+                tracing::error!(%why, "stopping: no request can be applied any more");
+                return Err(std::io::Error::other(why));
+            }
             _ = &mut shutdown => break,
         }
     }
@@ -181,38 +227,47 @@ pub async fn serve(
 
 async fn handle(
     request: http::Request<Incoming>,
-    to_owner: mpsc::Sender<Message>,
+    shared: Arc<Shared>,
     _peer: SocketAddr,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     let started = std::time::Instant::now();
-    let (method, path) = (request.method().clone(), loggable_path(request.uri().path()));
-    let (parts, body) = request.into_parts();
-    let response = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => error_response(
-            ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")),
-        ),
-        Err(_) => error_response(ApiError::validation("the request body could not be read")),
-        Ok(collected) => {
-            let request = http::Request::from_parts(parts, collected.to_bytes());
-            let (reply, answer) = oneshot::channel();
-            if to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
-                unavailable()
-            } else {
-                answer.await.unwrap_or_else(|_| unavailable())
+    let method = request.method().clone();
+    // What the log says of the path: its route's pattern, never the text (it may hold
+    // a key: `DELETE /admin/v1/keys/{api_key}`).
+    let route = crate::routes::log_label(method.as_str(), request.uri().path());
+    // Credentials and the rate limit from the headers alone: a refused request's body
+    // is never read.
+    let admitted =
+        shared.admission.screen(&method, request.uri().path(), request.headers(), &shared.admin_token, shared.now());
+    let response = match admitted {
+        Err(refused) => error_response(refused),
+        Ok(admitted) => {
+            let (mut parts, body) = request.into_parts();
+            if let Admitted::Reseller(digest) = admitted {
+                // The key was hashed once; only its digest goes on.
+                parts.extensions.insert(digest);
+                parts.headers.remove(http::header::AUTHORIZATION);
+            }
+            match Limited::new(body, MAX_BODY_BYTES).collect().await {
+                Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => error_response(
+                    ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")),
+                ),
+                Err(_) => error_response(ApiError::validation("the request body could not be read")),
+                Ok(collected) => {
+                    let request = http::Request::from_parts(parts, collected.to_bytes());
+                    let (reply, answer) = oneshot::channel();
+                    if shared.to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
+                        unavailable()
+                    } else {
+                        answer.await.unwrap_or_else(|_| unavailable())
+                    }
+                }
             }
         }
     };
-    // One line per request; never a credential (only method, path, status, time).
-    tracing::info!(%method, path = %path, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
+    // One line per request; never a credential (method, route pattern, status, time).
+    tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
     Ok(response.map(Full::new))
-}
-
-/// The path as logged: an API key in the path (key revocation) is never written out.
-pub fn loggable_path(path: &str) -> String {
-    match path.strip_prefix("/admin/v1/keys/") {
-        Some(_) => "/admin/v1/keys/[redacted]".to_string(),
-        None => path.to_string(),
-    }
 }
 
 fn unavailable() -> http::Response<Bytes> {
@@ -227,9 +282,10 @@ async fn owner_task(
     mut inbox: mpsc::Receiver<Message>,
     to_owner: mpsc::Sender<Message>,
     sender: Sender,
+    shown_ms: Arc<AtomicI64>,
 ) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
-    service.engine_mut().restart();
+    service.restart();
     let mut waiting_tests: BTreeMap<u64, oneshot::Sender<http::Response<Bytes>>> = BTreeMap::new();
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
@@ -257,7 +313,7 @@ async fn owner_task(
         let mut answers = Vec::with_capacity(batch.len());
         for message in batch.drain(..) {
             match message {
-                Message::Request(request, reply) => match service.handle(clock.now(), &request) {
+                Message::Request(request, reply) => match service.handle_admitted(clock.now(), &request) {
                     Outcome::Respond(response) => answers.push((reply, response)),
                     Outcome::AwaitDelivery(id) => {
                         waiting_tests.insert(id, reply);
@@ -303,6 +359,7 @@ async fn owner_task(
                 tracing::warn!(%error, "snapshot failed; the journal still holds everything");
             }
         }
+        shown_ms.store(service.shown_now().0, Ordering::Relaxed);
         for (reply, response) in answers {
             let _ = reply.send(response);
         }
@@ -323,13 +380,20 @@ async fn owner_task(
 
 #[cfg(test)]
 mod tests {
-    use super::loggable_path;
+    use crate::routes::log_label;
 
     #[test]
     fn api_keys_in_paths_are_never_logged() {
         let key = "rsk_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-        let logged = loggable_path(&format!("/admin/v1/keys/{key}"));
-        assert!(!logged.contains(key) && !logged.contains("rsk_"), "{logged}");
-        assert_eq!(loggable_path("/api/v2/reseller/esim/89/fund"), "/api/v2/reseller/esim/89/fund");
+        for path in
+            [format!("/admin/v1/keys/{key}"), format!("//admin/v1/keys/{key}"), format!("/admin/v1/keys/{key}/x")]
+        {
+            for method in ["DELETE", "GET"] {
+                let logged = log_label(method, &path);
+                assert!(!logged.contains(key) && !logged.contains("rsk_"), "{logged}");
+            }
+        }
+        assert_eq!(log_label("DELETE", &format!("//admin/v1/keys/{key}")), "/admin/v1/keys/{api_key}");
+        assert_eq!(log_label("POST", "/api/v2/reseller/esim/89/fund"), "/api/v2/reseller/esim/{iccid}/fund");
     }
 }

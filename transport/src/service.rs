@@ -2,10 +2,16 @@
 //! hyper server drives it from one owner task; tests and the simulation drive it in
 //! memory. It tells the driver what to journal, so durability slots in around it.
 
+use crate::admission::{Admission, Admitted};
 use crate::api::{self, json_response, respond, Routed};
+use crate::secrets::Secrets;
 use bytes::Bytes;
-use esim_engine::{ApiError, Command, DeliveryResult, Effect, Engine, ErrorCode, Event, Millis, Reply, Response};
+use esim_engine::{
+    AdminOp, ApiError, Command, DeliveryResult, Effect, Engine, ErrorCode, Event, KeyDigest, Millis, Reply, ResellerOp,
+    Response,
+};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// How service time moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,11 +34,11 @@ pub enum JournalEntry {
 }
 
 impl JournalEntry {
-    /// Applies the entry to an engine (replay: no rate limit, outputs dropped).
+    /// Applies the entry to an engine (outputs dropped).
     pub fn replay(self, engine: &mut Engine) {
         match self {
             JournalEntry::Command { at, command } => {
-                let _ = engine.replay(at, command);
+                let _ = engine.handle(at, command);
             }
             JournalEntry::Tick { at } => engine.handle_timeout(at),
         }
@@ -63,12 +69,23 @@ pub struct Service {
     openapi: Bytes,
     /// Draw QR codes in provisioning responses (off only in the simulation).
     render_qr: bool,
+    /// Credentials and rate windows, shared with the connection tasks of a server.
+    admission: Arc<Admission>,
+    /// New keys and signing secrets, and the key that seals secrets.
+    secrets: Secrets,
+}
+
+/// A secret the service drew for a command, to show once in its answer.
+struct Issued {
+    shown: String,
 }
 
 impl Service {
-    pub fn new(engine: Engine, admin_token: String, clock: ClockMode) -> Service {
+    pub fn new(engine: Engine, admin_token: String, clock: ClockMode, secrets: Secrets) -> Service {
         let clock_now = engine.now();
         Service {
+            admission: Arc::new(Admission::new(&engine)),
+            secrets,
             engine,
             admin_token,
             clock,
@@ -98,9 +115,39 @@ impl Service {
         self.clock_now = self.clock_now.max(engine.now());
         self.engine = engine;
         self.journal.clear();
+        self.admission.reload_keys(&self.engine);
     }
 
-    /// Applies a command as a request would (journaled), e.g. the demo account.
+    /// What any restart loses, whether the engine was rebuilt or kept: the rate windows
+    /// (soft state) start empty, and deliveries in flight are handed out again.
+    pub fn restart(&mut self) {
+        self.admission.clear_windows();
+        self.engine.restart();
+    }
+
+    /// The admission checks, for a server's connection tasks (before a body is read).
+    pub fn admission(&self) -> Arc<Admission> {
+        self.admission.clone()
+    }
+
+    /// The shell's secrets (the sender opens signing secrets with its key).
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    /// The admin token of the admin and sandbox APIs.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The latest service time shown (a server's connection tasks count rate windows
+    /// in it).
+    pub fn shown_now(&self) -> Millis {
+        self.clock_now
+    }
+
+    /// Applies a command as a request would (journaled), e.g. the demo account; a new
+    /// key or secret is drawn here and shown in the answer.
     pub fn apply_command(&mut self, now: Millis, command: Command) -> Response {
         self.apply(now, command)
     }
@@ -153,33 +200,104 @@ impl Service {
         self.engine.poll_timeout()
     }
 
-    fn apply(&mut self, now: Millis, command: Command) -> Response {
+    /// Draws the secret a command needs (a new API key, a new signing secret) from the
+    /// entropy source, and puts into the command only what the engine may hold: the
+    /// key's digest, the secret sealed.
+    fn issue_secrets(&mut self, command: &mut Command) -> Option<Issued> {
+        let new_key = |secrets: &mut Secrets, slot: &mut KeyDigest| {
+            let issued = secrets.new_api_key();
+            *slot = issued.digest;
+            Issued { shown: issued.api_key }
+        };
+        match command {
+            Command::Admin(AdminOp::CreateAccount { api_key_digest, .. })
+            | Command::Admin(AdminOp::CreateKey { api_key_digest, .. }) => {
+                Some(new_key(&mut self.secrets, api_key_digest))
+            }
+            Command::Reseller(request) => match &mut request.op {
+                ResellerOp::CreateWebhook { signing_secret, .. } => {
+                    let issued = self.secrets.new_signing_secret();
+                    *signing_secret = issued.sealed;
+                    Some(Issued { shown: issued.secret })
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The key a command adds or revokes (the admission's copy follows the engine).
+    fn key_changed(command: &Command) -> Option<KeyDigest> {
+        match command {
+            Command::Admin(AdminOp::CreateAccount { api_key_digest, .. })
+            | Command::Admin(AdminOp::CreateKey { api_key_digest, .. })
+            | Command::Admin(AdminOp::RevokeKey { api_key_digest }) => Some(*api_key_digest),
+            _ => None,
+        }
+    }
+
+    fn apply(&mut self, now: Millis, mut command: Command) -> Response {
         self.advance(now);
         if let Command::Reseller(request) = &command {
             if request.op.is_read() {
-                // Nothing to journal: one pass authenticates, rate-limits and reads.
+                // Nothing to journal.
                 return self.engine.handle(now, command);
             }
-            // Refused by the rate limit: nothing changes, nothing is journaled.
-            self.engine.admit(now, request)?;
         }
+        let issued = self.issue_secrets(&mut command);
+        let key_changed = Self::key_changed(&command);
         self.journal.push(JournalEntry::Command { at: now, command: command.clone() });
-        self.engine.replay(now, command)
+        let mut response = self.engine.handle(now, command);
+        if let Some(digest) = key_changed {
+            self.admission.refresh_key(&self.engine, &digest);
+        }
+        if let Ok(reply) = &mut response {
+            self.show_secret(reply, issued);
+        }
+        response
     }
 
-    /// Handles one request.
+    /// Shows the secret of an answer: the one just drawn, or, for a replayed webhook
+    /// creation, the original one opened from its sealed form.
+    fn show_secret(&self, reply: &mut Reply, issued: Option<Issued>) {
+        match reply {
+            Reply::Replayed { signing_secret: Some(sealed), .. } => match self.secrets.open(sealed) {
+                Ok(secret) => reply.show_secret(&secret),
+                Err(why) => tracing::error!(%why, "a replayed webhook creation's secret cannot be opened"),
+            },
+            Reply::AccountCreated(_) | Reply::KeyCreated(_) | Reply::WebhookCreated(_) => {
+                let issued = issued.expect("a secret was drawn for every command that shows one");
+                reply.show_secret(&issued.shown);
+            }
+            _ => {}
+        }
+    }
+
+    /// Handles one request: credentials and the rate limit first ([`Admission`]), then
+    /// the request itself.
     pub fn handle(&mut self, wall_now: Millis, request: &http::Request<Bytes>) -> Outcome {
+        let now = self.now(wall_now);
+        let admitted =
+            self.admission.screen(request.method(), request.uri().path(), request.headers(), &self.admin_token, now);
+        match admitted {
+            Err(refused) => Outcome::Respond(api::error_response(refused)),
+            Ok(Admitted::Reseller(digest)) => {
+                let mut request = request.clone();
+                request.extensions_mut().insert(digest);
+                self.handle_admitted(wall_now, &request)
+            }
+            Ok(_) => self.handle_admitted(wall_now, request),
+        }
+    }
+
+    /// Handles a request whose credentials a server's connection task checked already
+    /// (with [`Admission::screen`], before reading its body); a reseller request carries
+    /// its key's digest in its extensions.
+    pub fn handle_admitted(&mut self, wall_now: Millis, request: &http::Request<Bytes>) -> Outcome {
         let now = self.now(wall_now);
         self.clock_now = now;
         let response = match api::route(request, &self.admin_token) {
             Routed::Reject(error) => api::error_response(error),
-            Routed::ResellerReject { api_key, error } => {
-                self.advance(now);
-                match self.engine.authenticate(now, &api_key) {
-                    Err(refused) => respond(&Err(refused)),
-                    Ok(()) => api::error_response(error),
-                }
-            }
             Routed::OpenApi => json_response(200, self.openapi.clone()),
             Routed::ClockRead => self.clock_body(now),
             Routed::StateDigest => {

@@ -64,10 +64,10 @@ proptest! {
 
     #[test]
     fn random_requests_never_give_5xx(requests in prop::collection::vec((0..ROUTES.len(), prop::sample::select(vec!["GET", "POST", "PUT", "PATCH", "DELETE"]), segment(), body(), 0..3u8), 1..30)) {
-        let mut service = Service::new(Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual);
+        let mut service = Service::new(Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
         service.set_render_qr(false);
         let now = Millis::VIRTUAL_EPOCH;
-        let Ok(Reply::AccountCreated(account)) = service.apply_command(now, Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None })) else { panic!() };
+        let Ok(Reply::AccountCreated(account)) = service.apply_command(now, Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None, api_key_digest: Default::default() })) else { panic!() };
         let _ = service.apply_command(now, Command::Admin(AdminOp::TopUp { account_id: account.account_id.clone(), amount_usd: 100.into() }));
         for (route, method, param, body, credential) in requests {
             let (api, _, pattern) = ROUTES[route];

@@ -18,7 +18,12 @@ fn clock_now(service: &mut Service, wall_now: Millis) -> String {
 #[test]
 fn a_wall_clock_read_moves_with_the_wall_clock() {
     let start = Millis::VIRTUAL_EPOCH;
-    let mut service = Service::new(Engine::new(EngineConfig::default(), start), "t".into(), ClockMode::Wall);
+    let mut service = Service::new(
+        Engine::new(EngineConfig::default(), start),
+        "t".into(),
+        ClockMode::Wall,
+        esim_transport::secrets::Secrets::seeded(1),
+    );
     assert_eq!(clock_now(&mut service, start), "2026-01-01T00:00:00.000Z");
     assert_eq!(clock_now(&mut service, start.plus_ms(120_000)), "2026-01-01T00:02:00.000Z");
     // Never backwards, even if the wall clock is.

@@ -28,12 +28,21 @@ fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
         first_index: 0,
     };
     let mut journal = FileJournal::open(dir, header, policy).unwrap();
-    let mut service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), "t".into(), ClockMode::Virtual);
+    let mut service = Service::new(
+        Engine::new(config, Millis::VIRTUAL_EPOCH),
+        "t".into(),
+        ClockMode::Virtual,
+        esim_transport::secrets::Secrets::seeded(1),
+    );
     let mut now = Millis::VIRTUAL_EPOCH;
     let mut digests = Vec::new();
     let created = service.apply_command(
         now,
-        Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None }),
+        Command::Admin(AdminOp::CreateAccount {
+            contact_email: "a@b.c".into(),
+            company_name: None,
+            api_key_digest: Default::default(),
+        }),
     );
     let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!() };
     journal.append(&service.drain_journal()).unwrap();
@@ -44,14 +53,18 @@ fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
                 Command::Admin(AdminOp::TopUp { account_id: account.account_id.clone(), amount_usd: Decimal::from(10) })
             }
             1 => Command::Reseller(ResellerRequest {
-                api_key: account.api_key.clone(),
+                key_digest: esim_engine::KeyDigest::of(&account.api_key),
                 idempotency_key: None,
                 op: ResellerOp::Provision { end_user_reference: None, label: Some(format!("n{step}")), group_id: None },
             }),
             _ => Command::Reseller(ResellerRequest {
-                api_key: account.api_key.clone(),
+                key_digest: esim_engine::KeyDigest::of(&account.api_key),
                 idempotency_key: None,
-                op: ResellerOp::CreateWebhook { url: "https://h.example".into(), events: vec!["*".into()] },
+                op: ResellerOp::CreateWebhook {
+                    url: "https://h.example".into(),
+                    events: vec!["*".into()],
+                    signing_secret: esim_engine::SealedSecret(vec![1, 2, 3]),
+                },
             }),
         };
         let _ = service.apply_command(now, command);
@@ -147,11 +160,20 @@ fn a_segment_in_memory_is_the_file_byte_for_byte_and_replays_strictly() {
     let policy = SnapshotPolicy { every_entries: u64::MAX, every_bytes: u64::MAX };
     let mut file = FileJournal::open(&dir, header.clone(), policy).unwrap();
     let mut memory = SegmentBuffer::new(&header);
-    let mut service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), "t".into(), ClockMode::Virtual);
+    let mut service = Service::new(
+        Engine::new(config, Millis::VIRTUAL_EPOCH),
+        "t".into(),
+        ClockMode::Virtual,
+        esim_transport::secrets::Secrets::seeded(1),
+    );
     let mut now = Millis::VIRTUAL_EPOCH;
     let created = service.apply_command(
         now,
-        Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None }),
+        Command::Admin(AdminOp::CreateAccount {
+            contact_email: "a@b.c".into(),
+            company_name: None,
+            api_key_digest: Default::default(),
+        }),
     );
     let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!() };
     for step in 0..20 {

@@ -86,7 +86,8 @@ impl World {
 
     fn reseller(&mut self, account: usize, op: ResellerOp) -> Response {
         let key = self.accounts[account].api_key.clone();
-        let response = self.h.run(Command::Reseller(ResellerRequest { api_key: key, idempotency_key: None, op }));
+        let request = ResellerRequest { key_digest: KeyDigest::of(&key), idempotency_key: None, op };
+        let response = self.h.run(Command::Reseller(request));
         self.record(response)
     }
 
@@ -219,10 +220,7 @@ impl World {
             }
             Action::Webhook { account } => {
                 let account = account as usize % self.accounts.len();
-                let _ = self.reseller(
-                    account,
-                    ResellerOp::CreateWebhook { url: "https://hooks.example.com/in".into(), events: vec!["*".into()] },
-                );
+                let _ = self.reseller(account, super::create_webhook("https://hooks.example.com/in", &["*"]));
             }
             Action::DeliveryOutcome { pick: p, status } => {
                 let pending: Vec<u64> = self.h.effects.iter().map(|Effect::Deliver(d)| d.delivery_id).collect();

@@ -15,6 +15,23 @@ pub struct Harness {
     pub now: Millis,
     pub events: Vec<Event>,
     pub effects: Vec<Effect>,
+    /// The harness plays the shell, which draws keys: a counter stands in for entropy.
+    pub keys_drawn: u64,
+}
+
+/// A test's stand-in for a sealed signing secret: the engine never looks inside, so the
+/// bytes need not be encrypted here (the transport's sealing has tests of its own).
+pub fn sealed(secret: &str) -> SealedSecret {
+    SealedSecret(secret.as_bytes().to_vec())
+}
+
+/// A webhook creation as the shell would send it (with a sealed secret).
+pub fn create_webhook(url: &str, events: &[&str]) -> ResellerOp {
+    ResellerOp::CreateWebhook {
+        url: url.into(),
+        events: events.iter().map(|e| e.to_string()).collect(),
+        signing_secret: sealed("whsec_test"),
+    }
 }
 
 pub struct Reseller {
@@ -33,7 +50,16 @@ impl Harness {
             now: Millis::VIRTUAL_EPOCH,
             events: vec![],
             effects: vec![],
+            keys_drawn: 0,
         }
+    }
+
+    /// A new API key as the shell draws it (here from a counter), with its digest.
+    pub fn draw_key(&mut self) -> (String, KeyDigest) {
+        self.keys_drawn += 1;
+        let key = format!("rsk_{:064x}", self.keys_drawn);
+        let digest = KeyDigest::of(&key);
+        (key, digest)
     }
 
     fn drain(&mut self) {
@@ -66,18 +92,25 @@ impl Harness {
     }
 
     pub fn call(&mut self, reseller: &Reseller, op: ResellerOp) -> Response {
-        self.run(Command::Reseller(ResellerRequest { api_key: reseller.api_key.clone(), idempotency_key: None, op }))
+        self.run(Command::Reseller(ResellerRequest {
+            key_digest: KeyDigest::of(&reseller.api_key),
+            idempotency_key: None,
+            op,
+        }))
     }
 
     /// A new account topped up with `amount` (no top-up when 0).
     pub fn reseller(&mut self, amount: &str) -> Reseller {
+        let (api_key, api_key_digest) = self.draw_key();
         let Ok(Reply::AccountCreated(created)) = self.admin(AdminOp::CreateAccount {
             contact_email: "ops@reseller.example".into(),
             company_name: Some("Reseller".into()),
+            api_key_digest,
         }) else {
             panic!("account creation failed")
         };
-        let reseller = Reseller { account_id: created.account_id, api_key: created.api_key };
+        assert!(created.api_key.is_empty(), "the engine never shows a key: the shell does");
+        let reseller = Reseller { account_id: created.account_id, api_key };
         if d(amount) > Decimal::ZERO {
             self.admin(AdminOp::TopUp { account_id: reseller.account_id.clone(), amount_usd: d(amount) }).unwrap();
         }

@@ -1,0 +1,213 @@
+//! Admission: who may send a request, decided from its headers alone, before its body
+//! is read. A reseller request needs a valid API key (401) and room in its key's rate
+//! window (429); an admin or sandbox request needs the admin token (401). So a client
+//! without credentials never makes the service read, or hold, a body.
+//!
+//! The key directory is a read-only copy of the engine's valid key digests, kept in step
+//! by the owner of the engine after every command that changes keys; the engine still
+//! refuses a key revoked in between. The per-key rate windows live here, not in the
+//! engine: they are soft state (never journaled, not in the state digest, decision 53).
+
+use crate::routes::{self, Api, Match, ROUTES};
+use esim_engine::{limits, ApiError, Engine, ErrorCode, KeyDigest, Millis};
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
+
+/// What a request may go on as, once its credentials were checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// A reseller request of this key (hashed once, here).
+    Reseller(KeyDigest),
+    /// An admin or sandbox request with the right token.
+    Operator,
+    /// No credential needed (the OpenAPI document).
+    Public,
+}
+
+/// A per-key fixed window: the first request's time and the requests counted in it.
+#[derive(Debug, Clone, Copy)]
+struct RateWindow {
+    started_at: Millis,
+    requests: u32,
+}
+
+pub struct Admission {
+    /// Valid (known, not revoked) key digests and their accounts.
+    keys: RwLock<HashMap<KeyDigest, u32>>,
+    windows: Mutex<HashMap<KeyDigest, RateWindow>>,
+    limit_per_minute: u32,
+}
+
+impl Admission {
+    pub fn new(engine: &Engine) -> Admission {
+        let admission = Admission {
+            keys: RwLock::new(HashMap::new()),
+            windows: Mutex::new(HashMap::new()),
+            limit_per_minute: engine.config().rate_limit_per_minute,
+        };
+        admission.reload_keys(engine);
+        admission
+    }
+
+    /// Copies the engine's valid keys (at start, and after the engine was replaced).
+    pub fn reload_keys(&self, engine: &Engine) {
+        let keys: HashMap<KeyDigest, u32> = engine.valid_keys().collect();
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Brings one key in step with the engine (after a command created or revoked it).
+    pub fn refresh_key(&self, engine: &Engine, digest: &KeyDigest) {
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        match engine.key_account(digest) {
+            Some(account) => keys.insert(*digest, account),
+            None => keys.remove(digest),
+        };
+    }
+
+    /// A restart forgets every rate window (decision 53).
+    pub fn clear_windows(&self) {
+        self.windows.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Checks a request's credentials from its method, path and headers, at service
+    /// time `now`: what it may go on as, or the error to answer without reading its body.
+    pub fn screen(
+        &self,
+        method: &http::Method,
+        path: &str,
+        headers: &http::HeaderMap,
+        admin_token: &str,
+        now: Millis,
+    ) -> Result<Admitted, ApiError> {
+        let api = match routes::find(method.as_str(), path) {
+            Match::Found(index, _) => ROUTES[index].0,
+            Match::NotFound | Match::WrongMethod(_) => match routes::api_of_path(path) {
+                Some(api) => api,
+                // Outside every API: nothing to authenticate; the router answers 404.
+                None => return Ok(Admitted::Public),
+            },
+        };
+        let credential = crate::api::bearer_str(headers);
+        match api {
+            Api::Public => Ok(Admitted::Public),
+            Api::Admin | Api::Sandbox => {
+                if esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes()) {
+                    Ok(Admitted::Operator)
+                } else {
+                    Err(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"))
+                }
+            }
+            Api::Reseller => {
+                let digest = KeyDigest::of(credential);
+                self.admit_key(&digest, now)?;
+                Ok(Admitted::Reseller(digest))
+            }
+        }
+    }
+
+    /// The key must be valid, then its window must have room: 401 before 429
+    /// (decision 55); only requests of valid keys are counted.
+    pub fn admit_key(&self, digest: &KeyDigest, now: Millis) -> Result<(), ApiError> {
+        if !self.keys.read().unwrap_or_else(|p| p.into_inner()).contains_key(digest) {
+            return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key"));
+        }
+        let limit = self.limit_per_minute;
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let window = windows.entry(*digest).or_insert(RateWindow { started_at: now, requests: 0 });
+        if now.0 - window.started_at.0 >= limits::RATE_WINDOW_MS {
+            *window = RateWindow { started_at: now, requests: 0 };
+        }
+        if window.requests >= limit {
+            let retry_after = now.seconds_until_ceil(window.started_at.plus_ms(limits::RATE_WINDOW_MS)).max(1);
+            return Err(ApiError {
+                code: ErrorCode::RateLimited,
+                message: format!("more than {limit} requests per minute; retry in {retry_after} s"),
+                retry_after_secs: Some(retry_after),
+            });
+        }
+        window.requests += 1;
+        assert!(window.requests <= limit, "a window never admits more than the limit");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use esim_engine::{AdminOp, Command, EngineConfig, Reply};
+
+    fn engine_with_key() -> (Engine, KeyDigest) {
+        let mut engine = Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH);
+        let digest = KeyDigest::of("rsk_test");
+        let created = engine.handle(
+            Millis::VIRTUAL_EPOCH,
+            Command::Admin(AdminOp::CreateAccount {
+                contact_email: "a@b.example".into(),
+                company_name: None,
+                api_key_digest: digest,
+            }),
+        );
+        assert!(matches!(created, Ok(Reply::AccountCreated(_))));
+        (engine, digest)
+    }
+
+    #[test]
+    fn the_rate_limit_is_100_per_minute_with_retry_after() {
+        let (engine, digest) = engine_with_key();
+        let admission = Admission::new(&engine);
+        let start = Millis::VIRTUAL_EPOCH;
+        for _ in 0..100 {
+            admission.admit_key(&digest, start).unwrap();
+        }
+        let refused = admission.admit_key(&digest, start.plus_ms(20_000)).unwrap_err();
+        assert_eq!((refused.code, refused.status()), (ErrorCode::RateLimited, 429));
+        assert_eq!(refused.retry_after_secs, Some(40));
+        admission.admit_key(&digest, start.plus_ms(60_000)).unwrap();
+        // A restart forgets the windows (decision 53).
+        for _ in 0..99 {
+            admission.admit_key(&digest, start.plus_ms(60_000)).unwrap();
+        }
+        assert!(admission.admit_key(&digest, start.plus_ms(60_000)).is_err());
+        admission.clear_windows();
+        admission.admit_key(&digest, start.plus_ms(60_000)).unwrap();
+    }
+
+    #[test]
+    fn credentials_come_from_the_headers_before_anything_else() {
+        let (mut engine, digest) = engine_with_key();
+        let admission = Admission::new(&engine);
+        let now = Millis::VIRTUAL_EPOCH;
+        let headers = |token: &str| {
+            let mut map = http::HeaderMap::new();
+            map.insert(http::header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+            map
+        };
+        let post = http::Method::POST;
+        let status = |r: Result<Admitted, ApiError>| r.err().map(|e| e.status());
+        let ok = |r: Result<Admitted, ApiError>| r.ok();
+        let fund = "/api/v2/reseller/esim/89/fund";
+        assert_eq!(
+            ok(admission.screen(&post, fund, &headers("rsk_test"), "adm", now)),
+            Some(Admitted::Reseller(digest))
+        );
+        assert_eq!(status(admission.screen(&post, fund, &headers("rsk_other"), "adm", now)), Some(401));
+        // Unknown routes of an API still ask for its credential first (decision 55).
+        assert_eq!(status(admission.screen(&post, "/api/v2/reseller/nothing", &headers("x"), "adm", now)), Some(401));
+        assert_eq!(status(admission.screen(&post, "//admin/v1/nothing", &headers("rsk_test"), "adm", now)), Some(401));
+        assert_eq!(
+            ok(admission.screen(&post, "/admin/v1/accounts", &headers("adm"), "adm", now)),
+            Some(Admitted::Operator)
+        );
+        let get = http::Method::GET;
+        let openapi = "/api/v2/reseller/openapi.json";
+        assert_eq!(ok(admission.screen(&get, openapi, &http::HeaderMap::new(), "adm", now)), Some(Admitted::Public));
+        assert_eq!(
+            ok(admission.screen(&get, "/elsewhere", &http::HeaderMap::new(), "adm", now)),
+            Some(Admitted::Public)
+        );
+        // A revoked key is refused once the directory follows the engine.
+        engine.handle(now, Command::Admin(AdminOp::RevokeKey { api_key_digest: digest })).unwrap();
+        admission.refresh_key(&engine, &digest);
+        assert_eq!(status(admission.screen(&post, fund, &headers("rsk_test"), "adm", now)), Some(401));
+    }
+}
