@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod journal;
+pub mod lock;
 pub mod openapi;
 pub mod routes;
 pub mod sender;
