@@ -2,6 +2,8 @@
 //!
 //! `esim serve` runs the HTTP service; the other commands are listed by `esim --help`.
 
+mod repair;
+
 use clap::{Parser, Subcommand};
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
 use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
@@ -32,6 +34,8 @@ enum Commands {
         #[command(subcommand)]
         report: ReportKind,
     },
+    /// Find damage in a data dir's journal and what cutting there drops; --cut-at-damage cuts it.
+    Repair(repair::RepairArgs),
 }
 
 #[derive(clap::Args)]
@@ -443,6 +447,7 @@ fn main() -> ExitCode {
         Commands::Serve(args) => serve(args),
         Commands::Sim(args) => simulate(args),
         Commands::Replay(args) => replay(args),
+        Commands::Repair(args) => repair::run(args),
         Commands::Report { report: ReportKind::Conservation { data_dir, account, format } } => {
             report_conservation(&data_dir, account.as_deref(), &format)
         }

@@ -1,28 +1,50 @@
 //! Durability: the journal of state-changing commands with their times, snapshots,
-//! and recovery.
+//! recovery, and the offline repair of a damaged journal.
 //!
 //! The engine is deterministic, so the commands it applied, replayed in order from the
 //! same configuration and seed, rebuild the exact state. On disk (in the data dir):
 //!
 //! - `journal/<first entry index, 20 digits>.seg`: a segment. It starts with the magic
-//!   `ESIMJRN1` and a header record (engine configuration with the seed, clock mode,
-//!   start time, index of its first entry), then one record per [`JournalEntry`].
+//!   `ESIMJRN1` and a header record (format version, engine configuration with the seed,
+//!   clock mode, start time, index of its first entry), then one record per
+//!   [`JournalEntry`]. A segment is created as `.seg.tmp`, synced, then renamed, so a
+//!   `.seg` always starts with a whole header.
 //! - `snapshots/<entries covered, 20 digits>.snap`: the magic `ESIMSNP1` and one record
 //!   holding the whole engine state after that many entries.
 //!
 //! A record is `[payload length: u32 LE][CRC-32C of the payload: u32 LE][payload]`, the
-//! payload being JSON. A record cut short or failing its CRC at the end of the last
-//! segment is a torn tail (a crash mid-write): it is cut and logged. Damage anywhere
-//! else refuses recovery with an error naming the file and offset: no silent loss.
+//! payload being JSON. A length of 0 is never written. Files are mode 0600, the
+//! `journal/` and `snapshots/` dirs 0700.
+//!
+//! # Writing
 //!
 //! Appends are group-committed: the owner task appends every entry of a batch of
-//! requests and syncs once before it answers any of them.
+//! requests and syncs once before it answers any of them. A batch is encoded into a
+//! scratch buffer and written with positional writes at the durable end of the segment
+//! (no user-space buffer outlives the call), then synced; a batch larger than
+//! [`TORN_TAIL_MAX_BYTES`] is written and synced in groups of at most that size, so a
+//! crash never leaves more unsynced bytes than that. On any write or sync error the
+//! segment is cut back to its durable end (the end of the last acknowledged batch) and
+//! synced before the error is returned: the journal is as it was, and the next append
+//! continues in the same segment. If that cut fails too, the journal is wedged: every
+//! later append fails at once and nothing more is written by this process.
+//!
+//! # Torn tail versus damage
+//!
+//! Only the last write of the last segment can be torn. A bad record (cut short, zero or
+//! impossible length, checksum mismatch) there is a torn tail, cut by `esim serve` and
+//! reported by `esim replay`, only if (a) it and the bytes after it are at most
+//! [`TORN_TAIL_MAX_BYTES`], and (b) no valid entry record (non-zero length, matching
+//! CRC, payload decoding as an entry) starts anywhere after it. Anything else is
+//! damage: recovery refuses, naming the file and byte offset, and `esim repair` tells
+//! what cutting there would drop.
 
 use crate::service::{ClockMode, JournalEntry};
 use esim_engine::{Engine, EngineConfig, Millis};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, Read};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"ESIMJRN1";
@@ -30,8 +52,22 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"ESIMSNP1";
 /// Largest record accepted when reading (a larger length field is damage).
 const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
 
-/// The version of the segment and snapshot format written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of the segment and snapshot format written (and the only one read) by
+/// this build. Version 1 journals hold plaintext API keys; version 2 commands carry key
+/// digests and encrypted secrets.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The most bytes a torn write can leave at the end of the last segment: appends never
+/// have more unsynced bytes than this (a larger batch is synced in groups), so a bad
+/// record followed by more than this is damage, not a torn tail.
+pub const TORN_TAIL_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// What [`FileJournal::probe`] writes (and cuts again) to see that the disk takes writes.
+const PROBE_BYTES: usize = 64 * 1024;
+
+/// Recoveries of a live data dir (`repair: false`) retried when a file vanished or a
+/// gap appeared while reading (the live server compacted under the reader).
+const LIVE_READ_TRIES: u32 = 5;
 
 /// What every segment header says: enough to start an engine from nothing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,6 +86,18 @@ struct Snapshot {
     covered_entries: u64,
     header: SegmentHeader,
     engine: Engine,
+}
+
+/// Only the version of a header: read first when a header does not decode, so that a
+/// journal of another version is refused as such.
+#[derive(Deserialize)]
+struct VersionOnly {
+    version: u32,
+}
+
+#[derive(Deserialize)]
+struct SnapshotVersion {
+    header: VersionOnly,
 }
 
 /// When to write a snapshot.
@@ -81,23 +129,35 @@ fn io_error(path: &Path, error: io::Error) -> JournalError {
     JournalError(format!("{}: {error}", path.display()))
 }
 
+/// The refusal of a file written by another format version.
+fn version_refusal(path: &Path, found: u32) -> JournalError {
+    if found < FORMAT_VERSION {
+        JournalError(format!(
+            "{} was written by journal format version {found}; this build reads only version {FORMAT_VERSION} \
+             (format 1 journals hold plaintext API keys and cannot be migrated; start on a new data dir, \
+             see docs/decisions.md)",
+            path.display()
+        ))
+    } else {
+        JournalError(format!(
+            "{} was written by journal format version {found}, newer than this build, which reads only \
+             version {FORMAT_VERSION}; run the build that wrote it",
+            path.display()
+        ))
+    }
+}
+
 pub fn encode_record(payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
     out.extend_from_slice(payload);
 }
 
-/// Reading records: a valid record, the clean end, or damage at an offset.
+/// Reading records: a valid record, the clean end, or a bad record at an offset.
 enum Next<'a> {
     Record(&'a [u8]),
     End,
-    /// Damage at `offset`; `reaches_end` when the bad record runs to the end of the file
-    /// (what a torn write looks like).
-    Damage {
-        offset: usize,
-        reaches_end: bool,
-        why: &'static str,
-    },
+    Bad { offset: usize, why: &'static str },
 }
 
 fn next_record<'a>(bytes: &'a [u8], offset: &mut usize) -> Next<'a> {
@@ -106,23 +166,74 @@ fn next_record<'a>(bytes: &'a [u8], offset: &mut usize) -> Next<'a> {
         return Next::End;
     }
     if bytes.len() - start < 8 {
-        return Next::Damage { offset: start, reaches_end: true, why: "record header cut short" };
+        return Next::Bad { offset: start, why: "record header cut short" };
     }
     let length = u32::from_le_bytes(bytes[start..start + 4].try_into().expect("4 bytes"));
     let crc = u32::from_le_bytes(bytes[start + 4..start + 8].try_into().expect("4 bytes"));
+    if length == 0 {
+        return Next::Bad { offset: start, why: "zero record length" };
+    }
     if length > MAX_RECORD_BYTES {
-        return Next::Damage { offset: start, reaches_end: false, why: "impossible record length" };
+        return Next::Bad { offset: start, why: "impossible record length" };
     }
     let end = start + 8 + length as usize;
     if end > bytes.len() {
-        return Next::Damage { offset: start, reaches_end: true, why: "record cut short" };
+        return Next::Bad { offset: start, why: "record cut short" };
     }
     let payload = &bytes[start + 8..end];
     if crc32c::crc32c(payload) != crc {
-        return Next::Damage { offset: start, reaches_end: end == bytes.len(), why: "checksum mismatch" };
+        return Next::Bad { offset: start, why: "checksum mismatch" };
     }
     *offset = end;
     Next::Record(payload)
+}
+
+/// The end of a valid entry record (frames, checks, decodes) starting at `at`.
+fn entry_at(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut offset = at;
+    match next_record(bytes, &mut offset) {
+        Next::Record(payload) => serde_json::from_slice::<JournalEntry>(payload).is_ok().then_some(offset),
+        _ => None,
+    }
+}
+
+/// The first offset after `from` at which a valid entry record starts.
+fn next_entry_after(bytes: &[u8], from: usize) -> Option<usize> {
+    (from + 1..bytes.len().saturating_sub(8)).find(|&at| entry_at(bytes, at).is_some())
+}
+
+/// Why the bad record at `offset` of the last segment is not a torn tail (`None`: it is).
+fn not_a_torn_tail(bytes: &[u8], offset: usize) -> Option<String> {
+    let tail = (bytes.len() - offset) as u64;
+    if tail > TORN_TAIL_MAX_BYTES {
+        return Some(format!(
+            "{tail} bytes from there to the end, more than the {TORN_TAIL_MAX_BYTES} a torn write can leave"
+        ));
+    }
+    next_entry_after(bytes, offset).map(|at| format!("a valid entry follows at byte offset {at}"))
+}
+
+/// Entries that decode in `bytes[from..]`, resynchronising after damage: (entries,
+/// stretches of non-zero bytes that do not decode).
+fn count_entries(bytes: &[u8], from: usize) -> (u64, u64) {
+    let (mut entries, mut stretches) = (0, 0);
+    let mut offset = from;
+    while offset < bytes.len() {
+        if let Some(end) = entry_at(bytes, offset) {
+            entries += 1;
+            offset = end;
+            continue;
+        }
+        let next = next_entry_after(bytes, offset);
+        if bytes[offset..next.unwrap_or(bytes.len())].iter().any(|&b| b != 0) {
+            stretches += 1;
+        }
+        match next {
+            Some(at) => offset = at,
+            None => break,
+        }
+    }
+    (entries, stretches)
 }
 
 /// Entries per decoded batch, and batches queued between the decoding and applying threads.
@@ -133,14 +244,13 @@ enum Decoded {
     Batch(Vec<JournalEntry>),
     /// A record whose checksum held but whose content is not an entry.
     Unreadable(usize),
-    Damage {
+    Bad {
         offset: usize,
-        reaches_end: bool,
         why: &'static str,
     },
 }
 
-/// Decodes the records of a segment from `offset` on, in batches; stops at damage.
+/// Decodes the records of a segment from `offset` on, in batches; stops at a bad record.
 fn decode_records(bytes: &[u8], mut offset: usize, out: std::sync::mpsc::SyncSender<Decoded>) {
     let mut batch = Vec::with_capacity(DECODE_BATCH);
     loop {
@@ -157,7 +267,7 @@ fn decode_records(bytes: &[u8], mut offset: usize, out: std::sync::mpsc::SyncSen
                 Err(_) => Some(Decoded::Unreadable(start)),
             },
             Next::End => Some(Decoded::Batch(Vec::new())),
-            Next::Damage { offset, reaches_end, why } => Some(Decoded::Damage { offset, reaches_end, why }),
+            Next::Bad { offset, why } => Some(Decoded::Bad { offset, why }),
         };
         if !batch.is_empty() && out.send(Decoded::Batch(std::mem::take(&mut batch))).is_err() {
             return;
@@ -208,9 +318,17 @@ pub struct Recovery {
     pub repaired: Vec<String>,
 }
 
+impl Recovery {
+    fn empty() -> Recovery {
+        Recovery { engine: None, header: None, next_index: 0, replayed: 0, from_snapshot: 0, repaired: Vec::new() }
+    }
+}
+
 /// Options of a recovery.
 pub struct RecoverOptions {
     /// Cut a torn tail from the file (the service does; `esim replay` only reports).
+    /// Without it the data dir may be live: a segment or snapshot that vanishes while it
+    /// is read (compaction by the running server) makes the recovery start over.
     pub repair: bool,
     /// Stop before the first entry later than this time (`esim replay --until`).
     pub until: Option<Millis>,
@@ -222,13 +340,105 @@ fn entry_time(entry: &JournalEntry) -> Millis {
     }
 }
 
+/// The last entry a recovery applied (or the snapshot's last, with its time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptEntry {
+    pub index: u64,
+    pub at: Millis,
+}
+
+/// Damage at a byte offset of a segment: what cutting can repair.
+struct Damage {
+    /// Position of the segment in the sorted list.
+    position: usize,
+    path: PathBuf,
+    offset: usize,
+    /// The damage is in the magic or header: the whole segment goes.
+    whole_segment: bool,
+    message: String,
+}
+
+enum Failure {
+    /// A file vanished or a gap appeared: a live server may have compacted meanwhile.
+    Retry(JournalError),
+    Damage(Damage),
+    Fatal(JournalError),
+}
+
+impl Failure {
+    fn into_error(self) -> JournalError {
+        match self {
+            Failure::Retry(error) | Failure::Fatal(error) => error,
+            Failure::Damage(damage) => JournalError(damage.message),
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, Failure> {
+    fs::read(path).map_err(|error| {
+        let vanished = error.kind() == io::ErrorKind::NotFound;
+        let error = io_error(path, error);
+        if vanished {
+            Failure::Retry(error)
+        } else {
+            Failure::Fatal(error)
+        }
+    })
+}
+
+fn cut_file(path: &Path, len: u64) -> Result<(), JournalError> {
+    let file = OpenOptions::new().write(true).open(path).map_err(|e| io_error(path, e))?;
+    file.set_len(len).map_err(|e| io_error(path, e))?;
+    file.sync_all().map_err(|e| io_error(path, e))
+}
+
 /// Rebuilds the state of a data dir: the newest snapshot, then the journal after it.
 pub fn recover(data_dir: &Path, options: &RecoverOptions) -> Result<Recovery, JournalError> {
-    let mut recovery =
-        Recovery { engine: None, header: None, next_index: 0, replayed: 0, from_snapshot: 0, repaired: Vec::new() };
-    let snapshots = list(&data_dir.join("snapshots"), "snap")?;
+    let (result, recovery, _) = recover_with(data_dir, options, None);
+    result.map_err(Failure::into_error)?;
+    Ok(recovery)
+}
+
+/// [`recover`], stopping after `max_entries` entries; on failure the state read so far
+/// is returned too (what `repair` keeps).
+fn recover_with(
+    data_dir: &Path,
+    options: &RecoverOptions,
+    max_entries: Option<u64>,
+) -> (Result<(), Failure>, Recovery, Option<KeptEntry>) {
+    let tries = if options.repair { 1 } else { LIVE_READ_TRIES };
+    let mut attempt = 1;
+    loop {
+        let mut recovery = Recovery::empty();
+        let mut last = None;
+        let result = recover_once(data_dir, options, max_entries, &mut recovery, &mut last);
+        match result {
+            Err(Failure::Retry(_)) if attempt < tries => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * u64::from(attempt)));
+            }
+            result => return (result, recovery, last),
+        }
+    }
+}
+
+fn recover_once(
+    data_dir: &Path,
+    options: &RecoverOptions,
+    max_entries: Option<u64>,
+    recovery: &mut Recovery,
+    last: &mut Option<KeptEntry>,
+) -> Result<(), Failure> {
+    let snapshots = list(&data_dir.join("snapshots"), "snap").map_err(Failure::Fatal)?;
     if let Some((covered, path)) = snapshots.last() {
-        let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
+        let bytes = read_file(path)?;
+        let damaged = || {
+            Failure::Fatal(JournalError(format!(
+                "snapshot {} is damaged; refusing to start (a snapshot cannot be repaired by cutting the \
+                 journal: restore the data dir from a backup)",
+                path.display()
+            )))
+        };
         let payload = (bytes.len() >= 8 && &bytes[..8] == SNAPSHOT_MAGIC)
             .then(|| {
                 let mut offset = 8;
@@ -238,75 +448,138 @@ pub fn recover(data_dir: &Path, options: &RecoverOptions) -> Result<Recovery, Jo
                 }
             })
             .flatten()
-            .ok_or_else(|| JournalError(format!("snapshot {} is damaged; refusing to start", path.display())))?;
-        let snapshot: Snapshot = serde_json::from_slice(payload)
-            .map_err(|e| JournalError(format!("snapshot {} cannot be read: {e}", path.display())))?;
+            .ok_or_else(damaged)?;
+        let snapshot: Snapshot = match serde_json::from_slice(payload) {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                if let Ok(found) = serde_json::from_slice::<SnapshotVersion>(payload) {
+                    if found.header.version != FORMAT_VERSION {
+                        return Err(Failure::Fatal(version_refusal(path, found.header.version)));
+                    }
+                }
+                return Err(Failure::Fatal(JournalError(format!(
+                    "snapshot {} cannot be read: {error}",
+                    path.display()
+                ))));
+            }
+        };
+        if snapshot.header.version != FORMAT_VERSION {
+            return Err(Failure::Fatal(version_refusal(path, snapshot.header.version)));
+        }
+        if *covered != snapshot.covered_entries {
+            return Err(damaged());
+        }
         if options.until.is_some_and(|until| snapshot.engine.now() > until) {
-            return Err(JournalError(format!(
+            return Err(Failure::Fatal(JournalError(format!(
                 "--until is before the newest snapshot ({}); the journal before it was compacted",
                 snapshot.engine.now()
-            )));
+            ))));
         }
-        debug_assert_eq!(*covered, snapshot.covered_entries);
+        *last = snapshot.covered_entries.checked_sub(1).map(|index| KeptEntry { index, at: snapshot.engine.now() });
         recovery.engine = Some(snapshot.engine);
         recovery.header = Some(snapshot.header);
         recovery.next_index = snapshot.covered_entries;
         recovery.from_snapshot = snapshot.covered_entries;
     }
-    let segments = list(&data_dir.join("journal"), "seg")?;
-    let last = segments.len().saturating_sub(1);
-    'segments: for (position, (first_index, path)) in segments.iter().enumerate() {
-        let bytes = fs::read(path).map_err(|e| io_error(path, e))?;
-        let damage = |offset: usize, why: &str| {
-            JournalError(format!(
-                "journal damaged in {} at byte offset {offset} ({why}); refusing to start",
-                path.display()
-            ))
+    let segments = list(&data_dir.join("journal"), "seg").map_err(Failure::Fatal)?;
+    let final_position = segments.len().saturating_sub(1);
+    for (position, (first_index, path)) in segments.iter().enumerate() {
+        if max_entries.is_some_and(|max| recovery.next_index >= max) {
+            return Ok(());
+        }
+        let bytes = read_file(path)?;
+        let is_last = position == final_position;
+        let damage = |offset: usize, whole_segment: bool, why: &str| {
+            Failure::Damage(Damage {
+                position,
+                path: path.clone(),
+                offset,
+                whole_segment,
+                message: format!(
+                    "journal damaged in {} at byte offset {offset} ({why}); refusing to start \
+                     (`esim repair --data-dir DIR` tells what cutting there drops)",
+                    path.display()
+                ),
+            })
+        };
+        // A bad record at `offset` of the last segment: a torn tail, or damage.
+        let torn_or_damage = |offset: usize, whole_segment: bool, why: &str, repaired: &mut Vec<String>| {
+            if !is_last {
+                return Err(damage(offset, whole_segment, why));
+            }
+            if let Some(reason) = not_a_torn_tail(&bytes, offset) {
+                return Err(damage(offset, whole_segment, &format!("{why}; not a torn tail: {reason}")));
+            }
+            if whole_segment {
+                if options.repair {
+                    fs::remove_file(path).map_err(|e| Failure::Fatal(io_error(path, e)))?;
+                }
+                repaired.push(format!("removed the segment {} torn in its header ({why})", path.display()));
+            } else {
+                if options.repair {
+                    cut_file(path, offset as u64).map_err(Failure::Fatal)?;
+                }
+                repaired.push(format!(
+                    "cut a torn tail of {} bytes from {} at offset {offset} ({why})",
+                    bytes.len() - offset,
+                    path.display()
+                ));
+            }
+            Ok(())
         };
         if bytes.len() < 8 || &bytes[..8] != SEGMENT_MAGIC {
-            if position == last && bytes.len() < 8 && SEGMENT_MAGIC.starts_with(&bytes) {
+            if is_last && bytes.len() < 8 && SEGMENT_MAGIC.starts_with(&bytes) {
                 // A crash while creating the segment: nothing in it was acknowledged.
                 if options.repair {
-                    fs::remove_file(path).map_err(|e| io_error(path, e))?;
+                    fs::remove_file(path).map_err(|e| Failure::Fatal(io_error(path, e)))?;
                 }
                 recovery.repaired.push(format!("removed the empty segment {}", path.display()));
                 continue;
             }
-            return Err(damage(0, "bad magic"));
+            return Err(damage(0, true, "bad magic"));
         }
         let mut offset = 8;
         let header: SegmentHeader = match next_record(&bytes, &mut offset) {
-            Next::Record(payload) => serde_json::from_slice(payload).map_err(|_| damage(8, "unreadable header"))?,
-            Next::Damage { reaches_end: true, .. } | Next::End if position == last => {
-                if options.repair {
-                    fs::remove_file(path).map_err(|e| io_error(path, e))?;
+            Next::Record(payload) => match serde_json::from_slice::<SegmentHeader>(payload) {
+                Ok(header) => header,
+                Err(_) => {
+                    if let Ok(found) = serde_json::from_slice::<VersionOnly>(payload) {
+                        if found.version != FORMAT_VERSION {
+                            return Err(Failure::Fatal(version_refusal(path, found.version)));
+                        }
+                    }
+                    return Err(damage(8, true, "unreadable header"));
                 }
-                recovery.repaired.push(format!("removed the segment {} torn in its header", path.display()));
+            },
+            Next::Bad { offset, why } => {
+                torn_or_damage(offset, true, why, &mut recovery.repaired)?;
                 continue;
             }
-            Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
-            Next::End => return Err(damage(8, "missing header")),
+            Next::End => {
+                torn_or_damage(8, true, "missing header", &mut recovery.repaired)?;
+                continue;
+            }
         };
         if header.version != FORMAT_VERSION {
-            return Err(damage(8, &format!("format version {}, this build reads {FORMAT_VERSION}", header.version)));
+            return Err(Failure::Fatal(version_refusal(path, header.version)));
         }
         if header.first_index != *first_index {
-            return Err(damage(8, "header index does not match the file name"));
+            return Err(damage(8, true, "header index does not match the file name"));
         }
         if header.first_index > recovery.next_index {
-            return Err(JournalError(format!(
+            return Err(Failure::Retry(JournalError(format!(
                 "journal gap: {} starts at entry {} but entries up to {} are missing; refusing to start",
                 path.display(),
                 header.first_index,
                 recovery.next_index
-            )));
+            ))));
         }
         let engine = recovery.engine.get_or_insert_with(|| Engine::new(header.config.clone(), header.start));
         recovery.header.get_or_insert(header.clone());
         // Decoding runs on a second thread while this one applies: the two halves of
         // the work take about as long, so recovery runs near twice as fast on 2 cores.
         let mut stop_all = false;
-        let outcome: Result<(), JournalError> = std::thread::scope(|scope| {
+        let outcome: Result<(), Failure> = std::thread::scope(|scope| {
             let (batches, decoded) = std::sync::mpsc::sync_channel::<Decoded>(DECODE_QUEUE_BATCHES);
             let bytes = &bytes;
             scope.spawn(move || decode_records(bytes, offset, batches));
@@ -316,57 +589,264 @@ pub fn recover(data_dir: &Path, options: &RecoverOptions) -> Result<Recovery, Jo
                     Decoded::Batch(entries) => {
                         for entry in entries {
                             if index >= recovery.next_index {
-                                if options.until.is_some_and(|until| entry_time(&entry) > until) {
+                                let at = entry_time(&entry);
+                                if options.until.is_some_and(|until| at > until)
+                                    || max_entries.is_some_and(|max| recovery.next_index >= max)
+                                {
                                     stop_all = true;
                                     return Ok(());
                                 }
                                 entry.replay(engine);
+                                *last = Some(KeptEntry { index, at });
                                 recovery.next_index += 1;
                                 recovery.replayed += 1;
                             }
                             index += 1;
                         }
                     }
-                    Decoded::Unreadable(at) => return Err(damage(at, "unreadable entry")),
-                    Decoded::Damage { offset: at, reaches_end: true, why } if position == last => {
-                        if options.repair {
-                            let file = OpenOptions::new().write(true).open(path).map_err(|e| io_error(path, e))?;
-                            file.set_len(at as u64).map_err(|e| io_error(path, e))?;
-                            file.sync_all().map_err(|e| io_error(path, e))?;
-                        }
-                        recovery.repaired.push(format!(
-                            "cut a torn tail of {} bytes from {} at offset {at} ({why})",
-                            bytes.len() - at,
-                            path.display()
-                        ));
-                        return Ok(());
+                    Decoded::Unreadable(at) => return Err(damage(at, false, "unreadable entry")),
+                    Decoded::Bad { offset: at, why } => {
+                        return torn_or_damage(at, false, why, &mut recovery.repaired);
                     }
-                    Decoded::Damage { offset, why, .. } => return Err(damage(offset, why)),
                 }
             }
             Ok(())
         });
         outcome?;
         if stop_all {
-            break 'segments;
+            return Ok(());
         }
     }
-    Ok(recovery)
+    Ok(())
+}
+
+/// What `esim repair` found in a data dir, and did when asked to cut.
+#[derive(Debug)]
+pub struct RepairReport {
+    /// Whether the cut was made (`--cut-at-damage`).
+    pub applied: bool,
+    /// Torn tails found (not damage: `esim serve` cuts them on start; cut here when applied).
+    pub torn_tails: Vec<String>,
+    /// The first damage, if any.
+    pub damage: Option<DamageReport>,
+    /// Entries in the data dir after the cut (or now, when there is no damage).
+    pub entries_kept: u64,
+    /// The last entry kept: its index and service time.
+    pub last_kept: Option<KeptEntry>,
+}
+
+/// Damage in a segment and what cutting there drops.
+#[derive(Debug)]
+pub struct DamageReport {
+    /// The refusal a start gives.
+    pub message: String,
+    pub file: PathBuf,
+    pub offset: u64,
+    /// The whole file goes (its magic or header is damaged).
+    pub whole_segment: bool,
+    /// Records that decode as entries in the dropped bytes and segments.
+    pub dropped_entries: u64,
+    /// Stretches of non-zero bytes in the dropped part that do not decode: each is at
+    /// least one entry (the damaged one) whose count cannot be known.
+    pub unreadable_stretches: u64,
+    /// Bytes dropped, later segments included.
+    pub dropped_bytes: u64,
+    /// Later segments removed whole.
+    pub later_segments: Vec<PathBuf>,
+}
+
+/// Finds the first damage in a data dir and, with `apply`, cuts the damaged segment at
+/// the damage offset (the whole segment when its header is damaged) and removes the
+/// later segments. Refuses a data dir held by a live process, a damaged snapshot and a
+/// journal of another format version (not repairable by cutting).
+pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError> {
+    let _lock = if apply {
+        Some(crate::lock::DataDirLock::acquire(data_dir).map_err(|e| JournalError(e.to_string()))?)
+    } else {
+        if let Some(pid) = crate::lock::DataDirLock::holder(data_dir) {
+            return Err(JournalError(format!(
+                "the data dir {} is in use by a running esim process (pid {pid}); stop it before repairing",
+                data_dir.display()
+            )));
+        }
+        None
+    };
+    let options = RecoverOptions { repair: false, until: None };
+    let (result, recovery, last) = recover_with(data_dir, &options, None);
+    let damage = match result {
+        Ok(()) => {
+            if apply && !recovery.repaired.is_empty() {
+                recover(data_dir, &RecoverOptions { repair: true, until: None })?;
+            }
+            return Ok(RepairReport {
+                applied: apply,
+                torn_tails: recovery.repaired,
+                damage: None,
+                entries_kept: recovery.next_index,
+                last_kept: last,
+            });
+        }
+        Err(Failure::Damage(damage)) => damage,
+        Err(Failure::Fatal(error)) | Err(Failure::Retry(error)) => {
+            return Err(JournalError(format!("{error}\nesim repair cannot fix this by cutting the journal")));
+        }
+    };
+    let segments = list(&data_dir.join("journal"), "seg")?;
+    let bytes = fs::read(&damage.path).map_err(|e| io_error(&damage.path, e))?;
+    // A whole segment dropped: its entries start after its header when that frames.
+    let entries_from = |bytes: &[u8]| {
+        let mut offset = 8;
+        match next_record(bytes, &mut offset) {
+            Next::Record(_) => offset,
+            _ => 8.min(bytes.len()),
+        }
+    };
+    let from = if damage.whole_segment { entries_from(&bytes) } else { damage.offset };
+    let (mut dropped_entries, mut unreadable_stretches) = count_entries(&bytes, from);
+    let mut dropped_bytes = (bytes.len() - if damage.whole_segment { 0 } else { damage.offset }) as u64;
+    let mut later_segments = Vec::new();
+    for (_, path) in segments.iter().skip(damage.position + 1) {
+        let later = fs::read(path).map_err(|e| io_error(path, e))?;
+        let (entries, stretches) = count_entries(&later, entries_from(&later));
+        dropped_entries += entries;
+        unreadable_stretches += stretches;
+        dropped_bytes += later.len() as u64;
+        later_segments.push(path.clone());
+    }
+    if apply {
+        for path in later_segments.iter().rev() {
+            fs::remove_file(path).map_err(|e| io_error(path, e))?;
+        }
+        sync_dir(&data_dir.join("journal")).map_err(|e| io_error(data_dir, e))?;
+        if damage.whole_segment {
+            fs::remove_file(&damage.path).map_err(|e| io_error(&damage.path, e))?;
+        } else {
+            cut_file(&damage.path, damage.offset as u64)?;
+        }
+        sync_dir(&data_dir.join("journal")).map_err(|e| io_error(data_dir, e))?;
+        // What is left must start cleanly now.
+        recover(data_dir, &RecoverOptions { repair: true, until: None })?;
+    }
+    Ok(RepairReport {
+        applied: apply,
+        torn_tails: recovery.repaired,
+        damage: Some(DamageReport {
+            message: damage.message,
+            file: damage.path,
+            offset: damage.offset as u64,
+            whole_segment: damage.whole_segment,
+            dropped_entries,
+            unreadable_stretches,
+            dropped_bytes,
+            later_segments,
+        }),
+        entries_kept: recovery.next_index,
+        last_kept: last,
+    })
+}
+
+/// The file a segment or snapshot is written through: positional writes, a data sync
+/// and a cut. A seam for fault injection in tests; [`File`] in production.
+pub trait SegmentFile: Send {
+    /// Writes all of `bytes` at `offset` (no buffering beyond the call).
+    fn write_all_at(&mut self, bytes: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes the written bytes and the file's size durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts (or extends) the file to `len` bytes.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl SegmentFile for File {
+    fn write_all_at(&mut self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, bytes, offset)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+}
+
+/// Makes the [`SegmentFile`] for a new file at a path (created empty, mode 0600).
+pub type Opener = Box<dyn FnMut(&Path) -> io::Result<Box<dyn SegmentFile>> + Send>;
+
+/// Creates (or empties) a file with mode 0600 whatever the umask or an older file's mode.
+pub fn create_private_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+fn real_file(path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+    Ok(Box::new(create_private_file(path)?))
+}
+
+fn private_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Whether the journal can still write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalHealth {
+    Ok,
+    /// A write failed and cutting the segment back failed too: nothing more is written
+    /// by this process (the reason says what happened).
+    Wedged(String),
+}
+
+/// A failed append. The journal is as it was before the call unless `wedged`.
+#[derive(Debug)]
+pub struct AppendError {
+    pub error: io::Error,
+    /// The segment could not be cut back: every later append fails at once.
+    pub wedged: bool,
+}
+
+impl std::fmt::Display for AppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.wedged {
+            write!(f, "{} (the journal is wedged: no more changes are written by this process)", self.error)
+        } else {
+            write!(f, "{}", self.error)
+        }
+    }
+}
+
+impl std::error::Error for AppendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<AppendError> for io::Error {
+    fn from(error: AppendError) -> io::Error {
+        if error.wedged {
+            io::Error::new(error.error.kind(), error.to_string())
+        } else {
+            error.error
+        }
+    }
 }
 
 /// The journal the service appends to.
 pub struct FileJournal {
     dir: PathBuf,
     header: SegmentHeader,
-    writer: BufWriter<File>,
+    opener: Opener,
+    file: Box<dyn SegmentFile>,
+    segment: PathBuf,
+    /// The end of the last acknowledged batch in the current segment: everything
+    /// before it is synced; appends write here, and failures cut back to here.
+    durable_len: u64,
     next_index: u64,
-    segment_bytes: u64,
     entries_since_snapshot: u64,
     policy: SnapshotPolicy,
-    /// A write failed: the current segment may end in a partial record, so the next
-    /// append starts a fresh segment (after the state was reloaded from disk).
-    broken: bool,
+    health: JournalHealth,
     scratch: Vec<u8>,
+    /// Record ends in `scratch`.
+    ends: Vec<usize>,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -419,11 +899,11 @@ pub fn replay_segment(bytes: &[u8]) -> Result<(Engine, SegmentHeader, u64), Jour
     let mut offset = 8;
     let header: SegmentHeader = match next_record(bytes, &mut offset) {
         Next::Record(payload) => serde_json::from_slice(payload).map_err(|_| damage(8, "unreadable header"))?,
-        Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
+        Next::Bad { offset, why } => return Err(damage(offset, why)),
         Next::End => return Err(damage(8, "missing header")),
     };
     if header.version != FORMAT_VERSION {
-        return Err(damage(8, &format!("format version {}, this build reads {FORMAT_VERSION}", header.version)));
+        return Err(version_refusal(Path::new("the segment"), header.version));
     }
     if header.first_index != 0 {
         return Err(damage(8, "the segment does not start at entry 0"));
@@ -440,108 +920,244 @@ pub fn replay_segment(bytes: &[u8]) -> Result<(Engine, SegmentHeader, u64), Jour
                 entries += 1;
             }
             Next::End => return Ok((engine, header, entries)),
-            Next::Damage { offset, why, .. } => return Err(damage(offset, why)),
+            Next::Bad { offset, why } => return Err(damage(offset, why)),
         }
     }
 }
 
-/// Creates a segment file with its magic and header, durably.
-fn new_segment(dir: &Path, header: &SegmentHeader) -> io::Result<(BufWriter<File>, u64)> {
-    let path = dir.join("journal").join(format!("{:020}.seg", header.first_index));
-    let file = OpenOptions::new().create(true).write(true).truncate(true).open(&path)?;
+/// Creates a segment durably: written as `.seg.tmp`, synced, renamed, directory synced.
+/// On failure the temporary file is removed (a `.seg` never lacks its header).
+fn new_segment(
+    opener: &mut Opener,
+    dir: &Path,
+    header: &SegmentHeader,
+) -> io::Result<(Box<dyn SegmentFile>, PathBuf, u64)> {
+    let journal = dir.join("journal");
+    let path = journal.join(format!("{:020}.seg", header.first_index));
+    let temporary = journal.join(format!("{:020}.seg.tmp", header.first_index));
     let bytes = segment_start(header);
-    let mut writer = BufWriter::with_capacity(1 << 20, file);
-    writer.write_all(&bytes)?;
-    writer.flush()?;
-    writer.get_ref().sync_all()?;
-    sync_dir(&dir.join("journal"))?;
-    Ok((writer, bytes.len() as u64))
+    let made = (|| {
+        let mut file = opener(&temporary)?;
+        file.write_all_at(&bytes, 0)?;
+        file.sync_data()?;
+        fs::rename(&temporary, &path)?;
+        sync_dir(&journal)?;
+        Ok(file)
+    })();
+    match made {
+        Ok(file) => Ok((file, path, bytes.len() as u64)),
+        Err(error) => {
+            let _ = fs::remove_file(&temporary);
+            Err(error)
+        }
+    }
+}
+
+/// Removes `*.tmp` left by an interrupted segment or snapshot creation.
+fn remove_temporaries(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) == Some("tmp") {
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }
 
 impl FileJournal {
     /// Opens the journal for appending: always a new segment starting at
-    /// `header.first_index` (the recovered entry count).
+    /// `header.first_index` (the recovered entry count), in the format of this build
+    /// (`header.version` is set to [`FORMAT_VERSION`]).
     pub fn open(data_dir: &Path, header: SegmentHeader, policy: SnapshotPolicy) -> io::Result<FileJournal> {
+        FileJournal::open_with(data_dir, header, policy, real_file)
+    }
+
+    /// [`FileJournal::open`] writing every segment and snapshot through `opener`, which
+    /// creates the file at a path (the seam for fault injection).
+    pub fn open_with(
+        data_dir: &Path,
+        mut header: SegmentHeader,
+        policy: SnapshotPolicy,
+        opener: impl FnMut(&Path) -> io::Result<Box<dyn SegmentFile>> + Send + 'static,
+    ) -> io::Result<FileJournal> {
+        header.version = FORMAT_VERSION;
         let dir = data_dir.to_path_buf();
-        fs::create_dir_all(dir.join("journal"))?;
-        fs::create_dir_all(dir.join("snapshots"))?;
-        let (writer, segment_bytes) = new_segment(&dir, &header)?;
+        for sub in ["journal", "snapshots"] {
+            private_dir(&dir.join(sub))?;
+            remove_temporaries(&dir.join(sub))?;
+        }
+        let mut opener: Opener = Box::new(opener);
+        let (file, segment, durable_len) = new_segment(&mut opener, &dir, &header)?;
         Ok(FileJournal {
             next_index: header.first_index,
             dir,
             header,
-            writer,
-            segment_bytes,
+            opener,
+            file,
+            segment,
+            durable_len,
             entries_since_snapshot: 0,
             policy,
-            broken: false,
+            health: JournalHealth::Ok,
             scratch: Vec::new(),
+            ends: Vec::new(),
         })
     }
 
-    fn start_segment(&mut self) -> io::Result<()> {
-        self.header.first_index = self.next_index;
-        let (writer, bytes) = new_segment(&self.dir, &self.header)?;
-        self.writer = writer;
-        self.segment_bytes = bytes;
-        Ok(())
-    }
-
-    /// Appends entries and makes them durable (one sync for all of them).
-    pub fn append_entries(&mut self, entries: &[JournalEntry]) -> io::Result<()> {
-        if self.broken {
-            self.start_segment()?;
-            self.broken = false;
+    /// Appends entries and makes them durable (one sync for all of them, or one per
+    /// [`TORN_TAIL_MAX_BYTES`] of them). On error the segment is cut back to where it
+    /// was, and the next append continues there; if the cut fails the journal is wedged.
+    pub fn append_entries(&mut self, entries: &[JournalEntry]) -> Result<(), AppendError> {
+        if let JournalHealth::Wedged(why) = &self.health {
+            return Err(AppendError { error: io::Error::other(why.clone()), wedged: true });
+        }
+        if entries.is_empty() {
+            return Ok(());
         }
         self.scratch.clear();
-        encode_entries(entries, &mut self.scratch);
-        let written = self
-            .writer
-            .write_all(&self.scratch)
-            .and_then(|_| self.writer.flush())
-            .and_then(|_| self.writer.get_ref().sync_data());
-        if let Err(error) = written {
-            self.broken = true;
-            return Err(error);
+        self.ends.clear();
+        for entry in entries {
+            encode_record(&serde_json::to_vec(entry).expect("an entry serializes"), &mut self.scratch);
+            let start = self.ends.last().copied().unwrap_or(0);
+            if (self.scratch.len() - start) as u64 > TORN_TAIL_MAX_BYTES {
+                return Err(AppendError {
+                    error: io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "a journal entry of {} bytes is over {TORN_TAIL_MAX_BYTES}",
+                            self.scratch.len() - start
+                        ),
+                    ),
+                    wedged: false,
+                });
+            }
+            self.ends.push(self.scratch.len());
         }
-        self.segment_bytes += self.scratch.len() as u64;
+        // Write and sync groups of whole records of at most TORN_TAIL_MAX_BYTES.
+        let mut group_start = 0;
+        let mut ends = self.ends.iter().copied().peekable();
+        while group_start < self.scratch.len() {
+            let mut group_end = group_start;
+            while let Some(end) = ends.next_if(|&end| (end - group_start) as u64 <= TORN_TAIL_MAX_BYTES) {
+                group_end = end;
+            }
+            let written = self
+                .file
+                .write_all_at(&self.scratch[group_start..group_end], self.durable_len + group_start as u64)
+                .and_then(|()| self.file.sync_data());
+            if let Err(error) = written {
+                return Err(self.cut_back(error));
+            }
+            group_start = group_end;
+        }
+        self.durable_len += self.scratch.len() as u64;
         self.next_index += entries.len() as u64;
         self.entries_since_snapshot += entries.len() as u64;
         Ok(())
     }
 
+    /// After a failed write: the segment cut back to its durable end, or the journal wedged.
+    fn cut_back(&mut self, error: io::Error) -> AppendError {
+        match self.file.set_len(self.durable_len).and_then(|()| self.file.sync_data()) {
+            Ok(()) => AppendError { error, wedged: false },
+            Err(cut_error) => {
+                self.wedge(&error, cut_error);
+                AppendError { error, wedged: true }
+            }
+        }
+    }
+
+    fn wedge(&mut self, error: &io::Error, cut_error: io::Error) {
+        self.health = JournalHealth::Wedged(format!(
+            "a journal write failed ({error}) and cutting {} back to its durable end ({} bytes) failed too \
+             ({cut_error}); no more changes are written by this process: restart it once the disk is fixed",
+            self.segment.display(),
+            self.durable_len
+        ));
+    }
+
+    /// Whether the journal can still write.
+    pub fn health(&self) -> &JournalHealth {
+        &self.health
+    }
+
+    /// Checks that the disk takes writes again, applying nothing: writes a block of
+    /// zeros at the durable end, syncs, cuts it off again and syncs. A failing cut
+    /// wedges the journal.
+    pub fn probe(&mut self) -> io::Result<()> {
+        if let JournalHealth::Wedged(why) = &self.health {
+            return Err(io::Error::other(why.clone()));
+        }
+        let zeros = vec![0u8; PROBE_BYTES];
+        let written = self.file.write_all_at(&zeros, self.durable_len).and_then(|()| self.file.sync_data());
+        if let Err(cut_error) = self.file.set_len(self.durable_len).and_then(|()| self.file.sync_data()) {
+            let error = written
+                .as_ref()
+                .err()
+                .map_or_else(|| io::Error::other("the probe"), |e| io::Error::new(e.kind(), e.to_string()));
+            self.wedge(&error, cut_error);
+            let JournalHealth::Wedged(why) = &self.health else { unreachable!() };
+            return Err(io::Error::other(why.clone()));
+        }
+        written
+    }
+
     /// After a failed append: the durable state, read back from disk (what was not
-    /// journaled is dropped, so nothing unacknowledged survives half-applied).
+    /// acknowledged is not there, so nothing unacknowledged survives half-applied).
+    /// Reads only; the journal itself needs no reload to continue.
     pub fn reload(&mut self) -> Result<Engine, JournalError> {
-        let recovery = recover(&self.dir, &RecoverOptions { repair: true, until: None })?;
-        self.next_index = recovery.next_index;
-        self.broken = true;
+        let options = RecoverOptions { repair: false, until: None };
+        let (result, recovery, _) = recover_with(&self.dir, &options, Some(self.next_index));
+        result.map_err(Failure::into_error)?;
+        if recovery.next_index != self.next_index {
+            return Err(JournalError(format!(
+                "the data dir holds {} entries but {} were acknowledged",
+                recovery.next_index, self.next_index
+            )));
+        }
         recovery.engine.ok_or_else(|| JournalError("the data dir lost its journal".into()))
     }
 
     pub fn snapshot_due(&self) -> bool {
-        self.entries_since_snapshot >= self.policy.every_entries || self.segment_bytes >= self.policy.every_bytes
+        self.entries_since_snapshot >= self.policy.every_entries || self.durable_len >= self.policy.every_bytes
     }
 
     /// Writes a snapshot of `engine` (which has applied every appended entry) atomically
     /// (temporary file, sync, rename, sync of the directory), starts a new segment, and
-    /// removes the segments and snapshots it covers.
+    /// removes the segments and snapshots it covers. On failure no temporary file is
+    /// left, and appends continue in the current segment.
     pub fn write_snapshot(&mut self, engine: &Engine) -> io::Result<()> {
+        if self.health != JournalHealth::Ok {
+            return Err(io::Error::other("the journal is wedged"));
+        }
         let snapshots = self.dir.join("snapshots");
         let snapshot = SnapshotRef { covered_entries: self.next_index, header: &self.header, engine };
         let mut bytes = SNAPSHOT_MAGIC.to_vec();
         encode_record(&serde_json::to_vec(&snapshot).map_err(io::Error::other)?, &mut bytes);
         let final_path = snapshots.join(format!("{:020}.snap", self.next_index));
         let temporary = snapshots.join(format!("{:020}.snap.tmp", self.next_index));
-        {
-            let mut file = File::create(&temporary)?;
-            file.write_all(&bytes)?;
-            file.sync_all()?;
+        let written = (|| {
+            let mut file = (self.opener)(&temporary)?;
+            file.write_all_at(&bytes, 0)?;
+            file.sync_data()?;
+            drop(file);
+            fs::rename(&temporary, &final_path)?;
+            sync_dir(&snapshots)
+        })();
+        if let Err(error) = written {
+            let _ = fs::remove_file(&temporary);
+            return Err(error);
         }
-        fs::rename(&temporary, &final_path)?;
-        sync_dir(&snapshots)?;
         self.entries_since_snapshot = 0;
-        self.start_segment()?;
+        if self.header.first_index != self.next_index {
+            let mut header = self.header.clone();
+            header.first_index = self.next_index;
+            let (file, segment, durable_len) = new_segment(&mut self.opener, &self.dir, &header)?;
+            self.header = header;
+            self.file = file;
+            self.segment = segment;
+            self.durable_len = durable_len;
+        }
         for (first, path) in list(&self.dir.join("journal"), "seg").map_err(|e| io::Error::other(e.0))? {
             if first < self.next_index {
                 fs::remove_file(path)?;
@@ -558,6 +1174,16 @@ impl FileJournal {
 
     pub fn next_index(&self) -> u64 {
         self.next_index
+    }
+
+    /// The end of the last acknowledged batch in the current segment.
+    pub fn durable_len(&self) -> u64 {
+        self.durable_len
+    }
+
+    /// The segment appends go to.
+    pub fn segment_path(&self) -> &Path {
+        &self.segment
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod api;
 pub mod journal;
+pub mod lock;
 pub mod openapi;
 pub mod routes;
 pub mod secrets;

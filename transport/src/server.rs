@@ -72,7 +72,7 @@ impl JournalSink for NoJournal {
 
 impl JournalSink for crate::journal::FileJournal {
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
-        self.append_entries(entries)
+        self.append_entries(entries).map_err(std::io::Error::from)
     }
     fn after_append(&mut self, engine: &Engine) -> std::io::Result<()> {
         if self.snapshot_due() {

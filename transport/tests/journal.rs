@@ -21,7 +21,7 @@ fn temp_dir(name: &str) -> PathBuf {
 fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
     let config = EngineConfig { seed: 3, ..EngineConfig::default() };
     let header = SegmentHeader {
-        version: 1,
+        version: esim_transport::journal::FORMAT_VERSION,
         config: config.clone(),
         clock: ClockMode::Virtual,
         start: Millis::VIRTUAL_EPOCH,
