@@ -412,6 +412,7 @@ fn every_engine_error_code_is_reachable() {
                     | ErrorCode::RouteNotFound
                     | ErrorCode::MethodNotAllowed
                     | ErrorCode::PayloadTooLarge
+                    | ErrorCode::RequestTimeout
             )
         })
         .collect();

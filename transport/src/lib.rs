@@ -5,9 +5,12 @@
 //! - [`service`]: the engine with its clock mode behind that mapping; also pure, so the
 //!   simulation and tests run exactly what production runs.
 //! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
+//! - [`edge`]: the connection-level guards of the server (connection cap, timeouts,
+//!   body budget).
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod edge;
 pub mod journal;
 pub mod openapi;
 pub mod routes;
