@@ -195,6 +195,15 @@ struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     demo: Option<bool>,
+    /// Open connections at most (lowered to fit the descriptor limit, `ulimit -n`); at
+    /// the cap, new connections wait in the listen backlog.
+    #[arg(
+        long,
+        env = "ESIM_MAX_CONNECTIONS",
+        default_value_t = esim_transport::edge::CONNECTIONS_MAX,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    max_connections: usize,
 }
 
 /// A new admin token: `adm_` and 48 hex characters from the OS random source.
@@ -345,7 +354,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             data_dir = %args.data_dir.display(), clock = ?clock, speed = args.speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let options = ServerOptions::new(args.speed, args.allow_insecure_webhooks);
+        let mut options = ServerOptions::new(args.speed, args.allow_insecure_webhooks);
+        options.edge.connections_max = args.max_connections;
         server::serve(listener, service, Box::new(journal), options, shutdown_signal()).await.map_err(|e| e.to_string())
     })
 }

@@ -48,6 +48,8 @@ pub enum ErrorCode {
     RouteNotFound,
     MethodNotAllowed,
     PayloadTooLarge,
+    /// Transport: the request body did not arrive in time (408).
+    RequestTimeout,
 }
 
 impl ErrorCode {
@@ -62,6 +64,7 @@ impl ErrorCode {
             MethodNotAllowed => 405,
             GroupNameTaken | GroupDefundPending | DefundAlreadyPending | EsimAlreadyInGroup | MovePending
             | EsimInGroup | DefundPending | IdempotencyKeyReused | ClockNotVirtual => 409,
+            RequestTimeout => 408,
             PayloadTooLarge => 413,
             RateLimited | GroupLimitReached | GroupFull | WebhookLimitReached => 429,
             UpstreamError => 502,
@@ -104,6 +107,7 @@ impl ErrorCode {
             RouteNotFound => "ROUTE_NOT_FOUND",
             MethodNotAllowed => "METHOD_NOT_ALLOWED",
             PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            RequestTimeout => "REQUEST_TIMEOUT",
         }
     }
 
@@ -142,11 +146,12 @@ impl ErrorCode {
             RouteNotFound => "Not found",
             MethodNotAllowed => "Method not allowed",
             PayloadTooLarge => "Payload too large",
+            RequestTimeout => "Request timeout",
         }
     }
 
     /// Every code, for the tests that each is produced by some command.
-    pub const ALL: [ErrorCode; 31] = {
+    pub const ALL: [ErrorCode; 32] = {
         use ErrorCode::*;
         [
             ValidationError,
@@ -180,6 +185,7 @@ impl ErrorCode {
             RouteNotFound,
             MethodNotAllowed,
             PayloadTooLarge,
+            RequestTimeout,
         ]
     };
 }

@@ -36,8 +36,18 @@ pub fn retry_wait_ms(failed_attempts: u32) -> i64 {
 /// that are not public, and numeric forms resolvers read as addresses (`0`,
 /// `2130706433`, `0x7f.1`, `127.1`). A public name that resolves to a private address
 /// is refused by the sender when it connects.
+///
+/// Refused outright, whatever follows: a `%` anywhere (an IPv6 zone id such as
+/// `[fe80::1%25eth0]` only scopes non-global addresses, and no public name holds a
+/// percent escape), and a bracketed or colon-holding host that is not a plain IPv6
+/// address.
 fn is_private_host(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host.contains('%') {
+        return true;
+    }
+    let bracketed = host.starts_with('[') || host.ends_with(']') || host.contains(':');
+    let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.');
     if host.is_empty()
         || host == "localhost"
         || host.ends_with(".localhost")
@@ -46,6 +56,9 @@ fn is_private_host(host: &str) -> bool {
     {
         return true;
     }
+    if bracketed {
+        return host.parse::<core::net::Ipv6Addr>().map_or(true, |ip| !is_public_ip(ip.into()));
+    }
     if let Ok(ip) = host.parse::<core::net::IpAddr>() {
         return !is_public_ip(ip);
     }
@@ -53,35 +66,59 @@ fn is_private_host(host: &str) -> bool {
 }
 
 /// Whether an address is on the public internet (webhooks target only those unless
-/// insecure webhooks are allowed). IPv4-mapped IPv6 addresses are judged as IPv4.
+/// insecure webhooks are allowed): false for every range of IANA's special-purpose
+/// registries that is not globally reachable, and for every form that embeds an IPv4
+/// address in an IPv6 one.
+///
+/// - IPv4: refused are 0/8, 10/8, 100.64/10 (CGNAT), 127/8, 169.254/16, 172.16/12,
+///   192.0.0/24 (IETF protocol assignments), 192.0.2/24, 192.88.99/24 (the deprecated
+///   6to4 relay anycast), 192.168/16, 198.18/15 (benchmarking), 198.51.100/24,
+///   203.0.113/24, 224/4 (multicast), 240/4 (reserved) and 255.255.255.255.
+/// - IPv6: only global unicast 2000::/3 can be public (everything outside it is
+///   loopback, unspecified, IPv4-compatible ::/96, IPv4-mapped ::ffff:0:0/96, NAT64
+///   64:ff9b::/96 and 64:ff9b:1::/48, discard-only 100::/64, SRv6 5f00::/16,
+///   unique-local fc00::/7, link-local fe80::/10, site-local fec0::/10, multicast
+///   ff00::/8, or unassigned); inside it, refused are 2001::/23 (IETF protocol
+///   assignments: Teredo 2001::/32, benchmarking 2001:2::/48, ORCHID 2001:10::/28 and
+///   ORCHIDv2 2001:20::/28 among them), documentation 2001:db8::/32 and 3fff::/20, and
+///   6to4 2002::/16.
+/// - The embedding forms (IPv4-mapped and -compatible, NAT64, 6to4, Teredo) are refused
+///   outright rather than judged by the IPv4 inside: a translator or relay decides where
+///   they lead, which the service cannot see, and a real receiver has a plain IPv4 or a
+///   native IPv6 address to register instead.
 pub fn is_public_ip(ip: core::net::IpAddr) -> bool {
     use core::net::IpAddr;
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
+            let [a, b, c, _] = v4.octets();
+            !(a == 0
+                || a == 10
                 || (a == 100 && (64..=127).contains(&b))
+                || a == 127
+                || (a == 169 && b == 254)
+                || (a == 172 && (16..=31).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 192 && b == 0 && c == 2)
+                || (a == 192 && b == 88 && c == 99)
+                || (a == 192 && b == 168)
                 || (a == 198 && (18..=19).contains(&b))
-                || a >= 240)
+                || (a == 198 && b == 51 && c == 100)
+                || (a == 203 && b == 0 && c == 113)
+                || a >= 224)
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public_ip(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || (first == 0 && v6.segments()[1..6].iter().all(|s| *s == 0)))
+            let [first, second, ..] = v6.segments();
+            let global_unicast = (first & 0xe000) == 0x2000;
+            let special = match first {
+                // 2001::/23 (IETF protocol assignments) and 2001:db8::/32 (documentation).
+                0x2001 => second < 0x0200 || second == 0x0db8,
+                // 6to4.
+                0x2002 => true,
+                // 3fff::/20 (documentation).
+                0x3fff => second < 0x1000,
+                _ => false,
+            };
+            global_unicast && !special
         }
     }
 }
@@ -421,6 +458,139 @@ mod tests {
         for host in ["example.com", "8.8.8.8", "172.32.0.1", "hooks.reseller.io", "[2001:4860:4860::8888]", "1.example"]
         {
             assert!(!is_private_host(host), "{host}");
+        }
+        // Zone ids, percent escapes and bracketed hosts that are not IPv6 addresses.
+        for host in [
+            "[fe80::1%25eth0]",
+            "[fe80::1%eth0]",
+            "[::ffff:127.0.0.1%25eth0]",
+            "[2001:4860:4860::8888%25eth0]",
+            "127%2e0%2e0%2e1",
+            "[example.com]",
+            "[8.8.8.8]",
+            "[]",
+            "[::ffff:0:0]",
+            "[64:ff9b::a00:1]",
+            "[2002:a00:1::]",
+            "[fec0::1]",
+        ] {
+            assert!(is_private_host(host), "{host}");
+        }
+    }
+
+    /// Every special-purpose range: one address inside (refused) and, where the range
+    /// has a public neighbour, one just outside (accepted).
+    #[test]
+    fn public_ip_table() {
+        let table: &[(&str, bool)] = &[
+            // IPv4
+            ("0.0.0.0", false),
+            ("0.255.255.255", false),
+            ("1.0.0.0", true),
+            ("9.255.255.255", true),
+            ("10.0.0.0", false),
+            ("10.255.255.255", false),
+            ("11.0.0.0", true),
+            ("100.63.255.255", true),
+            ("100.64.0.0", false),
+            ("100.127.255.255", false),
+            ("100.128.0.0", true),
+            ("126.255.255.255", true),
+            ("127.0.0.1", false),
+            ("127.255.255.255", false),
+            ("128.0.0.0", true),
+            ("169.253.255.255", true),
+            ("169.254.0.1", false),
+            ("169.254.169.254", false),
+            ("169.255.0.0", true),
+            ("172.15.255.255", true),
+            ("172.16.0.0", false),
+            ("172.31.255.255", false),
+            ("172.32.0.0", true),
+            ("191.255.255.255", true),
+            ("192.0.0.0", false),
+            ("192.0.0.9", false),
+            ("192.0.0.255", false),
+            ("192.0.1.0", true),
+            ("192.0.2.1", false),
+            ("192.0.3.0", true),
+            ("192.88.98.255", true),
+            ("192.88.99.1", false),
+            ("192.88.100.0", true),
+            ("192.167.255.255", true),
+            ("192.168.0.1", false),
+            ("192.169.0.0", true),
+            ("198.17.255.255", true),
+            ("198.18.0.0", false),
+            ("198.19.255.255", false),
+            ("198.20.0.0", true),
+            ("198.51.99.255", true),
+            ("198.51.100.1", false),
+            ("198.51.101.0", true),
+            ("203.0.112.255", true),
+            ("203.0.113.1", false),
+            ("203.0.114.0", true),
+            ("223.255.255.255", true),
+            ("224.0.0.1", false),
+            ("239.255.255.255", false),
+            ("240.0.0.1", false),
+            ("255.255.255.255", false),
+            ("8.8.8.8", true),
+            // IPv6 outside global unicast 2000::/3
+            ("::", false),
+            ("::1", false),
+            ("::2", false),
+            ("::a00:1", false),
+            ("::808:808", false),
+            ("::ffff:0:0", false),
+            ("::ffff:127.0.0.1", false),
+            ("::ffff:8.8.8.8", false),
+            ("::ffff:0:808:808", false),
+            ("64:ff9b::808:808", false),
+            ("64:ff9b::a00:1", false),
+            ("64:ff9b:1::808:808", false),
+            ("100::1", false),
+            ("100:0:0:1::1", false),
+            ("5f00::1", false),
+            ("1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", false),
+            ("4000::1", false),
+            ("fc00::1", false),
+            ("fdff:ffff::1", false),
+            ("fe80::1", false),
+            ("febf::1", false),
+            ("fec0::1", false),
+            ("feff::1", false),
+            ("ff02::1", false),
+            ("ff0e::1", false),
+            // IPv6 inside 2000::/3
+            ("2000::1", true),
+            ("2001::1", false),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", false),
+            ("2001:1::1", false),
+            ("2001:2::1", false),
+            ("2001:10::1", false),
+            ("2001:20::1", false),
+            ("2001:1ff:ffff::1", false),
+            ("2001:200::1", true),
+            ("2001:db7:ffff::1", true),
+            ("2001:db8::1", false),
+            ("2001:db8:ffff::1", false),
+            ("2001:db9::1", true),
+            ("2001:4860:4860::8888", true),
+            ("2001:ffff::1", true),
+            ("2002::1", false),
+            ("2002:a00:1::1", false),
+            ("2002:808:808::1", false),
+            ("2003::1", true),
+            ("2606:4700::1111", true),
+            ("3ffe:ffff::1", true),
+            ("3fff::1", false),
+            ("3fff:fff:ffff::1", false),
+            ("3fff:1000::1", true),
+        ];
+        for (address, public) in table {
+            let ip: core::net::IpAddr = address.parse().unwrap_or_else(|_| panic!("{address} parses"));
+            assert_eq!(is_public_ip(ip), *public, "{address}");
         }
     }
 }

@@ -402,6 +402,7 @@ fn every_engine_error_code_is_reachable() {
                     | ErrorCode::RouteNotFound
                     | ErrorCode::MethodNotAllowed
                     | ErrorCode::PayloadTooLarge
+                    | ErrorCode::RequestTimeout
                     // The rate limit is the transport's admission (`admission.rs`).
                     | ErrorCode::RateLimited
             )

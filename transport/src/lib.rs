@@ -7,10 +7,13 @@
 //! - [`admission`]: credentials and the rate limit, from the headers, before a body is read.
 //! - [`secrets`]: new API keys and signing secrets from OS entropy; sealing at rest.
 //! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
+//! - [`edge`]: the connection-level guards of the server (connection cap, timeouts,
+//!   body budget).
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
+pub mod edge;
 pub mod journal;
 pub mod lock;
 pub mod openapi;

@@ -9,11 +9,12 @@
 
 use crate::admission::{Admission, Admitted};
 use crate::api::{error_response, MAX_BODY_BYTES};
+use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
 use esim_engine::{ApiError, DeliveryResult, Effect, Engine, ErrorCode, Millis};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -123,11 +124,18 @@ pub struct ServerOptions {
     pub allow_insecure_webhooks: bool,
     /// A client must send its request headers within this time (slowloris guard).
     pub header_read_timeout: Duration,
+    /// Connection cap, timeouts and the body budget ([`crate::edge`]).
+    pub edge: EdgeLimits,
 }
 
 impl ServerOptions {
     pub fn new(speed: u32, allow_insecure_webhooks: bool) -> ServerOptions {
-        ServerOptions { speed, allow_insecure_webhooks, header_read_timeout: HEADER_READ_TIMEOUT }
+        ServerOptions {
+            speed,
+            allow_insecure_webhooks,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            edge: EdgeLimits::default(),
+        }
     }
 }
 
@@ -181,24 +189,37 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(options.header_read_timeout);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .max_buf_size(edge::HTTP1_BUFFER_MAX_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(edge::HTTP2_STREAMS_MAX)
+        .initial_stream_window_size(edge::HTTP2_WINDOW_BYTES)
+        .initial_connection_window_size(edge::HTTP2_WINDOW_BYTES)
+        .max_header_list_size(edge::HTTP2_HEADER_LIST_MAX_BYTES);
+    let limits = options.edge;
+    let bodies = BodyReader::new(&limits);
+    let mut acceptor = edge::Acceptor::new(listener, limits.connections_max);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        continue;
-                    }
-                };
-                let shared = shared.clone();
-                let service = hyper::service::service_fn(move |request| handle(request, shared.clone(), peer));
-                let connection = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let connection = graceful.watch(connection);
+            (stream, peer, slot) = acceptor.accept() => {
+                let (shared, bodies, builder, limits) = (shared.clone(), bodies.clone(), builder.clone(), limits.clone());
+                let watcher = graceful.watcher();
                 connections.spawn(async move {
-                    let _ = connection.await;
+                    let _slot = slot;
+                    if !edge::first_byte(&stream, limits.first_byte_timeout).await {
+                        return;
+                    }
+                    let (stream, activity) = IdleGuard::new(stream, &limits);
+                    let service = hyper::service::service_fn(move |request| {
+                        activity.during(handle(request, shared.clone(), peer, bodies.clone()))
+                    });
+                    let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -214,7 +235,7 @@ pub async fn serve(
             _ = &mut shutdown => break,
         }
     }
-    drop(listener);
+    drop(acceptor);
     tracing::info!("shutting down: finishing in-flight requests");
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
         tracing::warn!("some connections did not finish in time");
@@ -229,6 +250,7 @@ async fn handle(
     request: http::Request<Incoming>,
     shared: Arc<Shared>,
     _peer: SocketAddr,
+    bodies: BodyReader,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     let started = std::time::Instant::now();
     let method = request.method().clone();
@@ -248,13 +270,13 @@ async fn handle(
                 parts.extensions.insert(digest);
                 parts.headers.remove(http::header::AUTHORIZATION);
             }
-            match Limited::new(body, MAX_BODY_BYTES).collect().await {
-                Err(error) if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() => error_response(
-                    ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")),
-                ),
-                Err(_) => error_response(ApiError::validation("the request body could not be read")),
-                Ok(collected) => {
-                    let request = http::Request::from_parts(parts, collected.to_bytes());
+            // 413 above MAX_BODY_BYTES, 408 past the body read timeout, 503 when the body
+            // budget stays spent; the body's share of the budget is held until the answer
+            // is back.
+            match bodies.read(body, MAX_BODY_BYTES).await {
+                Err(response) => response,
+                Ok(held) => {
+                    let request = http::Request::from_parts(parts, held.bytes.clone());
                     let (reply, answer) = oneshot::channel();
                     if shared.to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
                         unavailable()

@@ -48,12 +48,20 @@ pub struct Workload {
 impl Workload {
     /// The workload and the entries that create its account.
     pub fn new(seed: u64) -> (Workload, Vec<JournalEntry>) {
-        let mut service =
-            Service::new(Engine::new(config(seed), Millis::VIRTUAL_EPOCH), "t".into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
+        let mut service = Service::new(
+            Engine::new(config(seed), Millis::VIRTUAL_EPOCH),
+            "t".into(),
+            ClockMode::Virtual,
+            esim_transport::secrets::Secrets::seeded(1),
+        );
         let now = Millis::VIRTUAL_EPOCH;
         let created = service.apply_command(
             now,
-            Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None, api_key_digest: Default::default() }),
+            Command::Admin(AdminOp::CreateAccount {
+                contact_email: "a@b.c".into(),
+                company_name: None,
+                api_key_digest: Default::default(),
+            }),
         );
         let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!("account") };
         let entries = service.drain_journal();
