@@ -119,7 +119,7 @@ fn simulate(args: SimArgs) -> Result<(), String> {
             }
         }
     });
-    println!("{}", summary.table());
+    print_out(&format!("{}\n", summary.table()));
     if let Some(error) = &summary.report_error {
         return Err(error.clone());
     }
@@ -263,6 +263,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // Only the service's user may read the data dir, whatever the umask.
     secrets::set_mode(&args.data_dir, 0o700)
         .map_err(|e| format!("cannot make the data dir {} mode 0700: {e}", args.data_dir.display()))?;
+    // One process per data dir, for this process's whole life (released however it ends).
+    let _lock = esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?;
     let recovery =
         journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None }).map_err(|e| e.to_string())?;
     for note in &recovery.repaired {
@@ -400,23 +402,55 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
         journal::recover(&args.data_dir, &RecoverOptions { repair: false, until }).map_err(|e| e.to_string())?;
     let elapsed = started.elapsed();
     let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", args.data_dir.display())) };
-    println!("state_digest {}", engine.state_digest());
-    println!("service time {}", engine.now());
-    println!(
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "state_digest {}", engine.state_digest());
+    let _ = writeln!(out, "service time {}", engine.now());
+    let _ = writeln!(
+        out,
         "entries      {} ({} from the snapshot, {} replayed from the journal)",
         recovery.next_index, recovery.from_snapshot, recovery.replayed
     );
-    println!("accounts     {}", engine.accounts().len());
-    println!("esims        {}", engine.esims().len());
-    println!("groups       {}", engine.groups().len());
+    let _ = writeln!(out, "accounts     {}", engine.accounts().len());
+    let _ = writeln!(out, "esims        {}", engine.esims().len());
+    let _ = writeln!(out, "groups       {}", engine.groups().len());
     let report = engine.conservation_report(None).expect("all accounts");
-    println!("conserved    {}", if report.conserved { "yes (every difference is exactly 0)" } else { "NO" });
+    let _ =
+        writeln!(out, "conserved    {}", if report.conserved { "yes (every difference is exactly 0)" } else { "NO" });
     let seconds = elapsed.as_secs_f64().max(1e-9);
-    println!("replay time  {:.3} s ({:.0} entries/s)", seconds, recovery.replayed as f64 / seconds);
+    let _ = writeln!(out, "replay time  {:.3} s ({:.0} entries/s)", seconds, recovery.replayed as f64 / seconds);
     for note in &recovery.repaired {
-        println!("damage       {note} (not repaired here: `esim serve` cuts it on start)");
+        let _ = writeln!(out, "damage       {note} (not repaired here: `esim serve` cuts it on start)");
     }
+    note_live(&args.data_dir);
+    print_out(&out);
     Ok(())
+}
+
+/// `esim replay` and `esim report` read a data dir without taking it over: on a live one
+/// (a server holds its lock) they say so; what they show is as of the last complete
+/// record.
+fn note_live(data_dir: &Path) {
+    if let Some(pid) = esim_transport::lock::DataDirLock::holder(data_dir) {
+        eprintln!(
+            "esim: note: {} is in use by a running service (pid {pid}); shown as of its last complete journal record",
+            data_dir.display()
+        );
+    }
+}
+
+/// Writes a command's output; a reader that went away (`| head -1`) ends it quietly.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(error) => {
+            eprintln!("esim: cannot write the output: {error}");
+            std::process::exit(1)
+        }
+        Ok(()) => {}
+    }
 }
 
 fn report_conservation(data_dir: &Path, account: Option<&str>, format: &str) -> Result<(), String> {
@@ -424,7 +458,8 @@ fn report_conservation(data_dir: &Path, account: Option<&str>, format: &str) -> 
         journal::recover(data_dir, &RecoverOptions { repair: false, until: None }).map_err(|e| e.to_string())?;
     let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", data_dir.display())) };
     let report = engine.conservation_report(account).ok_or_else(|| format!("no account {}", account.unwrap_or("")))?;
-    print!("{}", report.render(format).expect("format checked by clap"));
+    note_live(data_dir);
+    print_out(&report.render(format).expect("format checked by clap"));
     if report.conserved {
         Ok(())
     } else {

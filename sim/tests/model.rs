@@ -14,6 +14,14 @@ use rust_decimal::Decimal;
 
 const FEE_CENTS: i64 = 175;
 const SETTLE_MS: i64 = 15 * 60_000;
+/// Reporting pause after a fund, and the sync cycle reports move on.
+const PAUSE_MS: i64 = 15 * 60_000;
+const SYNC_MS: i64 = 60_000;
+
+/// The first sync boundary after `at` (the virtual epoch is on a boundary).
+fn next_sync(at: i64) -> i64 {
+    (at.div_euclid(SYNC_MS) + 1) * SYNC_MS
+}
 
 /// What the model can do (indexes pick among the eSIMs that exist).
 #[derive(Clone, Debug)]
@@ -50,6 +58,11 @@ struct Sim {
     /// A return on its way: (exact amount, settles at).
     pending: Option<(Decimal, i64)>,
     charged: Decimal,
+    /// The reporting pause of the last fund ends at this time.
+    paused_until: i64,
+    /// Unreported usage reports at this time (DESIGN rule 5: a return settles only
+    /// once usage has reported).
+    report_due: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -76,12 +89,26 @@ impl Model {
         (!self.sims.is_empty()).then(|| index as usize % self.sims.len())
     }
 
+    /// Fires, in time order, what is due by now: reports of usage (again after a pause
+    /// that is not over), and settlements (deferred to the report when usage is still
+    /// unreported at the settlement time).
     fn settle(&mut self) {
         for sim in &mut self.sims {
-            if let Some((amount, at)) = sim.pending {
-                if at <= self.now {
-                    self.balance += shown(amount);
-                    sim.pending = None;
+            loop {
+                let report = sim.report_due.filter(|&due| due <= self.now);
+                match (report, sim.pending) {
+                    (Some(due), pending) if pending.is_none_or(|(_, at)| due <= at) => {
+                        sim.report_due = (due < sim.paused_until).then(|| next_sync(due.max(sim.paused_until)));
+                    }
+                    (_, Some((amount, at))) if at <= self.now => {
+                        if sim.report_due.is_some() {
+                            sim.pending = Some((amount, next_sync(at.max(sim.paused_until))));
+                        } else {
+                            self.balance += shown(amount);
+                            sim.pending = None;
+                        }
+                    }
+                    _ => break,
                 }
             }
         }
@@ -120,6 +147,7 @@ impl Model {
                     self.lifetime_usage += amount;
                     s.credit += credit_of(cents.into());
                     s.funded = true;
+                    s.paused_until = self.now + PAUSE_MS;
                 }
                 format!("fund a {} {amount}", name(i))
             }
@@ -130,6 +158,9 @@ impl Model {
                     let charge = (Decimal::from(mb) * per_mb).min(s.credit);
                     s.credit -= charge;
                     s.charged += charge;
+                    if s.report_due.is_none() {
+                        s.report_due = Some(next_sync(self.now.max(s.paused_until)));
+                    }
                 }
                 format!("usage {} {mb} DE", name(i))
             }

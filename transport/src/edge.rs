@@ -408,6 +408,10 @@ pub struct HeldBody {
     _share: Option<OwnedSemaphorePermit>,
 }
 
+/// Largest declared body that is read and dropped before its 413 (see
+/// [`BodyReader::read`]); larger ones are refused without reading.
+pub const OVERSIZE_DISCARD_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Reads request bodies within the size limit, the read timeout and the global budget.
 #[derive(Clone, Debug)]
 pub struct BodyReader {
@@ -446,6 +450,14 @@ impl BodyReader {
         let too_large =
             || error_response(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {limit} bytes")));
         if hint.lower() > limit as u64 {
+            // A body a little over the limit is read and dropped (holding nothing) before
+            // the 413, so that a client still writing it gets the answer rather than a
+            // reset connection; a far larger one is refused at once.
+            if hint.lower() <= OVERSIZE_DISCARD_MAX_BYTES {
+                let mut body = body;
+                let discard = async { while let Some(Ok(_)) = body.frame().await {} };
+                let _ = tokio::time::timeout(self.read_timeout, discard).await;
+            }
             return Err(too_large());
         }
         if hint.exact() == Some(0) || body.is_end_stream() {

@@ -37,6 +37,28 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const QUEUE_DEPTH: usize = 4_096;
 /// Requests applied per group commit at most.
 const MAX_BATCH: usize = 512;
+/// While changes are refused after a failed append, how often the journal is probed for
+/// room again.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Runs a journal operation on tokio's blocking pool when the journal waits on a disk.
+async fn on_journal<T: Send + 'static>(
+    journal: Box<dyn JournalSink>,
+    operation: impl FnOnce(&mut dyn JournalSink) -> T + Send + 'static,
+) -> (Box<dyn JournalSink>, T) {
+    if !journal.blocks() {
+        let mut journal = journal;
+        let result = operation(journal.as_mut());
+        return (journal, result);
+    }
+    tokio::task::spawn_blocking(move || {
+        let mut journal = journal;
+        let result = operation(journal.as_mut());
+        (journal, result)
+    })
+    .await
+    .expect("a journal operation does not panic")
+}
 
 /// Where journal entries go before a response is sent: a small trait, so that a
 /// replicated log can back it later without touching the engine or the server.
@@ -49,6 +71,15 @@ pub trait JournalSink: Send + 'static {
     }
     /// After a failed append: the durable state to continue from.
     fn reload(&mut self) -> Result<Engine, String>;
+    /// Why no append can ever succeed again in this process (a failed append could not
+    /// be cut back), if so.
+    fn wedged(&self) -> Option<String> {
+        None
+    }
+    /// Whether appends would succeed again (a full disk has room), without appending.
+    fn probe(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
     /// Appends wait on a disk (or a network): the owner task runs them on tokio's
     /// blocking pool, so the worker thread keeps serving connections meanwhile.
     fn blocks(&self) -> bool {
@@ -83,6 +114,15 @@ impl JournalSink for crate::journal::FileJournal {
     }
     fn reload(&mut self) -> Result<Engine, String> {
         crate::journal::FileJournal::reload(self).map_err(|e| e.0)
+    }
+    fn wedged(&self) -> Option<String> {
+        match self.health() {
+            crate::journal::JournalHealth::Ok => None,
+            crate::journal::JournalHealth::Wedged(why) => Some(why.clone()),
+        }
+    }
+    fn probe(&mut self) -> std::io::Result<()> {
+        crate::journal::FileJournal::probe(self)
     }
 }
 
@@ -312,6 +352,9 @@ async fn owner_task(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
         let deadline = match service.clock() {
+            // While changes are refused, timers wait (firing them would change the state)
+            // and the journal is probed for room again.
+            _ if service.refusing_changes().is_some() => Some(PROBE_INTERVAL),
             ClockMode::Wall => service.poll_timeout().map(|d| clock.until(d)),
             ClockMode::Virtual => None,
         };
@@ -330,13 +373,24 @@ async fn owner_task(
                 Err(_) => break,
             }
         }
+        if service.refusing_changes().is_some() && journal.wedged().is_none() {
+            let probed;
+            (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
+            if probed.is_ok() {
+                tracing::info!("the journal takes writes again: changes are accepted");
+                service.refuse_changes(None);
+                // Outcomes of deliveries that came back meanwhile were not recorded: hand
+                // the deliveries in flight out again (receivers de-duplicate).
+                service.engine_mut().restart();
+            }
+        }
         service.tick(clock.now());
         let mut stopping = false;
         let mut answers = Vec::with_capacity(batch.len());
         for message in batch.drain(..) {
             match message {
                 Message::Request(request, reply) => match service.handle_admitted(clock.now(), &request) {
-                    Outcome::Respond(response) => answers.push((reply, response)),
+                    Outcome::Respond(response) => answers.push((reply, response, Some(request))),
                     Outcome::AwaitDelivery(id) => {
                         waiting_tests.insert(id, reply);
                     }
@@ -345,7 +399,7 @@ async fn owner_task(
                 Message::Delivered(id, result) => {
                     let response = service.delivery_outcome(clock.now(), id, result);
                     if let Some(reply) = waiting_tests.remove(&id) {
-                        answers.push((reply, response));
+                        answers.push((reply, response, None));
                     }
                 }
             }
@@ -353,28 +407,38 @@ async fn owner_task(
         // Group commit: one durable append for the whole batch, then the answers.
         let entries = service.drain_journal();
         if !entries.is_empty() {
-            let appended = if journal.blocks() {
-                let (returned, appended) = tokio::task::spawn_blocking(move || {
-                    let appended = journal.append(&entries);
-                    (journal, appended)
-                })
-                .await
-                .expect("the journal append does not panic");
-                journal = returned;
-                appended
-            } else {
-                journal.append(&entries)
-            };
+            let appended;
+            (journal, appended) = on_journal(journal, move |journal| journal.append(&entries)).await;
             if let Err(error) = appended {
-                tracing::error!(%error, "journal append failed: answering 503 and going back to the durable state");
-                for (reply, _) in answers.drain(..) {
-                    let _ = reply.send(unavailable());
-                }
+                // Nothing of this batch is acknowledged; the journal was cut back to its
+                // last durable record. Go back to the durable state once, then refuse
+                // changes (reads go on) until the journal takes writes again: a full
+                // disk costs one reload per episode, not one per batch.
+                let reason = match journal.wedged() {
+                    Some(why) => format!("the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"),
+                    None => format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs()),
+                };
+                tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
                 match journal.reload() {
                     Ok(engine) => service.replace_engine(engine),
-                    Err(why) => tracing::error!(%why, "cannot reload the durable state; changes keep failing"),
+                    Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
+                }
+                service.refuse_changes(Some(reason));
+                // The batch's answers saw changes that are not durable: each request is
+                // answered again from the durable state (its changes now refused, 503;
+                // its reads served).
+                for (reply, _, request) in answers.drain(..) {
+                    let response = match request {
+                        Some(request) => match service.handle_admitted(clock.now(), &request) {
+                            Outcome::Respond(response) => response,
+                            Outcome::AwaitDelivery(_) => unavailable(),
+                        },
+                        None => unavailable(),
+                    };
+                    let _ = reply.send(response);
                 }
                 while service.poll_effect().is_some() {}
+                while service.poll_event().is_some() {}
                 continue;
             }
             if let Err(error) = journal.after_append(service.engine()) {
@@ -382,7 +446,7 @@ async fn owner_task(
             }
         }
         shown_ms.store(service.shown_now().0, Ordering::Relaxed);
-        for (reply, response) in answers {
+        for (reply, response, _) in answers {
             let _ = reply.send(response);
         }
         if stopping {

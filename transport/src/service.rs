@@ -73,6 +73,9 @@ pub struct Service {
     admission: Arc<Admission>,
     /// New keys and signing secrets, and the key that seals secrets.
     secrets: Secrets,
+    /// Why changes are refused for now (the journal cannot be written), if they are:
+    /// reads are still answered, timers wait.
+    refusal: Option<String>,
 }
 
 /// A secret the service drew for a command, to show once in its answer.
@@ -86,6 +89,7 @@ impl Service {
         Service {
             admission: Arc::new(Admission::new(&engine)),
             secrets,
+            refusal: None,
             engine,
             admin_token,
             clock,
@@ -123,6 +127,23 @@ impl Service {
     pub fn restart(&mut self) {
         self.admission.clear_windows();
         self.engine.restart();
+    }
+
+    /// Refuses changes (503, reads still answered, timers held) while `reason` is given:
+    /// the driver's journal cannot take writes.
+    pub fn refuse_changes(&mut self, reason: Option<String>) {
+        self.refusal = reason;
+    }
+
+    /// Why changes are refused, when they are.
+    pub fn refusing_changes(&self) -> Option<&str> {
+        self.refusal.as_deref()
+    }
+
+    fn refused(&self) -> Option<ApiError> {
+        self.refusal
+            .as_ref()
+            .map(|why| ApiError::new(ErrorCode::ServiceUnavailable, format!("changes are refused for now: {why}")))
     }
 
     /// The admission checks, for a server's connection tasks (before a body is read).
@@ -181,6 +202,10 @@ impl Service {
 
     /// Fires due timers at `now`, journaling a tick when any fired.
     fn advance(&mut self, now: Millis) {
+        if self.refusal.is_some() {
+            // Firing timers changes the state, which cannot be journaled now.
+            return;
+        }
         if self.engine.poll_timeout().is_some_and(|deadline| deadline <= now) {
             self.engine.handle_timeout(now);
             self.journal.push(JournalEntry::Tick { at: now });
@@ -240,9 +265,14 @@ impl Service {
         self.advance(now);
         if let Command::Reseller(request) = &command {
             if request.op.is_read() {
-                // Nothing to journal.
-                return self.engine.handle(now, command);
+                // Nothing to journal. (While changes are refused, timers wait, so the
+                // engine must not fire them either: it reads at the time it last moved to.)
+                let at = if self.refusal.is_some() { self.engine.now() } else { now };
+                return self.engine.handle(at, command);
             }
+        }
+        if let Some(refused) = self.refused() {
+            return Err(refused);
         }
         let issued = self.issue_secrets(&mut command);
         let key_changed = Self::key_changed(&command);
@@ -302,8 +332,19 @@ impl Service {
             Routed::ClockRead => self.clock_body(now),
             Routed::StateDigest => {
                 self.advance(now);
-                let body = serde_json::json!({ "state_digest": self.engine.state_digest(), "now": now.to_rfc3339() });
+                let writes = match &self.refusal {
+                    None => "accepted".to_string(),
+                    Some(why) => format!("refused: {why}"),
+                };
+                let body = serde_json::json!({
+                    "state_digest": self.engine.state_digest(),
+                    "now": now.to_rfc3339(),
+                    "writes": writes,
+                });
                 json_response(200, serde_json::to_vec(&body).expect("json"))
+            }
+            Routed::ClockAdvance { .. } if self.refusal.is_some() => {
+                api::error_response(self.refused().expect("refusing"))
             }
             Routed::ClockAdvance { ms } => {
                 if self.clock != ClockMode::Virtual {
