@@ -34,7 +34,7 @@ struct Acknowledged {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_minus_nine_twenty_times_loses_nothing_acknowledged() {
     let dir = std::env::temp_dir().join(format!("esim-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_data_dir(&dir);
     let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
     let mut accounts: Vec<String> = Vec::new();
     let ledger: Arc<Mutex<Vec<Acknowledged>>> = Arc::new(Mutex::new(vec![Acknowledged::default(); CLIENTS]));
@@ -204,5 +204,5 @@ async fn kill_minus_nine_twenty_times_loses_nothing_acknowledged() {
     assert!(text.contains("conserved    yes"), "{text}");
     let provisioned: usize = ledger.lock().unwrap().iter().map(|a| a.provisioned.len()).sum();
     assert!(provisioned >= 10, "the clients really worked ({provisioned} eSIMs)");
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_data_dir(&dir);
 }

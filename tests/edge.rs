@@ -34,6 +34,8 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("esim-edge-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let log = dir.with_extension("log");
+        // The secret key file beside the data dir (never in $HOME, never inside the dir).
+        let key_file = dir.with_extension("secret-key");
         let stderr = std::fs::File::create(&log).unwrap();
         let limit = descriptors.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
         let mut child = Command::new("sh")
@@ -44,6 +46,7 @@ impl Server {
             .args(["--admin-token", ADMIN, "--data-dir"])
             .arg(&dir)
             .env("RUST_LOG", "info")
+            .env("ESIM_SECRET_KEY_FILE", &key_file)
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
@@ -108,6 +111,7 @@ impl Drop for Server {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(self.dir.with_extension("secret-key"));
     }
 }
 

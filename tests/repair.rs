@@ -64,7 +64,7 @@ fn last_segment(dir: &Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repair_reports_without_changing_a_byte_then_cuts_exactly_what_it_printed() {
     let dir = std::env::temp_dir().join(format!("esim-repair-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_data_dir(&dir);
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
     let mut server = start(&dir, &["--demo=false"]);
     let (status, created) = call(
@@ -137,7 +137,7 @@ async fn repair_reports_without_changing_a_byte_then_cuts_exactly_what_it_printe
     let (status, _) = call(&client, &server.base, "GET", "/admin/v1/state", ADMIN, None, None).await.unwrap();
     assert_eq!(status, 200);
     unsafe_free_sigterm(&mut server.child);
-    std::fs::remove_dir_all(&dir).unwrap();
+    remove_data_dir(&dir);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use process::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_start_applies_its_own_webhook_setting_and_the_demo_account_is_made_once() {
     let dir = std::env::temp_dir().join(format!("esim-restart-flags-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_data_dir(&dir);
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
     let local_hook = json!({ "url": "http://127.0.0.1:9/hook", "events": ["*"] });
     let mut key = String::new();
@@ -64,5 +64,5 @@ async fn each_start_applies_its_own_webhook_setting_and_the_demo_account_is_made
         assert!(text.contains(&format!("state_digest {live}")), "start {start_number}: live {live}, replay:\n{text}");
     }
     assert_eq!(accounts, [2, 2, 2], "the demo account and ours, once each");
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_data_dir(&dir);
 }

@@ -8,9 +8,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 pub const ADMIN: &str = "crash-admin-token";
 
@@ -29,6 +29,7 @@ pub fn start(dir: &Path, extra: &[&str]) -> Running {
         .arg(dir)
         .args(extra)
         .env("RUST_LOG", "warn")
+        .env("ESIM_SECRET_KEY_FILE", key_file(dir))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -71,4 +72,182 @@ pub fn unsafe_free_sigterm(child: &mut Child) {
     assert!(status.success());
     let exit = child.wait().unwrap();
     assert!(exit.success(), "graceful stop exits 0: {exit:?}");
+}
+
+/// The secret key file of the data dir `dir`: beside it (`<dir>.secret-key`), never
+/// inside it and never in $HOME; every restart of one data dir uses the same file.
+pub fn key_file(dir: &Path) -> PathBuf {
+    let mut name = dir.as_os_str().to_owned();
+    name.push(".secret-key");
+    PathBuf::from(name)
+}
+
+/// Removes a data dir and its key file (the end of a test).
+pub fn remove_data_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_file(key_file(dir));
+}
+
+/// How to start `esim serve`, for tests that need more than [`start`]: no admin token
+/// flag (the server then writes `DIR/admin-token`), another seed, a umask, the log in a
+/// file, extra environment.
+pub struct Launch {
+    pub dir: PathBuf,
+    pub key_file: PathBuf,
+    /// `--admin-token`; `None` passes none.
+    pub admin_token: Option<String>,
+    /// `--seed`; `None` passes none (the server draws one).
+    pub seed: Option<u64>,
+    /// Run under this umask (set by the shell before it execs the server).
+    pub umask: Option<u32>,
+    /// Where stderr (the log) goes; `None` discards it.
+    pub log: Option<PathBuf>,
+    pub rust_log: String,
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+}
+
+impl Launch {
+    /// Virtual clock, seed 99, the admin token [`ADMIN`], the key file [`key_file`].
+    pub fn new(dir: &Path) -> Launch {
+        Launch {
+            dir: dir.to_path_buf(),
+            key_file: key_file(dir),
+            admin_token: Some(ADMIN.to_string()),
+            seed: Some(99),
+            umask: None,
+            log: None,
+            rust_log: "warn".into(),
+            env: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, arg: &str) -> Launch {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: &str) -> Launch {
+        self.env.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// The command, stdout piped; stderr to the log file (appended) or discarded.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new("sh");
+        let umask = self.umask.map(|m| format!("umask {m:03o} && ")).unwrap_or_default();
+        command.arg("-c").arg(format!("{umask}exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_esim"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--clock", "virtual", "--data-dir"]).arg(&self.dir);
+        if let Some(token) = &self.admin_token {
+            command.args(["--admin-token", token]);
+        }
+        if let Some(seed) = self.seed {
+            command.args(["--seed", &seed.to_string()]);
+        }
+        command.args(&self.args);
+        command.env("RUST_LOG", &self.rust_log).env("ESIM_SECRET_KEY_FILE", &self.key_file);
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        command.stdout(Stdio::piped()).stdin(Stdio::null());
+        match &self.log {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+                command.stderr(file);
+            }
+            None => {
+                command.stderr(Stdio::null());
+            }
+        }
+        command
+    }
+
+    /// Starts the server and reads its first stdout line (and the demo key line, when
+    /// `demo_line`); panics if it does not start.
+    pub fn start(&self, demo_line: bool) -> Started {
+        let mut child = self.command().spawn().expect("esim serve starts");
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let Some(base) = line.trim().strip_prefix("listening on ").map(str::to_string) else {
+            let _ = wait_timeout(&mut child, Duration::from_secs(5));
+            let log = self.log.as_ref().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default();
+            panic!("esim serve did not start: first line {line:?}; exit {:?}; log:\n{log}", child.try_wait());
+        };
+        let mut demo_key = None;
+        if demo_line {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let key = line
+                .trim()
+                .strip_prefix("demo account API key (shown once): ")
+                .unwrap_or_else(|| panic!("second line: {line:?}"));
+            demo_key = Some(key.to_string());
+        }
+        // Keep reading stdout so the server never blocks on a full pipe.
+        let rest = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut reader, &mut text);
+            text
+        });
+        Started { running: Running { child, base }, demo_key, stdout_rest: Some(rest) }
+    }
+}
+
+pub struct Started {
+    pub running: Running,
+    /// The demo key printed on the second line, if asked for.
+    pub demo_key: Option<String>,
+    /// Whatever else the server prints on stdout (read to its end by a thread).
+    pub stdout_rest: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Started {
+    pub fn pid(&self) -> u32 {
+        self.running.child.id()
+    }
+
+    /// SIGTERM, expecting exit 0; returns whatever else it printed on stdout.
+    pub fn stop(mut self) -> String {
+        unsafe_free_sigterm(&mut self.running.child);
+        self.stdout_rest.take().map(|t| t.join().unwrap()).unwrap_or_default()
+    }
+}
+
+/// Waits for a child for at most `limit`; `None` if it still runs.
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every file under `dir`, recursively, with whether it is a directory.
+pub fn walk(dir: &Path) -> Vec<(PathBuf, bool)> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            let is_dir = std::fs::symlink_metadata(&path).unwrap().is_dir();
+            if is_dir {
+                pending.push(path.clone());
+            }
+            found.push((path, is_dir));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `esim <args> --data-dir <dir>` run to its end.
+pub fn esim_offline(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_esim")).args(args).arg("--data-dir").arg(dir).output().unwrap()
 }
