@@ -4,8 +4,8 @@
 //! the same run. Everything runs on 127.0.0.1 and stops by itself.
 //!
 //! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4).
-//! Many accounts (one key and one eSIM each) keep the per-key rate limit of 100 requests
-//! a minute out of the measurement; the table counts any 429 that still happened.
+//! The engine gets a bench-only rate limit (no limit), so no scenario meets a 429; the
+//! table counts any that still happened.
 
 use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest};
@@ -217,7 +217,10 @@ fn main() {
     let seconds: u64 = std::env::var("LOAD_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
-        let engine = || Engine::new(EngineConfig { seed: 1, ..EngineConfig::default() }, Millis(server::real_now_ms()));
+        // A bench-only rate limit (the spec's 100 a minute per key is not what is
+        // measured): no 429 in any scenario. The accounts still spread the load.
+        let config = EngineConfig { seed: 1, rate_limit_per_minute: u32::MAX, ..EngineConfig::default() };
+        let engine = || Engine::new(config.clone(), Millis(server::real_now_ms()));
         let hello = start_hello().await;
         let (memory_service, mut memory_accounts) = service_with_accounts(engine());
         // Reads and funds on the in-memory server use separate halves of its accounts.
@@ -227,7 +230,7 @@ fn main() {
         let _ = std::fs::remove_dir_all(&dir);
         let (mut durable_service, durable_accounts) = service_with_accounts(engine());
         let header = SegmentHeader {
-            version: 1,
+            version: esim_transport::journal::FORMAT_VERSION,
             config: durable_service.engine().config().clone(),
             clock: ClockMode::Wall,
             start: durable_service.engine().now(),

@@ -20,7 +20,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     let config = EngineConfig { seed: 1, ..EngineConfig::default() };
     let header = SegmentHeader {
-        version: 1,
+        version: esim_transport::journal::FORMAT_VERSION,
         config: config.clone(),
         clock: ClockMode::Virtual,
         start: Millis::VIRTUAL_EPOCH,
