@@ -851,8 +851,8 @@ impl World {
         };
         // A request the router refuses (its shape: JSON, a missing field, an amount with
         // more than 2 decimals) never reaches the engine's idempotency store.
-        let reaches_engine =
-            idempotency_key.is_some() && matches!(esim_transport::api::route(&request, ADMIN_TOKEN), Routed::Engine(_));
+        let reaches_engine = idempotency_key.is_some()
+            && matches!(esim_transport::api::route(&request, ADMIN_TOKEN, None), Routed::Engine(_));
         let idempotency = match (idempotency_key, account) {
             (Some(idem), Some(account)) if key_valid && engine_bound && reaches_engine && !read => {
                 match self.idempotency.get(&(account, idem.to_string())) {
@@ -1212,7 +1212,7 @@ impl World {
 /// What the production router makes of a request: (reaches the engine as a reseller
 /// command, is a read, the facts to read from its response).
 fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
-    match esim_transport::api::route(request, ADMIN_TOKEN) {
+    match esim_transport::api::route(request, ADMIN_TOKEN, None) {
         Routed::Engine(Command::Reseller(reseller)) => {
             let read = reseller.op.is_read();
             let kind = match reseller.op {

@@ -215,16 +215,20 @@ pub fn bearer_str(headers: &http::HeaderMap) -> &str {
 }
 
 /// Parses a request into what it asks for. `admin_token` guards the admin and sandbox
-/// APIs; a reseller request carries its key's digest in its extensions (put there by
-/// [`crate::admission`], which hashed the key once), or it is hashed here.
-pub fn route(request: &http::Request<Bytes>, admin_token: &str) -> Routed {
-    match try_route(request, admin_token) {
+/// APIs; a reseller request comes with its key's digest when [`crate::admission`] hashed
+/// the key already (once per request), or it is hashed here.
+pub fn route(request: &http::Request<Bytes>, admin_token: &str, key_digest: Option<KeyDigest>) -> Routed {
+    match try_route(request, admin_token, key_digest) {
         Ok(routed) => routed,
         Err(error) => Routed::Reject(error),
     }
 }
 
-fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed, ApiError> {
+fn try_route(
+    request: &http::Request<Bytes>,
+    admin_token: &str,
+    key_digest: Option<KeyDigest>,
+) -> Result<Routed, ApiError> {
     if request.body().len() > MAX_BODY_BYTES {
         return Err(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")));
     }
@@ -252,7 +256,7 @@ fn try_route(request: &http::Request<Bytes>, admin_token: &str) -> Result<Routed
     let reseller = |op: ResellerOp| {
         let idempotency_key =
             request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let key_digest = request.extensions().get::<KeyDigest>().copied().unwrap_or_else(|| KeyDigest::of(credential));
+        let key_digest = key_digest.unwrap_or_else(|| KeyDigest::of(credential));
         Routed::Engine(Command::Reseller(ResellerRequest { key_digest, idempotency_key, op }))
     };
     let admin = |op: AdminOp| Routed::Engine(Command::Admin(op));
@@ -465,32 +469,34 @@ mod tests {
     #[test]
     fn bodies_and_queries_parse_into_commands() {
         let Routed::Engine(Command::Reseller(r)) =
-            route(&request("POST", "/api/v2/reseller/esim/89/fund", r#"{"amount": 19.99, "extra": 1}"#), "t")
+            route(&request("POST", "/api/v2/reseller/esim/89/fund", r#"{"amount": 19.99, "extra": 1}"#), "t", None)
         else {
             panic!()
         };
         assert_eq!(r.op, ResellerOp::Fund { iccid: "89".into(), amount: Decimal::new(1999, 2) });
         assert_eq!(r.key_digest, KeyDigest::of("rsk_k"), "the key is hashed, never carried");
         let Routed::Engine(Command::Reseller(r)) =
-            route(&request("GET", "/api/v2/reseller/rates?country=United%20States&continent=", ""), "t")
+            route(&request("GET", "/api/v2/reseller/rates?country=United%20States&continent=", ""), "t", None)
         else {
             panic!()
         };
         assert_eq!(r.op, ResellerOp::Rates { country: Some("United States".into()), continent: None });
         // An empty optional body is fine, even declared as JSON.
-        assert!(matches!(route(&request("POST", "/api/v2/reseller/esim/provision", ""), "t"), Routed::Engine(_)));
+        assert!(matches!(route(&request("POST", "/api/v2/reseller/esim/provision", ""), "t", None), Routed::Engine(_)));
     }
 
     #[test]
     fn shape_errors_name_the_field() {
         for (body, field) in [(r#"{"amount": "1"}"#, "amount"), ("{}", "amount"), (r#"{"amount": true}"#, "amount")] {
-            let Routed::Reject(error) = route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t") else {
+            let Routed::Reject(error) = route(&request("POST", "/api/v2/reseller/esim/89/fund", body), "t", None)
+            else {
                 panic!()
             };
             assert_eq!(error.code, ErrorCode::ValidationError);
             assert!(error.message.contains(field), "{}", error.message);
         }
-        let Routed::Reject(error) = route(&request("PUT", "/admin/v1/inventory", r#"{"available": -1}"#), "t") else {
+        let Routed::Reject(error) = route(&request("PUT", "/admin/v1/inventory", r#"{"available": -1}"#), "t", None)
+        else {
             panic!()
         };
         assert_eq!(error.code, ErrorCode::InvalidAdminToken, "admin routes check the token first");
@@ -499,7 +505,7 @@ mod tests {
     #[test]
     fn amounts_are_exact_or_refused_naming_the_field() {
         let fund = |amount: &str| {
-            route(&request("POST", "/api/v2/reseller/esim/89/fund", &format!("{{\"amount\": {amount}}}")), "t")
+            route(&request("POST", "/api/v2/reseller/esim/89/fund", &format!("{{\"amount\": {amount}}}")), "t", None)
         };
         for (amount, expected) in
             [("19.99", "19.99"), ("20.10", "20.1"), ("1e2", "100"), ("2.5E+1", "25"), ("0.0", "0")]

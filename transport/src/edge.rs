@@ -318,7 +318,10 @@ impl<T> IdleGuard<T> {
             let limit =
                 if self.activity.started.load(Ordering::Acquire) { self.idle } else { self.before_first_request };
             let deadline = self.last + limit;
-            if self.timer.deadline() != deadline {
+            // The timer may stay at an earlier deadline while traffic moves `last` on:
+            // when it fires it is moved to the current one (one timer reset per idle
+            // period, not one per read).
+            if self.timer.deadline() > deadline {
                 self.timer.as_mut().reset(deadline);
             }
             match self.timer.as_mut().poll(cx) {
@@ -326,7 +329,10 @@ impl<T> IdleGuard<T> {
                 Poll::Ready(()) if !self.activity.busy() && Instant::now() >= deadline => {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "connection idle too long"))
                 }
-                Poll::Ready(()) => continue,
+                Poll::Ready(()) => {
+                    self.timer.as_mut().reset(deadline.max(Instant::now().into()));
+                    continue;
+                }
             }
         }
     }

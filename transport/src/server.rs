@@ -13,7 +13,7 @@ use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
-use esim_engine::{ApiError, DeliveryResult, Effect, Engine, ErrorCode, Millis};
+use esim_engine::{ApiError, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -389,7 +389,11 @@ async fn owner_task(
         let mut answers = Vec::with_capacity(batch.len());
         for message in batch.drain(..) {
             match message {
-                Message::Request(request, reply) => match service.handle_admitted(clock.now(), &request) {
+                Message::Request(request, reply) => match service.handle_admitted(
+                    clock.now(),
+                    &request,
+                    request.extensions().get::<KeyDigest>().copied(),
+                ) {
                     Outcome::Respond(response) => answers.push((reply, response, Some(request))),
                     Outcome::AwaitDelivery(id) => {
                         waiting_tests.insert(id, reply);
@@ -429,7 +433,11 @@ async fn owner_task(
                 // its reads served).
                 for (reply, _, request) in answers.drain(..) {
                     let response = match request {
-                        Some(request) => match service.handle_admitted(clock.now(), &request) {
+                        Some(request) => match service.handle_admitted(
+                            clock.now(),
+                            &request,
+                            request.extensions().get::<KeyDigest>().copied(),
+                        ) {
                             Outcome::Respond(response) => response,
                             Outcome::AwaitDelivery(_) => unavailable(),
                         },

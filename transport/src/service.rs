@@ -311,22 +311,23 @@ impl Service {
             self.admission.screen(request.method(), request.uri().path(), request.headers(), &self.admin_token, now);
         match admitted {
             Err(refused) => Outcome::Respond(api::error_response(refused)),
-            Ok(Admitted::Reseller(digest)) => {
-                let mut request = request.clone();
-                request.extensions_mut().insert(digest);
-                self.handle_admitted(wall_now, &request)
-            }
-            Ok(_) => self.handle_admitted(wall_now, request),
+            Ok(Admitted::Reseller(digest)) => self.handle_admitted(wall_now, request, Some(digest)),
+            Ok(_) => self.handle_admitted(wall_now, request, None),
         }
     }
 
     /// Handles a request whose credentials a server's connection task checked already
-    /// (with [`Admission::screen`], before reading its body); a reseller request carries
-    /// its key's digest in its extensions.
-    pub fn handle_admitted(&mut self, wall_now: Millis, request: &http::Request<Bytes>) -> Outcome {
+    /// (with [`Admission::screen`], before reading its body); a reseller request comes
+    /// with its key's digest.
+    pub fn handle_admitted(
+        &mut self,
+        wall_now: Millis,
+        request: &http::Request<Bytes>,
+        key_digest: Option<KeyDigest>,
+    ) -> Outcome {
         let now = self.now(wall_now);
         self.clock_now = now;
-        let response = match api::route(request, &self.admin_token) {
+        let response = match api::route(request, &self.admin_token, key_digest) {
             Routed::Reject(error) => api::error_response(error),
             Routed::OpenApi => json_response(200, self.openapi.clone()),
             Routed::ClockRead => self.clock_body(now),
