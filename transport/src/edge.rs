@@ -330,7 +330,7 @@ impl<T> IdleGuard<T> {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "connection idle too long"))
                 }
                 Poll::Ready(()) => {
-                    self.timer.as_mut().reset(deadline.max(Instant::now().into()));
+                    self.timer.as_mut().reset(deadline.max(Instant::now()));
                     continue;
                 }
             }
