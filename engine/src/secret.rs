@@ -89,7 +89,9 @@ impl<'de> Deserialize<'de> for SealedSecret {
     }
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+/// Bytes from lowercase or uppercase hex (`None` for anything else); the shell reads
+/// its key file with it.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
