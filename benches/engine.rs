@@ -63,13 +63,15 @@ impl Bench {
         let mut engine = Engine::new(EngineConfig { seed: 1, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
         let now = Millis::VIRTUAL_EPOCH;
         let mut accounts = Vec::with_capacity(ACCOUNTS);
-        for _ in 0..ACCOUNTS {
+        for number in 0..ACCOUNTS {
+            // The bench plays the shell, which draws keys (here from a counter).
+            let api_key = format!("rsk_{number:064x}");
             let Ok(Reply::AccountCreated(created)) = engine.handle(
                 now,
                 Command::Admin(AdminOp::CreateAccount {
                     contact_email: "bench@x.example".into(),
                     company_name: None,
-                    api_key_digest: Default::default(),
+                    api_key_digest: esim_engine::KeyDigest::of(&api_key),
                 }),
             ) else {
                 panic!("account creation failed")
@@ -77,7 +79,7 @@ impl Bench {
             let top_up =
                 AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: Decimal::from(1_000_000) };
             engine.handle(now, Command::Admin(top_up)).expect("top-up");
-            accounts.push((created.account_id, created.api_key));
+            accounts.push((created.account_id, api_key));
         }
         // eSIM j belongs to account j % ACCOUNTS: consecutive commands hit different keys.
         let mut sims = vec![(String::new(), String::new()); ACCOUNTS * SIMS_PER_ACCOUNT];
