@@ -79,8 +79,21 @@ impl Admission {
         admin_token: &str,
         now: Millis,
     ) -> Result<Admitted, ApiError> {
-        let api = match routes::find(method.as_str(), path) {
-            Match::Found(index, _) => ROUTES[index].0,
+        self.screen_matched(&routes::find(method.as_str(), path), path, headers, admin_token, now)
+    }
+
+    /// [`Admission::screen`] for a request already matched against the route table (a
+    /// server's connection task matches once, for this and for its log line).
+    pub fn screen_matched(
+        &self,
+        matched: &Match<'_>,
+        path: &str,
+        headers: &http::HeaderMap,
+        admin_token: &str,
+        now: Millis,
+    ) -> Result<Admitted, ApiError> {
+        let api = match matched {
+            Match::Found(index, _) => ROUTES[*index].0,
             Match::NotFound | Match::WrongMethod(_) => match routes::api_of_path(path) {
                 Some(api) => api,
                 // Outside every API: nothing to authenticate; the router answers 404.

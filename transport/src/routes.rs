@@ -155,9 +155,14 @@ pub fn api_of_path(path: &str) -> Option<Api> {
 /// What a log line says of a request's path: its route's pattern
 /// (`/admin/v1/keys/{api_key}`), never the path text, which may hold a credential.
 pub fn log_label(method: &str, path: &str) -> String {
-    match find(method, path) {
+    label_of(&find(method, path))
+}
+
+/// [`log_label`] of a request already matched.
+pub fn label_of(matched: &Match<'_>) -> String {
+    match matched {
         Match::Found(index, _) => {
-            let (api, _, pattern) = ROUTES[index];
+            let (api, _, pattern) = ROUTES[*index];
             full_path(api, pattern)
         }
         Match::WrongMethod(_) | Match::NotFound => "(no route)".to_string(),

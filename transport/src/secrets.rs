@@ -155,7 +155,7 @@ impl SealingKey {
         if created {
             create_key_file(path).map_err(|e| format!("cannot create the secret key file {shown}: {e}"))?;
         }
-        restrict_file(path).map_err(|e| format!("cannot make the secret key file {shown} mode 0600: {e}"))?;
+        set_mode(path, 0o600).map_err(|e| format!("cannot make the secret key file {shown} mode 0600: {e}"))?;
         let text = fs::read_to_string(path).map_err(|e| format!("cannot read the secret key file {shown}: {e}"))?;
         let bytes = unhex(text.trim()).filter(|b| b.len() == 32).ok_or_else(|| {
             format!("the secret key file {shown} must hold 64 hex characters (a 256-bit key); it does not")
@@ -197,11 +197,6 @@ pub fn private_file(path: &Path) -> io::Result<fs::File> {
     let file = options.open(path)?;
     set_mode(path, 0o600)?;
     Ok(file)
-}
-
-/// Makes an existing file 0600 (an older start may have left it wider).
-pub fn restrict_file(path: &Path) -> io::Result<()> {
-    set_mode(path, 0o600)
 }
 
 /// Sets a file's or directory's permission bits explicitly (not through the umask).

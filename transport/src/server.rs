@@ -296,11 +296,17 @@ async fn handle(
     let method = request.method().clone();
     // What the log says of the path: its route's pattern, never the text (it may hold
     // a key: `DELETE /admin/v1/keys/{api_key}`).
-    let route = crate::routes::log_label(method.as_str(), request.uri().path());
+    let matched = crate::routes::find(method.as_str(), request.uri().path());
+    let route = crate::routes::label_of(&matched);
     // Credentials and the rate limit from the headers alone: a refused request's body
     // is never read.
-    let admitted =
-        shared.admission.screen(&method, request.uri().path(), request.headers(), &shared.admin_token, shared.now());
+    let admitted = shared.admission.screen_matched(
+        &matched,
+        request.uri().path(),
+        request.headers(),
+        &shared.admin_token,
+        shared.now(),
+    );
     let response = match admitted {
         Err(refused) => error_response(refused),
         Ok(admitted) => {
