@@ -66,8 +66,9 @@ pub const TORN_TAIL_MAX_BYTES: u64 = 16 * 1024 * 1024;
 const PROBE_BYTES: usize = 64 * 1024;
 
 /// Recoveries of a live data dir (`repair: false`) retried when a file vanished or a
-/// gap appeared while reading (the live server compacted under the reader).
-const LIVE_READ_TRIES: u32 = 5;
+/// gap appeared while reading (the live server compacted under the reader); 20 tries
+/// (about 4 s at most) hold even when compaction runs every few ms on a busy machine.
+const LIVE_READ_TRIES: u32 = 20;
 
 /// What every segment header says: enough to start an engine from nothing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
