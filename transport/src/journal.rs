@@ -1123,18 +1123,40 @@ impl FileJournal {
         self.entries_since_snapshot >= self.policy.every_entries || self.durable_len >= self.policy.every_bytes
     }
 
-    /// Writes a snapshot of `engine` (which has applied every appended entry) atomically
-    /// (temporary file, sync, rename, sync of the directory), starts a new segment, and
-    /// removes the segments and snapshots it covers. On failure no temporary file is
-    /// left, and appends continue in the current segment.
+    /// Writes a snapshot of `engine` (which has applied every appended entry): see
+    /// [`FileJournal::write_encoded_snapshot`].
     pub fn write_snapshot(&mut self, engine: &Engine) -> io::Result<()> {
+        let snapshot = self.encode_snapshot(engine, 0)?;
+        self.write_encoded_snapshot(snapshot)
+    }
+
+    /// Encodes a snapshot of `engine`, which has applied every appended entry and then
+    /// `pending_entries` more: the server's owner task encodes it when it hands those
+    /// entries to the journal, and the journal writes it after appending them.
+    pub fn encode_snapshot(&self, engine: &Engine, pending_entries: u64) -> io::Result<EncodedSnapshot> {
+        let covered_entries = self.next_index + pending_entries;
+        let snapshot = SnapshotRef { covered_entries, header: &self.header, engine };
+        let mut bytes = SNAPSHOT_MAGIC.to_vec();
+        encode_record(&serde_json::to_vec(&snapshot).map_err(io::Error::other)?, &mut bytes);
+        Ok(EncodedSnapshot { covered_entries, bytes })
+    }
+
+    /// Writes an encoded snapshot atomically (temporary file, sync, rename, sync of the
+    /// directory), starts a new segment, and removes the segments and snapshots it
+    /// covers. On failure no temporary file is left, and appends continue in the
+    /// current segment. The snapshot must cover exactly the appended entries.
+    pub fn write_encoded_snapshot(&mut self, snapshot: EncodedSnapshot) -> io::Result<()> {
         if self.health != JournalHealth::Ok {
             return Err(io::Error::other("the journal is wedged"));
         }
+        if snapshot.covered_entries != self.next_index {
+            return Err(io::Error::other(format!(
+                "a snapshot covering {} entries cannot follow a journal of {}",
+                snapshot.covered_entries, self.next_index
+            )));
+        }
+        let EncodedSnapshot { bytes, .. } = snapshot;
         let snapshots = self.dir.join("snapshots");
-        let snapshot = SnapshotRef { covered_entries: self.next_index, header: &self.header, engine };
-        let mut bytes = SNAPSHOT_MAGIC.to_vec();
-        encode_record(&serde_json::to_vec(&snapshot).map_err(io::Error::other)?, &mut bytes);
         let final_path = snapshots.join(format!("{:020}.snap", self.next_index));
         let temporary = snapshots.join(format!("{:020}.snap.tmp", self.next_index));
         let written = (|| {
@@ -1186,6 +1208,13 @@ impl FileJournal {
     pub fn segment_path(&self) -> &Path {
         &self.segment
     }
+}
+
+/// A snapshot encoded for a given journal position, to be written once the journal
+/// reaches it.
+pub struct EncodedSnapshot {
+    covered_entries: u64,
+    bytes: Vec<u8>,
 }
 
 #[derive(Serialize)]

@@ -10,10 +10,11 @@
 use crate::admission::{Admission, Admitted};
 use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
+use crate::journal::EncodedSnapshot;
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
-use esim_engine::{ApiError, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
+use esim_engine::{ApiError, Delivery, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -35,13 +36,16 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Requests waiting for the owner task (back-pressure beyond it).
 const QUEUE_DEPTH: usize = 4_096;
-/// Requests applied per group commit at most.
+/// Messages taken from the inbox at once.
 const MAX_BATCH: usize = 512;
+/// Requests applied and waiting for the disk at most; the inbox waits beyond.
+const PENDING_MAX: usize = 4_096;
 /// While changes are refused after a failed append, how often the journal is probed for
 /// room again.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Runs a journal operation on tokio's blocking pool when the journal waits on a disk.
+/// Runs a journal operation on tokio's blocking pool when the journal waits on a disk
+/// (the probe while changes are refused; appends go through [`Appending`]).
 async fn on_journal<T: Send + 'static>(
     journal: Box<dyn JournalSink>,
     operation: impl FnOnce(&mut dyn JournalSink) -> T + Send + 'static,
@@ -65,8 +69,14 @@ async fn on_journal<T: Send + 'static>(
 pub trait JournalSink: Send + 'static {
     /// Makes the entries durable; only then are their responses sent.
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()>;
-    /// Called after a successful append with the engine that applied the entries.
-    fn after_append(&mut self, _engine: &Engine) -> std::io::Result<()> {
+    /// When a snapshot is due: the snapshot of `engine`, which has applied every
+    /// appended entry and then `pending_entries` more (those the owner task hands over
+    /// next), to write once they are appended.
+    fn snapshot(&self, _engine: &Engine, _pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
+        None
+    }
+    /// Writes a snapshot from [`JournalSink::snapshot`] after its entries were appended.
+    fn write_snapshot(&mut self, _snapshot: EncodedSnapshot) -> std::io::Result<()> {
         Ok(())
     }
     /// After a failed append: the durable state to continue from.
@@ -81,7 +91,7 @@ pub trait JournalSink: Send + 'static {
         Ok(())
     }
     /// Appends wait on a disk (or a network): the owner task runs them on tokio's
-    /// blocking pool, so the worker thread keeps serving connections meanwhile.
+    /// blocking pool and applies the next requests meanwhile.
     fn blocks(&self) -> bool {
         true
     }
@@ -106,11 +116,11 @@ impl JournalSink for crate::journal::FileJournal {
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
         self.append_entries(entries).map_err(std::io::Error::from)
     }
-    fn after_append(&mut self, engine: &Engine) -> std::io::Result<()> {
-        if self.snapshot_due() {
-            self.write_snapshot(engine)?;
-        }
-        Ok(())
+    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
+        self.snapshot_due().then(|| self.encode_snapshot(engine, pending_entries))
+    }
+    fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> std::io::Result<()> {
+        self.write_encoded_snapshot(snapshot)
     }
     fn reload(&mut self) -> Result<Engine, String> {
         crate::journal::FileJournal::reload(self).map_err(|e| e.0)
@@ -342,10 +352,67 @@ fn unavailable() -> http::Response<Bytes> {
     error_response(ApiError::new(ErrorCode::ServiceUnavailable, "the service is stopping or cannot take changes now"))
 }
 
+type Reply = oneshot::Sender<http::Response<Bytes>>;
+
+/// An answer applied but not yet sent: it waits for the entries applied before it to be
+/// durable. The request is kept to answer it again from the durable state if the append
+/// fails.
+struct Answer {
+    reply: Reply,
+    response: http::Response<Bytes>,
+    request: Option<Box<http::Request<Bytes>>>,
+}
+
+/// Requests applied since the last hand-over to the journal: their entries, and what is
+/// released once those are durable (answers, deliveries).
+#[derive(Default)]
+struct Group {
+    entries: Vec<JournalEntry>,
+    answers: Vec<Answer>,
+    deliveries: Vec<Delivery>,
+    /// Webhook tests applied in this group (answered when their delivery returns).
+    tests: Vec<u64>,
+}
+
+impl Group {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.answers.is_empty() && self.deliveries.is_empty() && self.tests.is_empty()
+    }
+    /// Requests waiting in this group (for back-pressure).
+    fn requests(&self) -> usize {
+        self.answers.len() + self.tests.len()
+    }
+}
+
+/// The append in flight on the blocking pool, and the group it makes durable.
+struct Appending {
+    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>)>,
+    group: Group,
+}
+
 /// The one owner of the engine: applies requests in order, journals, answers.
+///
+/// Pipelined group commit: while one group's entries are written and synced on the
+/// blocking pool, the next requests are applied into the next group, which is handed
+/// over as a whole when the append returns. Nothing is released before it is durable:
+/// a group's answers (reads too, as they may show its changes) and deliveries wait for
+/// its append, and groups are released in order.
+struct Owner {
+    service: Service,
+    /// `None` while an append has it.
+    journal: Option<Box<dyn JournalSink>>,
+    appending: Option<Appending>,
+    pending: Group,
+    clock: WallClock,
+    to_owner: mpsc::Sender<Message>,
+    sender: Sender,
+    shown_ms: Arc<AtomicI64>,
+    waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
+}
+
 async fn owner_task(
     mut service: Service,
-    mut journal: Box<dyn JournalSink>,
+    journal: Box<dyn JournalSink>,
     clock: WallClock,
     mut inbox: mpsc::Receiver<Message>,
     to_owner: mpsc::Sender<Message>,
@@ -354,126 +421,238 @@ async fn owner_task(
 ) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
     service.restart();
-    let mut waiting_tests: BTreeMap<u64, oneshot::Sender<http::Response<Bytes>>> = BTreeMap::new();
+    let mut owner = Owner {
+        service,
+        journal: Some(journal),
+        appending: None,
+        pending: Group::default(),
+        clock,
+        to_owner,
+        sender,
+        shown_ms,
+        waiting_tests: BTreeMap::new(),
+    };
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut stopping = false;
     loop {
-        let deadline = match service.clock() {
+        let deadline = match owner.service.clock() {
             // While changes are refused, timers wait (firing them would change the state)
             // and the journal is probed for room again.
-            _ if service.refusing_changes().is_some() => Some(PROBE_INTERVAL),
-            ClockMode::Wall => service.poll_timeout().map(|d| clock.until(d)),
+            _ if owner.service.refusing_changes().is_some() => Some(PROBE_INTERVAL),
+            ClockMode::Wall => owner.service.poll_timeout().map(|d| clock.until(d)),
             ClockMode::Virtual => None,
         };
-        let first = tokio::select! {
-            message = inbox.recv() => match message {
-                Some(Message::Stop) | None => break,
-                Some(message) => Some(message),
-            },
-            _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => None,
-        };
-        batch.clear();
-        batch.extend(first);
-        while batch.len() < MAX_BATCH {
-            match inbox.try_recv() {
-                Ok(message) => batch.push(message),
-                Err(_) => break,
+        // Back-pressure: the inbox waits while a full group waits for the disk.
+        let accepting = !stopping && owner.pending.requests() < PENDING_MAX;
+        tokio::select! {
+            joined = async { (&mut owner.appending.as_mut().expect("guarded").task).await }, if owner.appending.is_some() => {
+                let (journal, appended) = joined.expect("a journal append does not panic");
+                let group = owner.appending.take().expect("guarded").group;
+                owner.journal = Some(journal);
+                owner.appended(group, appended);
             }
-        }
-        if service.refusing_changes().is_some() && journal.wedged().is_none() {
-            let probed;
-            (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
-            if probed.is_ok() {
-                tracing::info!("the journal takes writes again: changes are accepted");
-                service.refuse_changes(None);
-                // Outcomes of deliveries that came back meanwhile were not recorded: hand
-                // the deliveries in flight out again (receivers de-duplicate).
-                service.engine_mut().restart();
-            }
-        }
-        service.tick(clock.now());
-        let mut stopping = false;
-        let mut answers = Vec::with_capacity(batch.len());
-        for message in batch.drain(..) {
-            match message {
-                Message::Request(request, reply) => match service.handle_admitted(
-                    clock.now(),
-                    &request,
-                    request.extensions().get::<KeyDigest>().copied(),
-                ) {
-                    Outcome::Respond(response) => answers.push((reply, response, Some(request))),
-                    Outcome::AwaitDelivery(id) => {
-                        waiting_tests.insert(id, reply);
-                    }
-                },
-                Message::Stop => stopping = true,
-                Message::Delivered(id, result) => {
-                    let response = service.delivery_outcome(clock.now(), id, result);
-                    if let Some(reply) = waiting_tests.remove(&id) {
-                        answers.push((reply, response, None));
+            message = inbox.recv(), if accepting => {
+                batch.clear();
+                match message {
+                    Some(Message::Stop) | None => stopping = true,
+                    Some(message) => batch.push(message),
+                }
+                while !stopping && batch.len() < MAX_BATCH {
+                    match inbox.try_recv() {
+                        Ok(Message::Stop) => stopping = true,
+                        Ok(message) => batch.push(message),
+                        Err(_) => break,
                     }
                 }
+                owner.probe_if_refusing().await;
+                owner.apply(&mut batch);
+            }
+            _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => {
+                owner.probe_if_refusing().await;
+                owner.apply(&mut batch);
             }
         }
-        // Group commit: one durable append for the whole batch, then the answers.
-        let entries = service.drain_journal();
-        if !entries.is_empty() {
-            let appended;
-            (journal, appended) = on_journal(journal, move |journal| journal.append(&entries)).await;
-            if let Err(error) = appended {
-                // Nothing of this batch is acknowledged; the journal was cut back to its
-                // last durable record. Go back to the durable state once, then refuse
-                // changes (reads go on) until the journal takes writes again: a full
-                // disk costs one reload per episode, not one per batch.
-                let reason = match journal.wedged() {
-                    Some(why) => format!("the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"),
-                    None => format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs()),
-                };
-                tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
-                match journal.reload() {
-                    Ok(engine) => service.replace_engine(engine),
-                    Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
-                }
-                service.refuse_changes(Some(reason));
-                // The batch's answers saw changes that are not durable: each request is
-                // answered again from the durable state (its changes now refused, 503;
-                // its reads served).
-                for (reply, _, request) in answers.drain(..) {
-                    let response = match request {
-                        Some(request) => match service.handle_admitted(
-                            clock.now(),
-                            &request,
-                            request.extensions().get::<KeyDigest>().copied(),
-                        ) {
-                            Outcome::Respond(response) => response,
-                            Outcome::AwaitDelivery(_) => unavailable(),
-                        },
-                        None => unavailable(),
-                    };
-                    let _ = reply.send(response);
-                }
-                while service.poll_effect().is_some() {}
-                while service.poll_event().is_some() {}
-                continue;
-            }
-            if let Err(error) = journal.after_append(service.engine()) {
-                tracing::warn!(%error, "snapshot failed; the journal still holds everything");
-            }
+        if owner.appending.is_none() {
+            owner.hand_over();
         }
-        shown_ms.store(service.shown_now().0, Ordering::Relaxed);
-        for (reply, response, _) in answers {
-            let _ = reply.send(response);
-        }
-        if stopping {
+        if stopping && owner.appending.is_none() && owner.pending.is_empty() {
             break;
         }
-        while service.poll_event().is_some() {}
-        while let Some(Effect::Deliver(delivery)) = service.poll_effect() {
-            let sender = sender.clone();
-            let to_owner = to_owner.clone();
+    }
+}
+
+impl Owner {
+    /// Applies a batch of messages (and due timers) into the pending group.
+    fn apply(&mut self, batch: &mut Vec<Message>) {
+        let now = self.clock.now();
+        self.service.tick(now);
+        for message in batch.drain(..) {
+            match message {
+                Message::Request(request, reply) => {
+                    let digest = request.extensions().get::<KeyDigest>().copied();
+                    match self.service.handle_admitted(self.clock.now(), &request, digest) {
+                        Outcome::Respond(response) => {
+                            self.pending.answers.push(Answer { reply, response, request: Some(request) })
+                        }
+                        Outcome::AwaitDelivery(id) => {
+                            self.waiting_tests.insert(id, (reply, request));
+                            self.pending.tests.push(id);
+                        }
+                    }
+                }
+                Message::Delivered(id, result) => {
+                    let response = self.service.delivery_outcome(self.clock.now(), id, result);
+                    if let Some((reply, _)) = self.waiting_tests.remove(&id) {
+                        self.pending.answers.push(Answer { reply, response, request: None });
+                    }
+                }
+                Message::Stop => unreachable!("the inbox loop ends the batch at a stop"),
+            }
+        }
+        self.pending.entries.extend(self.service.drain_journal());
+        while self.service.poll_event().is_some() {}
+        while let Some(Effect::Deliver(delivery)) = self.service.poll_effect() {
+            self.pending.deliveries.push(delivery);
+        }
+    }
+
+    /// With no append in flight: releases the pending group at once when it has no
+    /// entries, or hands its entries (and a due snapshot) to the journal.
+    fn hand_over(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut group = std::mem::take(&mut self.pending);
+        if group.entries.is_empty() {
+            self.release(group);
+            return;
+        }
+        let mut journal = self.journal.take().expect("no append is in flight");
+        // The engine is exactly at the end of these entries: a due snapshot is taken now.
+        let snapshot = match journal.snapshot(self.service.engine(), group.entries.len() as u64) {
+            Some(Err(error)) => {
+                tracing::warn!(%error, "snapshot failed; the journal still holds everything");
+                None
+            }
+            Some(Ok(snapshot)) => Some(snapshot),
+            None => None,
+        };
+        let entries = std::mem::take(&mut group.entries);
+        let work = move |journal: &mut dyn JournalSink| {
+            let appended = journal.append(&entries);
+            if let (Ok(()), Some(snapshot)) = (&appended, snapshot) {
+                if let Err(error) = journal.write_snapshot(snapshot) {
+                    tracing::warn!(%error, "snapshot failed; the journal still holds everything");
+                }
+            }
+            appended
+        };
+        if !journal.blocks() {
+            let appended = work(journal.as_mut());
+            self.journal = Some(journal);
+            self.appended(group, appended);
+            return;
+        }
+        let task = tokio::task::spawn_blocking(move || {
+            let appended = work(journal.as_mut());
+            (journal, appended)
+        });
+        self.appending = Some(Appending { task, group });
+    }
+
+    /// The end of an append: releases its group, or goes back to the durable state.
+    fn appended(&mut self, group: Group, appended: std::io::Result<()>) {
+        match appended {
+            Ok(()) => self.release(group),
+            Err(error) => self.append_failed(group, error),
+        }
+    }
+
+    /// Sends a durable group's answers and hands out its deliveries.
+    fn release(&mut self, group: Group) {
+        self.shown_ms.store(self.service.shown_now().0, Ordering::Relaxed);
+        for answer in group.answers {
+            let _ = answer.reply.send(answer.response);
+        }
+        for delivery in group.deliveries {
+            let sender = self.sender.clone();
+            let to_owner = self.to_owner.clone();
             tokio::spawn(async move {
                 let result = sender.send(&delivery).await;
                 let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
             });
+        }
+    }
+
+    /// Nothing of the failed group, nor of the group applied after it, is acknowledged;
+    /// the journal was cut back to its last durable record. Go back to the durable state
+    /// once, then refuse changes (reads go on) until the journal takes writes again: a
+    /// full disk costs one reload per episode, not one per batch.
+    fn append_failed(&mut self, failed: Group, error: std::io::Error) {
+        let journal = self.journal.as_mut().expect("the append returned the journal");
+        let reason = match journal.wedged() {
+            Some(why) => format!(
+                "the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"
+            ),
+            None => format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs()),
+        };
+        tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
+        match journal.reload() {
+            Ok(engine) => self.service.replace_engine(engine),
+            Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
+        }
+        self.service.refuse_changes(Some(reason));
+        // The answers saw changes that are not durable: each request is answered again
+        // from the durable state (its changes now refused, 503; its reads served). Their
+        // deliveries are dropped (the durable state hands out its own).
+        let later = std::mem::take(&mut self.pending);
+        for group in [failed, later] {
+            for answer in group.answers {
+                let response = match answer.request {
+                    Some(request) => self.answer_again(&request),
+                    None => unavailable(),
+                };
+                let _ = answer.reply.send(response);
+            }
+            for id in group.tests {
+                if let Some((reply, request)) = self.waiting_tests.remove(&id) {
+                    let _ = reply.send(self.answer_again(&request));
+                }
+            }
+        }
+        let _ = self.service.drain_journal();
+        while self.service.poll_effect().is_some() {}
+        while self.service.poll_event().is_some() {}
+    }
+
+    /// A request answered from the durable state while changes are refused.
+    fn answer_again(&mut self, request: &http::Request<Bytes>) -> http::Response<Bytes> {
+        let digest = request.extensions().get::<KeyDigest>().copied();
+        match self.service.handle_admitted(self.clock.now(), request, digest) {
+            Outcome::Respond(response) => response,
+            Outcome::AwaitDelivery(_) => unavailable(),
+        }
+    }
+
+    /// While changes are refused: probes the journal for room (before each batch, and
+    /// every [`PROBE_INTERVAL`] without one) and accepts changes again when it has some.
+    async fn probe_if_refusing(&mut self) {
+        if self.service.refusing_changes().is_none() || self.appending.is_some() {
+            return;
+        }
+        let Some(journal) = self.journal.take() else { return };
+        if journal.wedged().is_some() {
+            self.journal = Some(journal);
+            return;
+        }
+        let (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
+        self.journal = Some(journal);
+        if probed.is_ok() {
+            tracing::info!("the journal takes writes again: changes are accepted");
+            self.service.refuse_changes(None);
+            // Outcomes of deliveries that came back meanwhile were not recorded: hand
+            // the deliveries in flight out again (receivers de-duplicate).
+            self.service.engine_mut().restart();
         }
     }
 }
