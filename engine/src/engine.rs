@@ -281,6 +281,12 @@ impl Engine {
         self.now = self.now.max(now);
     }
 
+    /// What a restart of the shell does to the state it recovered (or kept): deliveries
+    /// handed out before it are handed out again, with their ids and attempt numbers.
+    pub fn restart(&mut self) {
+        self.redeliver_in_flight();
+    }
+
     // ----- outputs -----
 
     /// The next deadline at which the engine wants [`Engine::handle_timeout`].

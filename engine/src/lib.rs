@@ -4,29 +4,73 @@
 //! auto-refill and the upstream network model) is one synchronous, deterministic state
 //! machine. It does no IO, reads no clock and draws no OS randomness: the same
 //! [`EngineConfig`] (with its seed) and the same inputs give byte-identical responses,
-//! effects, events and [`Engine::state_digest`].
+//! effects, events and [`Engine::state_digest`]. The shell (the transport's `Service`
+//! in production, the simulation's world in tests) owns everything else: sockets, the
+//! journal, the clock, API keys and signing secrets (drawn from OS entropy; only a
+//! [`KeyDigest`] and a [`SealedSecret`] ever enter), and the per-key rate windows.
 //!
-//! ## The contract
+//! ## The contract, in the order a driver uses it
 //!
-//! Inputs (`handle_*`):
-//! - [`Engine::handle`]`(now, Command) -> Response` applies one command at service time
-//!   `now` (a [`Millis`]). Timers due at or before `now` fire first, in deadline order.
-//! - [`Engine::handle_timeout`]`(now)` fires every timer due at or before `now`, each at
-//!   its own deadline (sync cycles, settlements, moves, webhook retries, card charges,
-//!   held-back group events). Extra calls are harmless no-ops.
-//! - A webhook outcome is an input too: [`Command::DeliveryOutcome`].
+//! Inputs:
+//! 1. [`Engine::handle`]`(now, Command) -> Response`: one command at service time `now`
+//!    (a [`Millis`]; an earlier `now` counts as the current time). Timers due at or
+//!    before `now` fire first, in deadline order. Production calls it for every
+//!    request, after the transport authenticated the key (with the read-only lookup
+//!    [`Engine::key_account`]) and passed its rate limit; replaying a journal is
+//!    calling it again with the journaled commands. A webhook outcome is a command too
+//!    ([`Command::DeliveryOutcome`]).
+//! 2. [`Engine::handle_timeout`]`(now)`: fires every timer due at or before `now`, each at
+//!    its own deadline. Stale calls are expected and harmless: a timer whose subject
+//!    moved on (a settled return, a terminated eSIM) fires as a no-op that says why.
+//! 3. [`Engine::restart`]: after the shell restarted (or reloaded the durable state),
+//!    deliveries handed out before are handed out again; receivers de-duplicate.
 //!
-//! Outputs (`poll_*`), to drain completely after every input:
-//! - [`Engine::poll_effect`]: deliveries the shell must POST ([`Effect::Deliver`]).
-//! - [`Engine::poll_event`]: every event emitted, for observers.
-//! - [`Engine::poll_timeout`]: the next deadline at which to call `handle_timeout`.
+//! Outputs, drained completely after every input:
+//! 1. [`Engine::poll_effect`]: deliveries the shell must POST ([`Effect::Deliver`]).
+//! 2. [`Engine::poll_event`]: every event emitted, for observers.
+//! 3. [`Engine::poll_timeout`]: the next deadline at which to call `handle_timeout`.
 //!
-//! Getters (`&self`): [`Engine::state_digest`], [`Engine::ledger`], and the conservation
-//! report ([`Engine::conservation_report`]).
+//! Getters (`&self`, no effect on the state): [`Engine::now`], [`Engine::state_digest`],
+//! [`Engine::key_account`] and [`Engine::valid_keys`] (the transport's key directory),
+//! [`Engine::ledger`], [`Engine::conservation_report`], and the records
+//! ([`Engine::accounts`], [`Engine::esims`], [`Engine::groups`], [`Engine::webhooks`]).
 //!
-//! Time is a millisecond newtype; `now` never goes back (an earlier `now` is treated as
-//! the current time). All randomness comes from one ChaCha20 RNG seeded once from
-//! `EngineConfig::seed` and kept in the state.
+//! A driver loop (what the transport's owner task does, minus HTTP and the journal):
+//!
+//! ```
+//! use esim_engine::{AdminOp, Command, DeliveryResult, Effect, Engine, EngineConfig, KeyDigest, Millis};
+//!
+//! let mut engine = Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH);
+//! let mut now = Millis::VIRTUAL_EPOCH;
+//! let create = AdminOp::CreateAccount {
+//!     contact_email: "ops@reseller.example".into(),
+//!     company_name: None,
+//!     api_key_digest: KeyDigest::of("rsk_drawn_by_the_shell_from_os_entropy"),
+//! };
+//! let mut inbox = vec![Command::Admin(create)];
+//! while let Some(command) = inbox.pop() {
+//!     now = now.plus_ms(1_000); // the shell's clock; it never goes back
+//!     let response = engine.handle(now, command); // Ok(Reply) or Err(ApiError): the answer
+//!     assert!(response.is_ok());
+//!     while let Some(Effect::Deliver(delivery)) = engine.poll_effect() {
+//!         // POST it (signed by the shell), then report how it went: another input.
+//!         let result = DeliveryResult::Status(200);
+//!         inbox.push(Command::DeliveryOutcome { delivery_id: delivery.delivery_id, result });
+//!     }
+//!     while engine.poll_event().is_some() {} // observers: logs, tests, the simulation
+//!     if let Some(deadline) = engine.poll_timeout() {
+//!         engine.handle_timeout(deadline.min(now)); // early or repeated calls are no-ops
+//!     }
+//! }
+//! assert_eq!(engine.accounts().len(), 1);
+//! ```
+//!
+//! A panic in the engine is a bug (an assert at a rule site failed, or an invariant
+//! broke): the shell must not catch it and go on, since the state may be half-changed.
+//! The server ends the process; a restart recovers the durable state exactly.
+//!
+//! Time is a millisecond newtype. All randomness (ids, serials, matching ids) comes
+//! from a ChaCha20 RNG seeded once from `EngineConfig::seed` and kept in the state.
 //!
 //! ## Invariants (asserted, and checked by the simulation after every step)
 //! - Money is `rust_decimal::Decimal` and moves only by [`ledger::Ledger::transfer`]:

@@ -339,15 +339,9 @@ impl Engine {
         self.effects.push_back(Effect::Deliver(delivery));
     }
 
-    /// What a restart of the shell does to the state it recovered (or kept): deliveries
-    /// handed out before it are handed out again, with their ids and attempt numbers.
-    pub fn restart(&mut self) {
-        self.redeliver_in_flight();
-    }
-
     /// Deliveries handed out whose outcome never came back (the shell restarted):
     /// hand them out again. Receivers de-duplicate by event id.
-    fn redeliver_in_flight(&mut self) {
+    pub(crate) fn redeliver_in_flight(&mut self) {
         let ids: Vec<u64> = self.deliveries.iter().filter(|(_, d)| d.in_flight).map(|(id, _)| *id).collect();
         for id in ids {
             self.push_delivery_effect(id);
