@@ -322,12 +322,10 @@ impl Engine {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         let now = self.now;
-        let forfeited_slot = self.accounts[account as usize].slots.forfeited;
         let esim = &mut self.esims[sim as usize];
         esim.status = EsimStatus::Terminated;
         esim.terminated_at = Some(now);
         esim.data_enabled = false;
-        let credit = esim.wallet.slots.credit;
         let group = esim.group.take();
         if let Some(group) = group {
             // It leaves its group: subscribers tracking membership hear it first.
@@ -336,7 +334,7 @@ impl Engine {
             let extra = json!({ "group_id": record.id, "group_name": record.name });
             self.emit_esim_event(sim, EventName::EsimGroupRemoved, extra);
         }
-        let forfeited = self.ledger.transfer_all(credit, forfeited_slot, Reason::Forfeit);
+        let forfeited = self.forfeit_wallet(sim);
         self.emit_esim_event(
             sim,
             EventName::EsimTerminated,

@@ -339,10 +339,8 @@ impl Engine {
             ));
         }
         self.groups[group as usize].members.remove(&sim);
-        let esim = &mut self.esims[sim as usize];
-        esim.group = None;
-        // Standalone again at $0: nothing to notify until it is funded.
-        esim.wallet.alarm.disarm();
+        self.esims[sim as usize].group = None;
+        self.wallet_standalone_again(sim);
         let name = self.groups[group as usize].name.clone();
         self.emit_esim_event(sim, EventName::EsimGroupRemoved, json!({ "group_id": group_id, "group_name": name }));
         Ok(Reply::GroupMemberRemoved(GroupMemberChange {

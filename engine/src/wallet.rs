@@ -240,6 +240,24 @@ impl Engine {
         self.ledger.transfer_all(credit, dust, Reason::MoveDust);
     }
 
+    /// A member leaves its group: its own wallet, at $0 since it joined, stays silent
+    /// until it is funded.
+    pub(crate) fn wallet_standalone_again(&mut self, sim: u32) {
+        let esim = &mut self.esims[sim as usize];
+        assert!(esim.group.is_none() && esim.pending.is_none(), "a standalone eSIM with nothing on its way");
+        assert!(self.ledger.balance(esim.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
+        esim.wallet.alarm.disarm();
+    }
+
+    /// Terminate: whatever the wallet still holds is forfeited (a pending return still
+    /// completes, decision 60). Returns the exact amount forfeited.
+    pub(crate) fn forfeit_wallet(&mut self, sim: u32) -> Decimal {
+        let account = self.esims[sim as usize].account;
+        let forfeited = self.accounts[account as usize].slots.forfeited;
+        let credit = self.esims[sim as usize].wallet.slots.credit;
+        self.ledger.transfer_all(credit, forfeited, Reason::Forfeit)
+    }
+
     pub(crate) fn settles_in_minutes(&self) -> u64 {
         (self.config.settle_delay_ms.max(0) as u64).div_ceil(60_000)
     }
