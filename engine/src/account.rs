@@ -10,6 +10,7 @@ use crate::money;
 use crate::reply::*;
 use crate::state::*;
 use crate::time::Millis;
+use crate::wallet::{CrossingAlarm, Rearm};
 use rust_decimal::Decimal;
 use serde_json::json;
 
@@ -127,8 +128,8 @@ impl Engine {
             slots,
             lifetime_topup: Decimal::ZERO,
             lifetime_usage: Decimal::ZERO,
-            low_armed: false,
-            depleted_sent: true,
+            // A new account starts disarmed (decision 16).
+            balance_alarm: CrossingAlarm::DISARMED,
             esims: Vec::new(),
             groups: Vec::new(),
             webhooks: Vec::new(),
@@ -223,25 +224,19 @@ impl Engine {
         self.after_reseller_debit(account);
     }
 
+    /// balance.low / balance.depleted once per crossing, on every debit (decision 16).
     pub(crate) fn after_reseller_debit(&mut self, account: u32) {
         let balance = self.ledger.balance(self.accounts[account as usize].slots.reseller);
-        let record = &mut self.accounts[account as usize];
-        let low = balance < money::low_balance_threshold_usd() && record.low_armed;
-        let depleted = balance.is_zero() && !record.depleted_sent;
-        if low {
-            record.low_armed = false;
-        }
-        if depleted {
-            record.depleted_sent = true;
-        }
-        if low {
+        let threshold = money::low_balance_threshold_usd();
+        let alarms = self.accounts[account as usize].balance_alarm.observe(balance, threshold, Rearm::AtThreshold);
+        if alarms.low {
             self.emit(
                 account,
                 EventName::BalanceLow,
                 json!({ "balance_usd": balance.normalize(), "threshold_usd": money::low_balance_threshold_usd() }),
             );
         }
-        if depleted {
+        if alarms.depleted {
             self.emit(account, EventName::BalanceDepleted, json!({ "balance_usd": balance.normalize() }));
         }
     }
@@ -249,13 +244,8 @@ impl Engine {
     /// Re-arms the reseller balance events once the balance is back up.
     pub(crate) fn after_reseller_credit(&mut self, account: u32) {
         let balance = self.reseller_balance(account);
-        let record = &mut self.accounts[account as usize];
-        if balance >= money::low_balance_threshold_usd() {
-            record.low_armed = true;
-        }
-        if balance > Decimal::ZERO {
-            record.depleted_sent = false;
-        }
+        let threshold = money::low_balance_threshold_usd();
+        self.accounts[account as usize].balance_alarm.rearm(balance, threshold, Rearm::AtThreshold);
     }
 
     pub(crate) fn wallet_balance(&self, account: u32) -> Response {

@@ -218,7 +218,7 @@ impl Engine {
 
     /// Displayed wallet balance of an eSIM (what the API shows).
     pub fn esim_displayed_balance(&self, sim: u32) -> rust_decimal::Decimal {
-        self.sim_displayed_balance(sim)
+        self.shown_balance(WalletOwner::Sim(sim))
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -441,8 +441,8 @@ impl Engine {
     fn fire(&mut self, timer: Timer) {
         match timer {
             Timer::Report(owner) => self.report_usage(owner),
-            Timer::SettleReturn(sim) => self.settle_return(sim),
-            Timer::SettleGroupDefund(group) => self.settle_group_defund(group),
+            Timer::SettleReturn(sim) => self.settle_return(WalletOwner::Sim(sim)),
+            Timer::SettleGroupDefund(group) => self.settle_return(WalletOwner::Group(group)),
             Timer::RetryDelivery(id) => self.retry_delivery(id),
             Timer::CardSettles(account) => self.card_settles(account),
             Timer::GroupLowDeadline(group) => self.group_low_deadline(group),

@@ -1,4 +1,5 @@
-//! eSIMs: provisioning, reads, the data switch, throttle, terminate, fund and defund.
+//! eSIMs: provisioning, reads, the data switch, throttle, terminate, and the
+//! preconditions of fund and defund (their wallet rules are in `wallet`).
 
 use crate::codes;
 use crate::engine::{limits, Engine};
@@ -8,6 +9,7 @@ use crate::ledger::Reason;
 use crate::money;
 use crate::reply::*;
 use crate::state::*;
+use crate::wallet::{CrossingAlarm, Return};
 use rust_decimal::Decimal;
 use serde_json::{json, Map, Value};
 
@@ -68,16 +70,6 @@ impl Engine {
         self.emit(account, name, Value::Object(data));
     }
 
-    /// What the SIM's wallet shows: its exact credit plus a return on its way, rounded down.
-    pub(crate) fn sim_displayed_balance(&self, sim: u32) -> Decimal {
-        let esim = &self.esims[sim as usize];
-        if esim.group.is_some() {
-            return Decimal::ZERO;
-        }
-        let pending = esim.pending.as_ref().map_or(Decimal::ZERO, PendingReturn::amount);
-        money::displayed(self.ledger.balance(esim.wallet.slots.credit) + pending)
-    }
-
     pub(crate) fn esim_item(&self, sim: u32, euicc: Option<EuiccState>) -> EsimItem {
         let esim = &self.esims[sim as usize];
         let group = esim.group.map(|g| &self.groups[g as usize]);
@@ -88,7 +80,7 @@ impl Engine {
             euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),
             end_user_reference: esim.end_user_reference.clone(),
             label: esim.label.clone(),
-            wallet_balance_usd: self.sim_displayed_balance(sim),
+            wallet_balance_usd: self.shown_balance(WalletOwner::Sim(sim)),
             total_data_charged_usd: match group {
                 Some(_) => None,
                 None => Some(self.ledger.balance(esim.wallet.slots.reported).normalize()),
@@ -156,7 +148,8 @@ impl Engine {
             terminated_at: None,
             data_enabled: true,
             throttle: "NO_LIMIT".into(),
-            wallet: Wallet::new(slots),
+            // Armed only once the balance shows $5 or more (decision 56).
+            wallet: Wallet::new(slots, CrossingAlarm::UNARMED),
             wallet_created: false,
             group,
             pending: None,
@@ -329,12 +322,10 @@ impl Engine {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         let now = self.now;
-        let forfeited_slot = self.accounts[account as usize].slots.forfeited;
         let esim = &mut self.esims[sim as usize];
         esim.status = EsimStatus::Terminated;
         esim.terminated_at = Some(now);
         esim.data_enabled = false;
-        let credit = esim.wallet.slots.credit;
         let group = esim.group.take();
         if let Some(group) = group {
             // It leaves its group: subscribers tracking membership hear it first.
@@ -343,7 +334,7 @@ impl Engine {
             let extra = json!({ "group_id": record.id, "group_name": record.name });
             self.emit_esim_event(sim, EventName::EsimGroupRemoved, extra);
         }
-        let forfeited = self.ledger.transfer_all(credit, forfeited_slot, Reason::Forfeit);
+        let forfeited = self.forfeit_wallet(sim);
         self.emit_esim_event(
             sim,
             EventName::EsimTerminated,
@@ -352,6 +343,12 @@ impl Engine {
         Ok(Reply::Terminated(Terminated { success: true, iccid: iccid.to_string(), status: "terminated" }))
     }
 
+    /// `POST /esims/{iccid}/fund`. Which error wins, in order: 1. not found 404
+    /// ESIM_NOT_FOUND; 2. the amount 400 VALIDATION_ERROR; 3. terminated 400
+    /// ESIM_ALREADY_TERMINATED; 4. a group member 409 ESIM_IN_GROUP; 5. a return on its
+    /// way 409 DEFUND_PENDING or MOVE_PENDING; 6. frozen 403 ACCOUNT_SUSPENDED; 7. the
+    /// reseller balance 402 INSUFFICIENT_BALANCE. Then [`Engine::fund_wallet`]. (Before
+    /// all of them, the test-only panic switch of decision 79.)
     pub(crate) fn fund(&mut self, account: u32, iccid: &str, amount: Decimal) -> Response {
         if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
             panic!("injected engine bug: a fund panics (test switch)");
@@ -369,23 +366,7 @@ impl Engine {
         self.require_not_frozen(account)?;
         let amount = amount.normalize();
         self.require_balance(account, amount)?;
-
-        let credit = money::upstream_credit(cents);
-        let slots = self.accounts[account as usize].slots;
-        let wallet_credit = self.esims[sim as usize].wallet.slots.credit;
-        self.ledger.transfer(slots.reseller, wallet_credit, credit, Reason::EsimFund);
-        self.ledger.transfer(slots.reseller, slots.dust, amount - credit, Reason::ConversionDust);
-        self.accounts[account as usize].lifetime_usage += amount;
-        self.after_reseller_debit(account);
-        let pause_until = self.now.plus_ms(self.config.reporting_pause_ms);
-        let shown = money::displayed(self.ledger.balance(wallet_credit));
-        let esim = &mut self.esims[sim as usize];
-        esim.wallet_created = true;
-        esim.wallet.reporting_paused_until = pause_until;
-        if shown >= money::low_balance_threshold_usd() {
-            esim.wallet.low_armed = true;
-        }
-        esim.wallet.depleted_sent = false;
+        let shown = self.fund_wallet(WalletOwner::Sim(sim), amount, cents);
         Ok(Reply::Funded(Funded {
             success: true,
             iccid: iccid.to_string(),
@@ -395,6 +376,11 @@ impl Engine {
         }))
     }
 
+    /// `POST /esims/{iccid}/defund`. Which error wins, in order: 1. not found 404
+    /// ESIM_NOT_FOUND; 2. terminated 400 ESIM_ALREADY_TERMINATED; 3. a group member 409
+    /// ESIM_IN_GROUP; 4. a return on its way 409 DEFUND_ALREADY_PENDING or MOVE_PENDING;
+    /// 5. never funded 400 WALLET_NOT_READY; 6. shows $0 400 NO_BALANCE_TO_RETURN; 7. the
+    /// upstream pause 502 UPSTREAM_ERROR (in [`Engine::request_return`]).
     pub(crate) fn defund(&mut self, account: u32, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
@@ -414,26 +400,11 @@ impl Engine {
         if !esim.wallet_created {
             return Err(ApiError::new(ErrorCode::WalletNotReady, "the eSIM has no wallet yet: it was never funded"));
         }
-        let exact = self.ledger.balance(esim.wallet.slots.credit);
-        let estimate = money::displayed(exact);
+        let estimate = self.shown_balance(WalletOwner::Sim(sim));
         if estimate.is_zero() {
             return Err(ApiError::new(ErrorCode::NoBalanceToReturn, "the wallet holds nothing to return"));
         }
-        if self.faults.upstream_pause_fails {
-            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
-        }
-        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
-        let returns = self.accounts[account as usize].slots.returns_pending;
-        let credit = esim.wallet.slots.credit;
-        let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
-        let esim = &mut self.esims[sim as usize];
-        esim.wallet.paused = true;
-        // The wallet is emptied by the reseller's choice: no low or depleted event for it
-        // (a fund re-arms them).
-        esim.wallet.low_armed = false;
-        esim.wallet.depleted_sent = true;
-        esim.pending = Some(PendingReturn::Defund { amount, settles_at });
-        self.schedule(settles_at, Timer::SettleReturn(sim));
+        self.request_return(WalletOwner::Sim(sim), Return::Defund)?;
         Ok(Reply::DefundAccepted(DefundAccepted {
             success: true,
             iccid: iccid.to_string(),
@@ -441,52 +412,6 @@ impl Engine {
             estimated_return_usd: estimate,
             settles_in_minutes: self.settles_in_minutes(),
         }))
-    }
-
-    pub(crate) fn settles_in_minutes(&self) -> u64 {
-        (self.config.settle_delay_ms.max(0) as u64).div_ceil(60_000)
-    }
-
-    /// A defund or a move settles: the displayed amount goes back to the reseller
-    /// balance, the sub-cent rest to dust; a move then joins its group.
-    pub(crate) fn settle_return(&mut self, sim: u32) {
-        if self.esims[sim as usize].wallet.report_scheduled && self.esims[sim as usize].pending.is_some() {
-            // DESIGN rule 5: settlement comes once usage has reported. The report timer
-            // fires on this sync boundary; this one, scheduled after it, follows it.
-            let report_due = self.report_due(WalletOwner::Sim(sim));
-            if let Some(PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. }) =
-                &mut self.esims[sim as usize].pending
-            {
-                *settles_at = report_due;
-            }
-            self.schedule(report_due, Timer::SettleReturn(sim));
-            return;
-        }
-        let Some(pending) = self.esims[sim as usize].pending.take() else { return };
-        let account = self.esims[sim as usize].account;
-        let slots = self.accounts[account as usize].slots;
-        let amount = pending.amount();
-        let returned = money::displayed(amount);
-        self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
-        self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
-        if self.injected_bug == Some(crate::engine::InjectedBug::SettlementPaysOneCentMore) {
-            // Deliberately broken rule, for the simulation's own tests only.
-            let balance = self.ledger.balance(slots.reseller);
-            self.ledger.corrupt_for_test(slots.reseller, balance + rust_decimal::Decimal::new(1, 2));
-        }
-        self.after_reseller_credit(account);
-        self.esims[sim as usize].wallet.paused = false;
-        match pending {
-            PendingReturn::Defund { .. } => {
-                self.emit_esim_event(sim, EventName::EsimDefunded, json!({ "returned_usd": returned }));
-            }
-            PendingReturn::Move { group, .. } => {
-                self.groups[group as usize].incoming_moves -= 1;
-                if self.esims[sim as usize].status != EsimStatus::Terminated {
-                    self.join_group(sim, group, Some(returned));
-                }
-            }
-        }
     }
 }
 

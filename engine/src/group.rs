@@ -1,14 +1,15 @@
-//! Shared-balance groups: records, fund and defund, members and moves, and the
-//! group low-balance loop with auto-refill.
+//! Shared-balance groups: records, members, the preconditions of fund, defund and
+//! moves (their wallet rules are in `wallet`), and group.balance_low held back for
+//! auto-refill.
 
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::esim::page;
 use crate::event::EventName;
-use crate::ledger::Reason;
 use crate::money;
 use crate::reply::*;
 use crate::state::*;
+use crate::wallet::{CrossingAlarm, Return};
 use rust_decimal::Decimal;
 use serde_json::{json, Map, Value};
 
@@ -57,18 +58,12 @@ impl Engine {
         Ok(())
     }
 
-    fn group_displayed_balance(&self, group: u32) -> Decimal {
-        let record = &self.groups[group as usize];
-        let pending = record.defund.map_or(Decimal::ZERO, |(amount, _)| amount);
-        money::displayed(self.ledger.balance(record.wallet.slots.credit) + pending)
-    }
-
     pub(crate) fn group_record(&self, group: u32) -> GroupRecord {
         let record = &self.groups[group as usize];
         GroupRecord {
             id: record.id.clone(),
             name: record.name.clone(),
-            balance_usd: self.group_displayed_balance(group),
+            balance_usd: self.shown_balance(WalletOwner::Group(group)),
             low_balance_threshold_usd: record.low_balance_threshold,
             refill_amount_usd: record.refill_amount,
             esim_count: record.members.len() as u64,
@@ -80,12 +75,12 @@ impl Engine {
     }
 
     /// Data of a `group.*` event: group_id, name, balance_usd, then the event's own.
-    fn emit_group_event(&mut self, group: u32, name: EventName, extra: Value) {
+    pub(crate) fn emit_group_event(&mut self, group: u32, name: EventName, extra: Value) {
         let record = &self.groups[group as usize];
         let mut data = Map::new();
         data.insert("group_id".into(), json!(record.id));
         data.insert("name".into(), json!(record.name));
-        data.insert("balance_usd".into(), json!(self.group_displayed_balance(group)));
+        data.insert("balance_usd".into(), json!(self.shown_balance(WalletOwner::Group(group))));
         if let Value::Object(fields) = extra {
             data.extend(fields);
         }
@@ -120,10 +115,8 @@ impl Engine {
         let id = self.random_uuid();
         let slots = self.ledger.open_group_wallet(account);
         let group = self.groups.len() as u32;
-        let mut wallet = Wallet::new(slots);
         // A new group is at $0: nothing to cross until it is funded.
-        wallet.low_armed = false;
-        wallet.depleted_sent = true;
+        let wallet = Wallet::new(slots, CrossingAlarm::DISARMED);
         self.groups.push(Group {
             id: id.clone(),
             account,
@@ -193,11 +186,15 @@ impl Engine {
         record.updated_at = now;
         if threshold.is_some() {
             // The balance may now be above the threshold (re-arms) or below it (notifies).
-            self.check_group_balance(group);
+            self.check_group_alarms(group);
         }
         Ok(Reply::Group(self.group_record(group)))
     }
 
+    /// `POST /groups/{group_id}/fund`. Which error wins, in order: 1. not found 404
+    /// GROUP_NOT_FOUND; 2. the amount 400 VALIDATION_ERROR; 3. a return on its way 409
+    /// GROUP_DEFUND_PENDING; 4. frozen 403 ACCOUNT_SUSPENDED; 5. the reseller balance 402
+    /// INSUFFICIENT_BALANCE. Then [`Engine::fund_wallet`] and `group.funded`.
     pub(crate) fn fund_group(&mut self, account: u32, group_id: &str, amount: Decimal) -> Response {
         let group = self.group_of(account, group_id)?;
         let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
@@ -207,52 +204,32 @@ impl Engine {
         self.require_not_frozen(account)?;
         let amount = amount.normalize();
         self.require_balance(account, amount)?;
-        let credit = money::upstream_credit(cents);
-        let slots = self.accounts[account as usize].slots;
-        let group_credit = self.groups[group as usize].wallet.slots.credit;
-        self.ledger.transfer(slots.reseller, group_credit, credit, Reason::GroupFund);
-        self.ledger.transfer(slots.reseller, slots.dust, amount - credit, Reason::ConversionDust);
-        self.accounts[account as usize].lifetime_usage += amount;
-        self.after_reseller_debit(account);
-        let now = self.now;
-        let pause_until = now.plus_ms(self.config.reporting_pause_ms);
-        let record = &mut self.groups[group as usize];
-        record.wallet.reporting_paused_until = pause_until;
-        record.wallet.low_armed = true;
-        record.wallet.depleted_sent = false;
-        record.low_event_waiting_until = None;
-        record.updated_at = now;
+        let shown = self.fund_wallet(WalletOwner::Group(group), amount, cents);
+        self.groups[group as usize].updated_at = self.now;
         self.emit_group_event(group, EventName::GroupFunded, json!({ "amount_usd": amount }));
         Ok(Reply::GroupFunded(GroupFunded {
             success: true,
             group_id: group_id.to_string(),
             funded_usd: amount,
-            balance_usd: self.group_displayed_balance(group),
+            balance_usd: shown,
             account_balance_remaining: self.reseller_balance(account),
         }))
     }
 
+    /// `POST /groups/{group_id}/defund`. Which error wins, in order: 1. not found 404
+    /// GROUP_NOT_FOUND; 2. a return on its way 409 GROUP_DEFUND_PENDING; 3. shows $0 400
+    /// NO_BALANCE_TO_RETURN; 4. the upstream pause 502 UPSTREAM_ERROR (in
+    /// [`Engine::request_return`]).
     pub(crate) fn defund_group(&mut self, account: u32, group_id: &str) -> Response {
         let group = self.group_of(account, group_id)?;
         if self.groups[group as usize].defund.is_some() {
             return Err(ApiError::new(ErrorCode::GroupDefundPending, "a group balance return is already in progress"));
         }
-        let estimate = self.group_displayed_balance(group);
+        let estimate = self.shown_balance(WalletOwner::Group(group));
         if estimate.is_zero() {
             return Err(ApiError::new(ErrorCode::NoBalanceToReturn, "the group holds nothing to return"));
         }
-        if self.faults.upstream_pause_fails {
-            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
-        }
-        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
-        let returns = self.accounts[account as usize].slots.returns_pending;
-        let credit = self.groups[group as usize].wallet.slots.credit;
-        let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
-        let record = &mut self.groups[group as usize];
-        record.wallet.paused = true;
-        record.defund = Some((amount, settles_at));
-        record.low_event_waiting_until = None;
-        self.schedule(settles_at, Timer::SettleGroupDefund(group));
+        self.request_return(WalletOwner::Group(group), Return::Defund)?;
         Ok(Reply::GroupDefundAccepted(GroupDefundAccepted {
             success: true,
             group_id: group_id.to_string(),
@@ -260,23 +237,6 @@ impl Engine {
             estimated_return_usd: estimate,
             settles_in_minutes: self.settles_in_minutes(),
         }))
-    }
-
-    pub(crate) fn settle_group_defund(&mut self, group: u32) {
-        let Some((amount, _)) = self.groups[group as usize].defund.take() else { return };
-        let account = self.groups[group as usize].account;
-        let slots = self.accounts[account as usize].slots;
-        let returned = money::displayed(amount);
-        self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
-        self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
-        self.after_reseller_credit(account);
-        let now = self.now;
-        let record = &mut self.groups[group as usize];
-        record.wallet.paused = false;
-        record.wallet.low_armed = false;
-        record.wallet.depleted_sent = true;
-        record.updated_at = now;
-        self.emit_group_event(group, EventName::GroupDefunded, json!({ "returned_usd": returned }));
     }
 
     pub(crate) fn list_group_esims(
@@ -304,6 +264,12 @@ impl Engine {
         }))
     }
 
+    /// `POST /groups/{group_id}/esims`. Which error wins, in order: 1. group not found
+    /// 404 GROUP_NOT_FOUND; 2. eSIM not found 404 ESIM_NOT_FOUND; 3. terminated 400
+    /// ESIM_ALREADY_TERMINATED; 4. in a group already 409 ESIM_ALREADY_IN_GROUP; 5. a
+    /// return on its way 409 MOVE_PENDING or DEFUND_PENDING; 6. no room 429 GROUP_FULL.
+    /// A balance that shows $0 joins at once (decision 29); otherwise 7. the upstream
+    /// pause 502 UPSTREAM_ERROR (in [`Engine::request_return`]), and the move waits.
     pub(crate) fn add_group_esim(&mut self, account: u32, group_id: &str, iccid: &str) -> Response {
         let group = self.group_of(account, group_id)?;
         let sim = self.sim_of(account, iccid)?;
@@ -327,12 +293,9 @@ impl Engine {
             None => {}
         }
         self.require_group_room(group)?;
-        let credit_slot = esim.wallet.slots.credit;
-        let exact = self.ledger.balance(credit_slot);
-        let slots = self.accounts[account as usize].slots;
-        if money::displayed(exact).is_zero() {
+        if self.shown_balance(WalletOwner::Sim(sim)).is_zero() {
             // Nothing worth returning: a sub-cent rest goes to dust, the move is immediate.
-            self.ledger.transfer(credit_slot, slots.dust, exact, Reason::MoveDust);
+            self.drop_sub_cent_credit(sim);
             self.join_group(sim, group, None);
             return Ok(Reply::GroupMemberAdded(GroupMemberChange {
                 success: true,
@@ -343,16 +306,7 @@ impl Engine {
                 estimated_return_usd: None,
             }));
         }
-        if self.faults.upstream_pause_fails {
-            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
-        }
-        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
-        let amount = self.ledger.transfer_all(credit_slot, slots.returns_pending, Reason::ReturnRequested);
-        let esim = &mut self.esims[sim as usize];
-        esim.wallet.paused = true;
-        esim.pending = Some(PendingReturn::Move { group, amount, settles_at });
-        self.groups[group as usize].incoming_moves += 1;
-        self.schedule(settles_at, Timer::SettleReturn(sim));
+        let amount = self.request_return(WalletOwner::Sim(sim), Return::MoveInto(group))?;
         Ok(Reply::GroupMovePending(GroupMemberChange {
             success: true,
             group_id: group_id.to_string(),
@@ -385,11 +339,8 @@ impl Engine {
             ));
         }
         self.groups[group as usize].members.remove(&sim);
-        let esim = &mut self.esims[sim as usize];
-        esim.group = None;
-        // Standalone again at $0: nothing to notify until it is funded.
-        esim.wallet.low_armed = false;
-        esim.wallet.depleted_sent = true;
+        self.esims[sim as usize].group = None;
+        self.wallet_standalone_again(sim);
         let name = self.groups[group as usize].name.clone();
         self.emit_esim_event(sim, EventName::EsimGroupRemoved, json!({ "group_id": group_id, "group_name": name }));
         Ok(Reply::GroupMemberRemoved(GroupMemberChange {
@@ -402,40 +353,7 @@ impl Engine {
         }))
     }
 
-    /// The group low-balance loop, run on every change of the group balance by usage or
-    /// fund, and of its threshold: group.balance_low once per crossing (held back while an auto-refill charge
-    /// for the refill is on its way), group.balance_depleted at exactly 0.
-    pub(crate) fn check_group_balance(&mut self, group: u32) {
-        let record = &self.groups[group as usize];
-        if record.defund.is_some() {
-            return;
-        }
-        let account = record.account;
-        let exact = self.ledger.balance(record.wallet.slots.credit);
-        let below = money::displayed(exact) < record.low_balance_threshold;
-        let refill = record.refill_amount;
-        if !below {
-            // At or above the threshold again: the next crossing notifies.
-            self.groups[group as usize].wallet.low_armed = true;
-        } else if record.wallet.low_armed {
-            self.groups[group as usize].wallet.low_armed = false;
-            let underfunded = self.reseller_balance(account) < refill;
-            if underfunded && self.accounts[account as usize].auto_refill.enabled && self.start_auto_refill(account) {
-                let deadline = self.now.plus_ms(self.config.group_low_wait_ms);
-                self.groups[group as usize].low_event_waiting_until = Some(deadline);
-                self.schedule(deadline, Timer::GroupLowDeadline(group));
-            } else {
-                self.emit_group_low(group, underfunded);
-            }
-        }
-        let record = &mut self.groups[group as usize];
-        if exact.is_zero() && !record.wallet.depleted_sent {
-            record.wallet.depleted_sent = true;
-            self.emit_group_event(group, EventName::GroupBalanceDepleted, json!({}));
-        }
-    }
-
-    fn emit_group_low(&mut self, group: u32, account_underfunded: bool) {
+    pub(crate) fn emit_group_low(&mut self, group: u32, account_underfunded: bool) {
         let record = &self.groups[group as usize];
         let extra = json!({
             "suggested_amount_usd": record.refill_amount,

@@ -81,8 +81,9 @@
 //!
 //! ## Layout
 //! `engine` (state, dispatch, timers, events), one module per resource (`account`,
-//! `esim`, `group`, `webhook`, `network`), `ledger` and `money` (the money rules),
-//! `command`/`reply`/`error` (the interface), `rates` and `codes` (data and artefacts).
+//! `esim`, `group`, `webhook`, `network`), `wallet` (every eSIM and group wallet rule),
+//! `ledger` and `money` (the money rules), `command`/`reply`/`error` (the interface),
+//! `rates` and `codes` (data and artefacts).
 #![forbid(unsafe_code)]
 
 pub mod account;
@@ -102,6 +103,7 @@ pub mod report;
 pub mod secret;
 pub mod state;
 pub mod time;
+pub mod wallet;
 pub mod webhook;
 
 pub use command::*;

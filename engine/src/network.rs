@@ -1,17 +1,14 @@
 //! The upstream network model (driven by the sandbox API and the simulation): profile
-//! installs, metered usage that stops at $0, the reporting pipeline on sync cycles, and
-//! injectable faults.
+//! installs, metered usage that stops at $0, and injectable faults. The wallet it
+//! charges, and its reporting pipeline, are in `wallet`.
 
 use crate::command::SandboxOp;
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EventName;
-use crate::ledger::Reason;
-use crate::money;
 use crate::rates::RateTable;
 use crate::reply::*;
 use crate::state::*;
-use crate::time::Millis;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::json;
 
@@ -148,97 +145,12 @@ impl Engine {
         } else {
             (mb, wanted, false)
         };
-        self.ledger.transfer(slots.credit, slots.unreported, charged, Reason::DataCharge);
-        self.schedule_report(owner);
-        if let WalletOwner::Group(group) = owner {
-            self.check_group_balance(group);
-        }
+        self.charge_usage(owner, charged);
         Ok(Reply::Usage(UsageResult {
             used_mb: used_mb.normalize(),
             charged_usd: charged.normalize(),
             data_stopped,
             reason: data_stopped.then_some("no_credit"),
         }))
-    }
-
-    pub(crate) fn wallet(&self, owner: WalletOwner) -> &Wallet {
-        match owner {
-            WalletOwner::Sim(sim) => &self.esims[sim as usize].wallet,
-            WalletOwner::Group(group) => &self.groups[group as usize].wallet,
-        }
-    }
-
-    fn wallet_mut(&mut self, owner: WalletOwner) -> &mut Wallet {
-        match owner {
-            WalletOwner::Sim(sim) => &mut self.esims[sim as usize].wallet,
-            WalletOwner::Group(group) => &mut self.groups[group as usize].wallet,
-        }
-    }
-
-    /// The next sync-cycle boundary strictly after `at`.
-    fn next_sync(&self, at: Millis) -> Millis {
-        let interval = self.config.sync_interval_ms.max(1);
-        Millis((at.0.div_euclid(interval) + 1) * interval)
-    }
-
-    /// When a report of this wallet's usage comes: the first sync cycle after its pause.
-    pub(crate) fn report_due(&self, owner: WalletOwner) -> Millis {
-        self.next_sync(self.now.max(self.wallet(owner).reporting_paused_until))
-    }
-
-    fn schedule_report(&mut self, owner: WalletOwner) {
-        if self.wallet(owner).report_scheduled {
-            return;
-        }
-        let due = self.report_due(owner);
-        self.wallet_mut(owner).report_scheduled = true;
-        self.schedule(due, Timer::Report(owner));
-    }
-
-    /// A sync cycle reaches a wallet with unreported usage: after the pause, the usage
-    /// becomes reported, and the eSIM balance events follow what was reported.
-    pub(crate) fn report_usage(&mut self, owner: WalletOwner) {
-        let now = self.now;
-        let wallet = self.wallet_mut(owner);
-        wallet.report_scheduled = false;
-        if now < wallet.reporting_paused_until {
-            self.schedule_report(owner);
-            return;
-        }
-        let slots = wallet.slots;
-        self.ledger.transfer_all(slots.unreported, slots.reported, Reason::DataReport);
-        if let WalletOwner::Sim(sim) = owner {
-            self.check_sim_balance(sim);
-        }
-    }
-
-    /// esim.balance_low once per crossing below $5, esim.balance_depleted at $0.
-    fn check_sim_balance(&mut self, sim: u32) {
-        let esim = &self.esims[sim as usize];
-        if esim.status == EsimStatus::Terminated || esim.group.is_some() || esim.pending.is_some() {
-            return;
-        }
-        let exact = self.ledger.balance(esim.wallet.slots.credit);
-        let shown = money::displayed(exact);
-        let threshold = money::low_balance_threshold_usd();
-        let low = shown < threshold && esim.wallet.low_armed;
-        let depleted = exact.is_zero() && !esim.wallet.depleted_sent;
-        let wallet = &mut self.esims[sim as usize].wallet;
-        if low {
-            wallet.low_armed = false;
-        }
-        if depleted {
-            wallet.depleted_sent = true;
-        }
-        if low {
-            self.emit_esim_event(
-                sim,
-                EventName::EsimBalanceLow,
-                json!({ "wallet_balance_usd": shown, "threshold_usd": threshold }),
-            );
-        }
-        if depleted {
-            self.emit_esim_event(sim, EventName::EsimBalanceDepleted, json!({ "wallet_balance_usd": shown }));
-        }
     }
 }

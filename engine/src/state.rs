@@ -1,10 +1,12 @@
 //! The records the engine keeps. Plain data: every rule lives in the `impl Engine`
-//! blocks of the resource modules, so this file only says what is remembered and why.
+//! blocks of the resource modules (the wallet rules in `wallet`), so this file only
+//! says what is remembered and why.
 
 use crate::command::CardBehavior;
 use crate::event::EventName;
 use crate::ledger::{AccountSlots, WalletSlots};
 use crate::time::Millis;
+use crate::wallet::CrossingAlarm;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -61,26 +63,17 @@ pub struct Wallet {
     pub reporting_paused_until: Millis,
     /// A report timer is pending for usage not yet reported.
     pub report_scheduled: bool,
-    /// Armed: the next crossing below the low threshold notifies.
-    pub low_armed: bool,
-    /// The depleted event was sent and no fund has come since.
-    pub depleted_sent: bool,
+    /// esim.balance_low / depleted, or group.balance_low / depleted, once per crossing.
+    /// Flattened: the state digest and snapshots keep the two flags as they were.
+    #[serde(flatten)]
+    pub alarm: CrossingAlarm,
     /// Data paused while a return is on its way (defund, move, group defund).
     pub paused: bool,
 }
 
 impl Wallet {
-    pub fn new(slots: WalletSlots) -> Self {
-        Wallet {
-            slots,
-            reporting_paused_until: Millis(i64::MIN),
-            report_scheduled: false,
-            // Armed only once the balance shows $5 or more: a wallet never funded that
-            // high has no high-to-low crossing to notify.
-            low_armed: false,
-            depleted_sent: false,
-            paused: false,
-        }
+    pub fn new(slots: WalletSlots, alarm: CrossingAlarm) -> Self {
+        Wallet { slots, reporting_paused_until: Millis(i64::MIN), report_scheduled: false, alarm, paused: false }
     }
 }
 
@@ -149,9 +142,9 @@ pub struct Account {
     pub slots: AccountSlots,
     pub lifetime_topup: Decimal,
     pub lifetime_usage: Decimal,
-    /// balance.low fires on the next crossing below $5 while armed.
-    pub low_armed: bool,
-    pub depleted_sent: bool,
+    /// balance.low / balance.depleted of the reseller balance, once per crossing.
+    #[serde(flatten)]
+    pub balance_alarm: CrossingAlarm,
     /// eSIM indexes in provisioning order.
     pub esims: Vec<u32>,
     /// Group indexes in creation order.

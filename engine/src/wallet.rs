@@ -1,0 +1,471 @@
+//! Every wallet rule in one place, keyed by [`WalletOwner`] (a standalone eSIM or a
+//! group): fund, a return and its settlement, usage charged and reported, the balance
+//! shown, and the once-per-crossing alarms. The endpoints in `esim` and `group` only
+//! decide which error wins; so eSIM and group wallets cannot drift apart unnoticed.
+//! Money still moves only through [`crate::ledger::Ledger::transfer`].
+
+use crate::engine::{Engine, InjectedBug};
+use crate::error::{ApiError, ErrorCode};
+use crate::event::EventName;
+use crate::ledger::Reason;
+use crate::money;
+use crate::state::*;
+use crate::time::Millis;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// How a low-balance alarm is re-armed: the one rule where eSIM and group wallets differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rearm {
+    /// eSIM wallets and the reseller balance (decisions 15, 16 and 56): a credit re-arms
+    /// the low alarm only when it leaves the balance showing the threshold or more; a
+    /// check of the balance never re-arms it.
+    AtThreshold,
+    /// Groups (decisions 33 and 57): every fund re-arms the low alarm, whatever it
+    /// leaves, and so does every check that finds the balance at or above the threshold.
+    OnAnyFund,
+}
+
+/// What one look at a balance sends: each at most once per crossing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct Alarms {
+    pub low: bool,
+    pub depleted: bool,
+}
+
+/// The low and depleted alarms of one balance (an eSIM wallet, a group, a reseller
+/// balance). Serialized as its two flags, flattened into the record that holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrossingAlarm {
+    /// Armed: the next crossing below the low threshold notifies.
+    low_armed: bool,
+    /// The depleted alarm was sent and no credit has come since.
+    depleted_sent: bool,
+}
+
+impl CrossingAlarm {
+    /// Nothing sent, low not armed: a new eSIM wallet, never funded that high (decision 56).
+    pub const UNARMED: CrossingAlarm = CrossingAlarm { low_armed: false, depleted_sent: false };
+    /// Both silent until a credit: a balance at $0 by creation or by the reseller's choice.
+    pub const DISARMED: CrossingAlarm = CrossingAlarm { low_armed: false, depleted_sent: true };
+
+    /// Looks at a balance: low when it shows less than `threshold` while armed, depleted
+    /// when it is exactly 0 and that was not sent yet. Each fires once until re-armed.
+    pub fn observe(&mut self, exact: Decimal, threshold: Decimal, rearm: Rearm) -> Alarms {
+        assert!(exact >= Decimal::ZERO, "a balance is never negative");
+        let below = money::displayed(exact) < threshold;
+        if !below && rearm == Rearm::OnAnyFund {
+            self.low_armed = true;
+        }
+        let alarms = Alarms { low: below && self.low_armed, depleted: exact.is_zero() && !self.depleted_sent };
+        if alarms.low {
+            self.low_armed = false;
+        }
+        if alarms.depleted {
+            self.depleted_sent = true;
+        }
+        alarms
+    }
+
+    /// A credit brought the balance to `exact`: depleted is re-armed, low as `rearm` says.
+    pub fn rearm(&mut self, exact: Decimal, threshold: Decimal, rearm: Rearm) {
+        if rearm == Rearm::OnAnyFund || money::displayed(exact) >= threshold {
+            self.low_armed = true;
+        }
+        if exact > Decimal::ZERO {
+            self.depleted_sent = false;
+        }
+    }
+
+    /// Silences both until the next credit (a balance emptied or started at $0).
+    pub fn disarm(&mut self) {
+        *self = CrossingAlarm::DISARMED;
+    }
+}
+
+/// Why a wallet's balance goes back to the reseller balance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Return {
+    /// An eSIM or group defund (decisions 8, 9, 32).
+    Defund,
+    /// A funded standalone eSIM joins this group once its balance is back (decision 30).
+    MoveInto(u32),
+}
+
+impl WalletOwner {
+    /// The re-arm rule of this kind of wallet.
+    pub fn rearm(self) -> Rearm {
+        match self {
+            WalletOwner::Sim(_) => Rearm::AtThreshold,
+            WalletOwner::Group(_) => Rearm::OnAnyFund,
+        }
+    }
+}
+
+impl Engine {
+    pub(crate) fn wallet(&self, owner: WalletOwner) -> &Wallet {
+        match owner {
+            WalletOwner::Sim(sim) => &self.esims[sim as usize].wallet,
+            WalletOwner::Group(group) => &self.groups[group as usize].wallet,
+        }
+    }
+
+    fn wallet_mut(&mut self, owner: WalletOwner) -> &mut Wallet {
+        match owner {
+            WalletOwner::Sim(sim) => &mut self.esims[sim as usize].wallet,
+            WalletOwner::Group(group) => &mut self.groups[group as usize].wallet,
+        }
+    }
+
+    fn wallet_account(&self, owner: WalletOwner) -> u32 {
+        match owner {
+            WalletOwner::Sim(sim) => self.esims[sim as usize].account,
+            WalletOwner::Group(group) => self.groups[group as usize].account,
+        }
+    }
+
+    /// The low threshold: $5 for an eSIM, the group's own for a group.
+    fn low_threshold(&self, owner: WalletOwner) -> Decimal {
+        match owner {
+            WalletOwner::Sim(_) => money::low_balance_threshold_usd(),
+            WalletOwner::Group(group) => self.groups[group as usize].low_balance_threshold,
+        }
+    }
+
+    /// What a wallet shows: its exact credit plus a return on its way, rounded down
+    /// (decisions 2 and 9). A group member's own wallet shows 0 (decision 28).
+    pub(crate) fn shown_balance(&self, owner: WalletOwner) -> Decimal {
+        let pending = match owner {
+            WalletOwner::Sim(sim) => {
+                let esim = &self.esims[sim as usize];
+                if esim.group.is_some() {
+                    return Decimal::ZERO;
+                }
+                esim.pending.as_ref().map_or(Decimal::ZERO, PendingReturn::amount)
+            }
+            WalletOwner::Group(group) => self.groups[group as usize].defund.map_or(Decimal::ZERO, |(amount, _)| amount),
+        };
+        money::displayed(self.ledger.balance(self.wallet(owner).slots.credit) + pending)
+    }
+
+    /// Funds a wallet with `amount` (`cents` of it) from the reseller balance: the
+    /// upstream credit to the wallet, the rest to dust (decisions 1 and 5), the reporting
+    /// pause (decision 7) and the alarms re-armed. The caller checked every precondition.
+    /// Returns the balance the wallet shows now.
+    pub(crate) fn fund_wallet(&mut self, owner: WalletOwner, amount: Decimal, cents: i64) -> Decimal {
+        assert_eq!(Decimal::new(cents, 2), amount, "the cents are the amount");
+        let credit = money::upstream_credit(cents);
+        assert!(credit <= amount, "the credit never exceeds the amount");
+        assert!(amount - credit < Decimal::new(1, 2), "dust is under a cent");
+        let account = self.wallet_account(owner);
+        let slots = self.accounts[account as usize].slots;
+        let wallet = self.wallet(owner).slots;
+        let reason = match owner {
+            WalletOwner::Sim(_) => Reason::EsimFund,
+            WalletOwner::Group(_) => Reason::GroupFund,
+        };
+        self.ledger.transfer(slots.reseller, wallet.credit, credit, reason);
+        self.ledger.transfer(slots.reseller, slots.dust, amount - credit, Reason::ConversionDust);
+        self.accounts[account as usize].lifetime_usage += amount;
+        self.after_reseller_debit(account);
+
+        let pause_until = self.now.plus_ms(self.config.reporting_pause_ms);
+        let exact = self.ledger.balance(wallet.credit);
+        assert!(exact >= credit && exact > Decimal::ZERO, "a fund leaves the wallet holding at least its credit");
+        let threshold = self.low_threshold(owner);
+        let record = self.wallet_mut(owner);
+        record.reporting_paused_until = pause_until;
+        record.alarm.rearm(exact, threshold, owner.rearm());
+        match owner {
+            WalletOwner::Sim(sim) => self.esims[sim as usize].wallet_created = true,
+            // A fund answers a held-back group.balance_low: nothing left to wait for.
+            WalletOwner::Group(group) => self.groups[group as usize].low_event_waiting_until = None,
+        }
+        self.shown_balance(owner)
+    }
+
+    /// Starts a return of a wallet's whole credit (decisions 8, 30, 32). The upstream
+    /// pause is the last precondition (502, nothing moved); then the credit goes to the
+    /// returns on their way, data pauses, and the settlement timer starts. Returns the
+    /// exact amount on its way.
+    pub(crate) fn request_return(&mut self, owner: WalletOwner, why: Return) -> Result<Decimal, ApiError> {
+        if self.faults.upstream_pause_fails {
+            return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
+        }
+        match owner {
+            WalletOwner::Sim(sim) => assert!(self.esims[sim as usize].pending.is_none(), "one return at a time"),
+            WalletOwner::Group(group) => assert!(self.groups[group as usize].defund.is_none(), "one return at a time"),
+        }
+        let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
+        let account = self.wallet_account(owner);
+        let returns = self.accounts[account as usize].slots.returns_pending;
+        let credit = self.wallet(owner).slots.credit;
+        let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
+        assert!(!money::displayed(amount).is_zero(), "a return carries at least a cent");
+        self.wallet_mut(owner).paused = true;
+        match (owner, why) {
+            (WalletOwner::Sim(sim), Return::Defund) => {
+                let esim = &mut self.esims[sim as usize];
+                // Emptied by the reseller's choice: no low or depleted event for it until
+                // a fund (decision 65).
+                esim.wallet.alarm.disarm();
+                esim.pending = Some(PendingReturn::Defund { amount, settles_at });
+                self.schedule(settles_at, Timer::SettleReturn(sim));
+            }
+            (WalletOwner::Sim(sim), Return::MoveInto(group)) => {
+                self.esims[sim as usize].pending = Some(PendingReturn::Move { group, amount, settles_at });
+                self.groups[group as usize].incoming_moves += 1;
+                self.schedule(settles_at, Timer::SettleReturn(sim));
+            }
+            (WalletOwner::Group(group), Return::Defund) => {
+                let record = &mut self.groups[group as usize];
+                record.defund = Some((amount, settles_at));
+                record.low_event_waiting_until = None;
+                self.schedule(settles_at, Timer::SettleGroupDefund(group));
+            }
+            (WalletOwner::Group(_), Return::MoveInto(_)) => unreachable!("a group never moves into a group"),
+        }
+        Ok(amount)
+    }
+
+    /// A standalone eSIM joining a group with a balance that shows $0: the sub-cent
+    /// credit goes to dust at once (decision 29).
+    pub(crate) fn drop_sub_cent_credit(&mut self, sim: u32) {
+        let account = self.esims[sim as usize].account;
+        let dust = self.accounts[account as usize].slots.dust;
+        let credit = self.esims[sim as usize].wallet.slots.credit;
+        assert!(money::displayed(self.ledger.balance(credit)).is_zero(), "only a balance that shows $0");
+        self.ledger.transfer_all(credit, dust, Reason::MoveDust);
+    }
+
+    /// A member leaves its group: its own wallet, at $0 since it joined, stays silent
+    /// until it is funded.
+    pub(crate) fn wallet_standalone_again(&mut self, sim: u32) {
+        let esim = &mut self.esims[sim as usize];
+        assert!(esim.group.is_none() && esim.pending.is_none(), "a standalone eSIM with nothing on its way");
+        assert!(self.ledger.balance(esim.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
+        esim.wallet.alarm.disarm();
+    }
+
+    /// Terminate: whatever the wallet still holds is forfeited (a pending return still
+    /// completes, decision 60). Returns the exact amount forfeited.
+    pub(crate) fn forfeit_wallet(&mut self, sim: u32) -> Decimal {
+        let account = self.esims[sim as usize].account;
+        let forfeited = self.accounts[account as usize].slots.forfeited;
+        let credit = self.esims[sim as usize].wallet.slots.credit;
+        self.ledger.transfer_all(credit, forfeited, Reason::Forfeit)
+    }
+
+    pub(crate) fn settles_in_minutes(&self) -> u64 {
+        (self.config.settle_delay_ms.max(0) as u64).div_ceil(60_000)
+    }
+
+    /// A return settles (its timer): the displayed amount goes back to the reseller
+    /// balance, the sub-cent rest to dust, data resumes; then the defund's event, or the
+    /// move's join. An eSIM's return waits for its usage to report first (DESIGN rule 5).
+    pub(crate) fn settle_return(&mut self, owner: WalletOwner) {
+        let (amount, pending) = match owner {
+            WalletOwner::Sim(sim) => {
+                let esim = &self.esims[sim as usize];
+                if esim.wallet.report_scheduled && esim.pending.is_some() {
+                    // The report timer fires on this sync boundary; this one, scheduled
+                    // after it, follows it.
+                    let report_due = self.report_due(owner);
+                    if let Some(PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. }) =
+                        &mut self.esims[sim as usize].pending
+                    {
+                        *settles_at = report_due;
+                    }
+                    self.schedule(report_due, Timer::SettleReturn(sim));
+                    return;
+                }
+                let Some(pending) = self.esims[sim as usize].pending.take() else { return };
+                (pending.amount(), Some(pending))
+            }
+            WalletOwner::Group(group) => {
+                let Some((amount, _)) = self.groups[group as usize].defund.take() else { return };
+                (amount, None)
+            }
+        };
+        let account = self.wallet_account(owner);
+        let slots = self.accounts[account as usize].slots;
+        let returned = money::displayed(amount);
+        assert!(returned <= amount && amount - returned < Decimal::new(1, 2), "the rest is under a cent");
+        self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
+        self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
+        if matches!(owner, WalletOwner::Sim(_)) && self.injected_bug == Some(InjectedBug::SettlementPaysOneCentMore) {
+            // Deliberately broken rule, for the simulation's own tests only.
+            let balance = self.ledger.balance(slots.reseller);
+            self.ledger.corrupt_for_test(slots.reseller, balance + Decimal::new(1, 2));
+        }
+        self.after_reseller_credit(account);
+        let now = self.now;
+        self.wallet_mut(owner).paused = false;
+        match (owner, pending) {
+            (WalletOwner::Sim(sim), Some(PendingReturn::Defund { .. })) => {
+                self.emit_esim_event(sim, EventName::EsimDefunded, json!({ "returned_usd": returned }));
+            }
+            (WalletOwner::Sim(sim), Some(PendingReturn::Move { group, .. })) => {
+                self.groups[group as usize].incoming_moves -= 1;
+                if self.esims[sim as usize].status != EsimStatus::Terminated {
+                    self.join_group(sim, group, Some(returned));
+                }
+            }
+            (WalletOwner::Group(group), _) => {
+                let record = &mut self.groups[group as usize];
+                // At $0 by the reseller's choice: silent until the next fund.
+                record.wallet.alarm.disarm();
+                record.updated_at = now;
+                self.emit_group_event(group, EventName::GroupDefunded, json!({ "returned_usd": returned }));
+            }
+            (WalletOwner::Sim(_), None) => unreachable!("an eSIM settles its pending return"),
+        }
+    }
+
+    /// Usage charged live to a wallet, even during the reporting pause (decision 7); it
+    /// reports on a later sync cycle. A group checks its alarms live (decision 33).
+    pub(crate) fn charge_usage(&mut self, owner: WalletOwner, charged: Decimal) {
+        let slots = self.wallet(owner).slots;
+        assert!(charged <= self.ledger.balance(slots.credit), "usage never takes a wallet below zero (rule 3)");
+        self.ledger.transfer(slots.credit, slots.unreported, charged, Reason::DataCharge);
+        self.schedule_report(owner);
+        if let WalletOwner::Group(group) = owner {
+            self.check_group_alarms(group);
+        }
+    }
+
+    /// The next sync-cycle boundary strictly after `at`.
+    fn next_sync(&self, at: Millis) -> Millis {
+        let interval = self.config.sync_interval_ms.max(1);
+        Millis((at.0.div_euclid(interval) + 1) * interval)
+    }
+
+    /// When a report of this wallet's usage comes: the first sync cycle after its pause.
+    pub(crate) fn report_due(&self, owner: WalletOwner) -> Millis {
+        self.next_sync(self.now.max(self.wallet(owner).reporting_paused_until))
+    }
+
+    fn schedule_report(&mut self, owner: WalletOwner) {
+        if self.wallet(owner).report_scheduled {
+            return;
+        }
+        let due = self.report_due(owner);
+        self.wallet_mut(owner).report_scheduled = true;
+        self.schedule(due, Timer::Report(owner));
+    }
+
+    /// A sync cycle reaches a wallet with unreported usage: after the pause, the usage
+    /// becomes reported, and the eSIM balance events follow what was reported.
+    pub(crate) fn report_usage(&mut self, owner: WalletOwner) {
+        let now = self.now;
+        let wallet = self.wallet_mut(owner);
+        wallet.report_scheduled = false;
+        if now < wallet.reporting_paused_until {
+            self.schedule_report(owner);
+            return;
+        }
+        let slots = wallet.slots;
+        self.ledger.transfer_all(slots.unreported, slots.reported, Reason::DataReport);
+        if let WalletOwner::Sim(sim) = owner {
+            self.check_esim_alarms(sim);
+        }
+    }
+
+    /// esim.balance_low once per crossing below $5, esim.balance_depleted at $0, as the
+    /// pipeline reports (decision 15); never for a member, a pending return or a
+    /// terminated eSIM.
+    fn check_esim_alarms(&mut self, sim: u32) {
+        let esim = &self.esims[sim as usize];
+        if esim.status == EsimStatus::Terminated || esim.group.is_some() || esim.pending.is_some() {
+            return;
+        }
+        let owner = WalletOwner::Sim(sim);
+        let exact = self.ledger.balance(esim.wallet.slots.credit);
+        let shown = money::displayed(exact);
+        let threshold = self.low_threshold(owner);
+        let alarms = self.esims[sim as usize].wallet.alarm.observe(exact, threshold, owner.rearm());
+        if alarms.low {
+            self.emit_esim_event(
+                sim,
+                EventName::EsimBalanceLow,
+                json!({ "wallet_balance_usd": shown, "threshold_usd": threshold }),
+            );
+        }
+        if alarms.depleted {
+            self.emit_esim_event(sim, EventName::EsimBalanceDepleted, json!({ "wallet_balance_usd": shown }));
+        }
+    }
+
+    /// The group low-balance loop, run on every change of the group balance by usage and
+    /// of its threshold: group.balance_low once per crossing (held back while an
+    /// auto-refill charge for the refill is on its way), group.balance_depleted at 0.
+    pub(crate) fn check_group_alarms(&mut self, group: u32) {
+        let record = &self.groups[group as usize];
+        if record.defund.is_some() {
+            return;
+        }
+        let owner = WalletOwner::Group(group);
+        let account = record.account;
+        let refill = record.refill_amount;
+        let exact = self.ledger.balance(record.wallet.slots.credit);
+        let threshold = self.low_threshold(owner);
+        let alarms = self.groups[group as usize].wallet.alarm.observe(exact, threshold, owner.rearm());
+        if alarms.low {
+            let underfunded = self.reseller_balance(account) < refill;
+            if underfunded && self.accounts[account as usize].auto_refill.enabled && self.start_auto_refill(account) {
+                let deadline = self.now.plus_ms(self.config.group_low_wait_ms);
+                self.groups[group as usize].low_event_waiting_until = Some(deadline);
+                self.schedule(deadline, Timer::GroupLowDeadline(group));
+            } else {
+                self.emit_group_low(group, underfunded);
+            }
+        }
+        if alarms.depleted {
+            self.emit_group_event(group, EventName::GroupBalanceDepleted, json!({}));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(cents: i64) -> Decimal {
+        Decimal::new(cents, 2)
+    }
+
+    #[test]
+    fn esim_alarm_fires_once_per_crossing_and_only_a_high_fund_rearms() {
+        let mut alarm = CrossingAlarm::UNARMED;
+        // Funded only below $5: never low (decision 56), depleted at 0.
+        alarm.rearm(d(300), d(500), Rearm::AtThreshold);
+        assert_eq!(alarm.observe(d(100), d(500), Rearm::AtThreshold), Alarms { low: false, depleted: false });
+        assert_eq!(alarm.observe(d(0), d(500), Rearm::AtThreshold), Alarms { low: false, depleted: true });
+        assert_eq!(alarm.observe(d(0), d(500), Rearm::AtThreshold), Alarms::default());
+        alarm.rearm(d(1000), d(500), Rearm::AtThreshold);
+        assert_eq!(alarm.observe(d(499), d(500), Rearm::AtThreshold), Alarms { low: true, depleted: false });
+        assert_eq!(alarm.observe(d(0), d(500), Rearm::AtThreshold), Alarms { low: false, depleted: true });
+        // A check above the threshold does not re-arm an eSIM wallet.
+        assert_eq!(alarm.observe(d(600), d(500), Rearm::AtThreshold), Alarms::default());
+        assert_eq!(alarm.observe(d(400), d(500), Rearm::AtThreshold), Alarms::default());
+    }
+
+    #[test]
+    fn group_alarm_rearms_on_any_fund_and_on_recovery() {
+        let mut alarm = CrossingAlarm::DISARMED;
+        alarm.rearm(d(100), d(1000), Rearm::OnAnyFund);
+        assert_eq!(alarm.observe(d(90), d(1000), Rearm::OnAnyFund), Alarms { low: true, depleted: false });
+        assert_eq!(alarm.observe(d(1000), d(1000), Rearm::OnAnyFund), Alarms::default());
+        assert_eq!(alarm.observe(d(0), d(1000), Rearm::OnAnyFund), Alarms { low: true, depleted: true });
+        alarm.disarm();
+        assert_eq!(alarm.observe(d(0), d(0), Rearm::OnAnyFund), Alarms::default());
+    }
+
+    #[test]
+    fn flattened_flags_keep_their_names() {
+        let text = serde_json::to_string(&CrossingAlarm::DISARMED).unwrap();
+        assert_eq!(text, r#"{"low_armed":false,"depleted_sent":true}"#);
+    }
+}
