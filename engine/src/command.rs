@@ -194,6 +194,31 @@ pub enum CardBehavior {
     Expired,
 }
 
+impl CardBehavior {
+    pub const ALL: [CardBehavior; 4] =
+        [CardBehavior::Ok, CardBehavior::Declined, CardBehavior::RequiresAction, CardBehavior::Expired];
+}
+
+/// The name of a card as the API and scripts write it (`requires_action`), from its serde
+/// form: one spelling for the HTTP body, the journal and the simulation's scripts.
+impl std::str::FromStr for CardBehavior {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(text.to_string()))
+            .map_err(|_| "card must be one of ok, declined, requires_action, expired".to_string())
+    }
+}
+
+impl std::fmt::Display for CardBehavior {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(name)) => f.write_str(&name),
+            _ => Err(std::fmt::Error),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum AdminOp {
     /// `api_key_digest`: the digest of the account's first key, drawn by the shell.

@@ -12,7 +12,9 @@
 //!   `per_gb == retail * 0.9` and `per_mb * 1000 == per_gb` hold exactly. Values are
 //!   normalized so that they serialize as `4.5`, not `4.50`.
 
+use crate::reply::schema;
 use rust_decimal::Decimal;
+use schemars::JsonSchema;
 use serde::Serialize;
 use std::sync::OnceLock;
 
@@ -31,13 +33,17 @@ const RESELLER_FACTOR: Decimal = Decimal::from_parts(9, 0, 0, false, 1);
 const CONTINENTS: [&str; 6] = ["Africa", "Asia", "Europe", "North America", "South America", "Oceania"];
 
 /// One mobile network of a country and its reseller price.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[schemars(description = "Reseller price of one network")]
 pub struct NetworkRate {
     /// Operator name as shown to customers (unique within its country).
+    #[schemars(description = "Operator name")]
     pub operator: String,
     /// Reseller price of one decimal megabyte: `per_gb_usd / 1000`, exact and normalized.
+    #[schemars(description = "USD. Price of one MB (1 GB = 1000 MB)", with = "schema::Usd")]
     pub per_mb_usd: Decimal,
     /// Reseller price of one gigabyte: `retail_per_gb_usd * 0.9`, exact and normalized.
+    #[schemars(description = "USD. Price of one GB (10% below retail)", with = "schema::Usd")]
     pub per_gb_usd: Decimal,
     /// The retail price the discount is computed from. Internal (the upstream model
     /// bills in retail terms), hence not serialized.
@@ -46,25 +52,35 @@ pub struct NetworkRate {
 }
 
 /// One country or territory of the rates table, in the spec's JSON shape.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[schemars(description = "Rates of one country")]
 pub struct Country {
+    #[schemars(description = "Country name")]
     pub name: String,
     /// ISO 3166-1 alpha-2, upper case.
+    #[schemars(description = "ISO 3166-1 alpha-2 code")]
     pub iso2: String,
     /// ISO 3166-1 alpha-3, upper case.
+    #[schemars(description = "ISO 3166-1 alpha-3 code")]
     pub iso3: String,
     /// Flag emoji, computed from `iso2` (two regional indicator symbols) so it can never
     /// disagree with the code.
+    #[schemars(description = "Flag emoji")]
     pub flag: String,
     /// One of "Africa", "Asia", "Europe", "North America", "South America", "Oceania".
+    #[schemars(description = "Africa, Asia, Europe, North America, South America or Oceania")]
     pub continent: String,
     /// False where no data service is sold (networks are still listed, usage is refused).
+    #[schemars(description = "False where no data service is sold")]
     pub has_data: bool,
     /// The lowest reseller per-GB price among `networks`.
+    #[schemars(description = "USD. Lowest per-GB price among the networks", with = "schema::Usd")]
     pub cheapest_per_gb_usd: Decimal,
     /// The network with that price (ties broken by operator name ascending, so the choice
     /// is deterministic).
+    #[schemars(description = "The network with that price")]
     pub cheapest_operator: String,
+    #[schemars(description = "Networks of the country")]
     pub networks: Vec<NetworkRate>,
     /// URL-friendly name used by the `country` filter (e.g. "united-states",
     /// "cote-d-ivoire"). Not part of the spec's JSON, hence not serialized.

@@ -1,11 +1,14 @@
 //! Outputs of the engine: typed success bodies. The transport serializes them as they
 //! are (field names are the spec's), so a test can match on a variant and a client
-//! reads the same fields.
+//! reads the same fields. The bodies of the reseller API derive their JSON Schema
+//! (`schemars`), from which the transport's OpenAPI document takes its response schemas;
+//! [`schema`] holds the schemas of the field types whose serde form is custom.
 
 use crate::codes;
 use crate::rates::Country;
 use crate::time::{rfc3339, Millis};
 use rust_decimal::Decimal;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 /// What a command answers: a success body or the spec's error body.
@@ -197,258 +200,438 @@ impl Serialize for QrCodeDataUrl {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A newly provisioned eSIM with its installation details")]
 pub struct ProvisionedEsim {
+    #[schemars(description = "Identifier of the eSIM", extend("format" = "uuid"))]
     pub id: String,
+    #[schemars(description = "ICCID (19 digits)")]
     pub iccid: String,
+    #[schemars(description = "LPA activation code, for a QR code or manual entry")]
     pub lpa_string: String,
+    #[schemars(
+        description = "base64 PNG data URL (data:image/png;base64,...), usable as an image source",
+        with = "String"
+    )]
     pub qr_code: QrCodeDataUrl,
+    #[schemars(description = "iOS 17.4+ one-tap install link", extend("format" = "uri"))]
     pub direct_install_url: String,
+    #[schemars(description = "pending at provisioning", extend("enum" = ["pending", "active", "suspended", "terminated"]))]
     pub status: &'static str,
+    #[schemars(description = "RELEASED at provisioning", extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"]))]
     pub euicc_state: &'static str,
+    #[schemars(description = "As given")]
     pub end_user_reference: Option<String>,
+    #[schemars(description = "As given")]
     pub label: Option<String>,
+    #[schemars(description = "USD. Provisioning fee deducted (1.75)", with = "schema::Usd")]
     pub cost: Decimal,
+    #[schemars(description = "USD. Reseller balance after the fee", with = "schema::Usd")]
     pub balance_remaining: Decimal,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "Provisioning time", with = "schema::Timestamp")]
     pub created_at: Millis,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "Present when issued into a group", with = "String", extend("format" = "uuid"))]
     pub group_id: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "An eSIM (list item; also the core of the detail record)")]
 pub struct EsimItem {
+    #[schemars(description = "Identifier of the eSIM", extend("format" = "uuid"))]
     pub id: String,
+    #[schemars(description = "ICCID (19 digits), the identifier used in paths")]
     pub iccid: String,
+    #[schemars(description = "pending until first installed, active, suspended while data is disabled, terminated for good", extend("enum" = ["pending", "active", "suspended", "terminated"]))]
     pub status: &'static str,
+    #[schemars(description = "Activation state of the profile on the device", extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null]))]
     pub euicc_state: Option<&'static str>,
+    #[schemars(description = "The reseller's own customer or order reference")]
     pub end_user_reference: Option<String>,
+    #[schemars(description = "Human label")]
     pub label: Option<String>,
+    #[schemars(
+        description = "USD. Remaining wallet credit rounded down to the cent (never above the exact credit); 0 for a group member",
+        with = "schema::Usd"
+    )]
     pub wallet_balance_usd: Decimal,
+    #[schemars(
+        description = "USD. Lifetime data usage charged, as reported by the upstream pipeline; null for a group member",
+        with = "Option<schema::Usd>"
+    )]
     pub total_data_charged_usd: Option<Decimal>,
     #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(description = "First installation and boot of the profile", with = "Option<schema::Timestamp>")]
     pub activated_at: Option<Millis>,
     #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(description = "Termination time", with = "Option<schema::Timestamp>")]
     pub terminated_at: Option<Millis>,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "Provisioning time", with = "schema::Timestamp")]
     pub created_at: Millis,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "Present while the eSIM is a member of a group", with = "String", extend("format" = "uuid"))]
     pub group_id: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(
+    description = "An eSIM with its activation string and switches; euicc_state is read live from the network (the cached state when the read fails)"
+)]
 pub struct EsimDetail {
     #[serde(flatten)]
     pub item: EsimItem,
+    #[schemars(description = "LPA activation code")]
     pub lpa_string: String,
+    #[schemars(description = "Whether data is enabled")]
     pub data_enabled: bool,
+    #[schemars(with = "schema::ThrottleSpeed")]
     pub throttle: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        description = "USD. Present for a group member: data usage of the whole group (members share one wallet)",
+        with = "schema::Usd"
+    )]
     pub group_total_data_charged_usd: Option<Decimal>,
     /// Present while a balance return or a move is on its way (see docs/decisions.md).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "Present while a balance return or a move into a group is on its way", with = "String", extend("enum" = ["defund_pending", "move_pending"]))]
     pub pending: Option<&'static str>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A page of the account's eSIMs, in provisioning order")]
 pub struct EsimPage {
+    #[schemars(description = "The page")]
     pub esims: Vec<EsimItem>,
+    #[schemars(description = "Number of matching eSIMs")]
     pub total: u64,
+    #[schemars(description = "Page size applied (default 50, at most 100)")]
     pub limit: u64,
+    #[schemars(description = "Position of the first eSIM of the page")]
     pub offset: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "Data switched on or off")]
 pub struct DataToggled {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The eSIM")]
     pub iccid: String,
+    #[schemars(description = "true after enable, false after disable")]
     pub data_enabled: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The eSIM is terminated")]
 pub struct Terminated {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The eSIM")]
     pub iccid: String,
+    #[schemars(extend("const" = "terminated"))]
     pub status: &'static str,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The speed limit applied")]
 pub struct Throttled {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The eSIM")]
     pub iccid: String,
+    #[schemars(with = "schema::ThrottleSpeed")]
     pub throttle: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The eSIM wallet was funded")]
 pub struct Funded {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The eSIM")]
     pub iccid: String,
+    #[schemars(description = "USD. Amount taken from the reseller balance", with = "schema::Usd")]
     pub funded_usd: Decimal,
+    #[schemars(
+        description = "USD. Wallet credit rounded down to the cent (20 may read back as 19.99)",
+        with = "schema::Usd"
+    )]
     pub wallet_balance_usd: Decimal,
+    #[schemars(description = "USD. Reseller balance after the fund", with = "schema::Usd")]
     pub account_balance_remaining: Decimal,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(
+    description = "The eSIM balance return is under way: data is paused, the credit reaches the reseller balance at settlement"
+)]
 pub struct DefundAccepted {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The eSIM")]
     pub iccid: String,
+    #[schemars(extend("const" = "defund_pending"))]
     pub status: &'static str,
+    #[schemars(description = "USD. The displayed wallet balance, returned at settlement", with = "schema::Usd")]
     pub estimated_return_usd: Decimal,
+    #[schemars(description = "Minutes until settlement (about 15)")]
     pub settles_in_minutes: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Group", description = "A shared-balance group")]
 pub struct GroupRecord {
+    #[schemars(description = "Identifier of the group (the group_id of requests and events)", extend("format" = "uuid"))]
     pub id: String,
+    #[schemars(description = "Name, unique on the account")]
     pub name: String,
+    #[schemars(description = "USD. Group balance rounded down to the cent", with = "schema::Usd")]
     pub balance_usd: Decimal,
+    #[schemars(description = "USD. group.balance_low fires when the balance drops below it", with = "schema::Usd")]
     pub low_balance_threshold_usd: Decimal,
+    #[schemars(description = "USD. Sent as suggested_amount_usd in group.balance_low", with = "schema::Usd")]
     pub refill_amount_usd: Decimal,
+    #[schemars(description = "Members")]
     pub esim_count: u64,
+    #[schemars(description = "USD. Reported data usage of the group", with = "schema::Usd")]
     pub total_data_charged_usd: Decimal,
+    #[schemars(description = "defund_pending while a group balance return is on its way", extend("enum" = ["active", "defund_pending"]))]
     pub status: &'static str,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "Creation time", with = "schema::Timestamp")]
     pub created_at: Millis,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "Last change", with = "schema::Timestamp")]
     pub updated_at: Millis,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The account's groups, newest first")]
 pub struct GroupList {
+    #[schemars(description = "Groups")]
     pub groups: Vec<GroupRecord>,
+    #[schemars(description = "Number of groups")]
     pub total: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The group was funded")]
 pub struct GroupFunded {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The group", extend("format" = "uuid"))]
     pub group_id: String,
+    #[schemars(description = "USD. Amount taken from the reseller balance", with = "schema::Usd")]
     pub funded_usd: Decimal,
+    #[schemars(description = "USD. Group balance rounded down to the cent", with = "schema::Usd")]
     pub balance_usd: Decimal,
+    #[schemars(description = "USD. Reseller balance after the fund", with = "schema::Usd")]
     pub account_balance_remaining: Decimal,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The group balance return is under way: every member's data is paused until settlement")]
 pub struct GroupDefundAccepted {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The group", extend("format" = "uuid"))]
     pub group_id: String,
+    #[schemars(extend("const" = "defund_pending"))]
     pub status: &'static str,
+    #[schemars(description = "USD. The displayed group balance, returned at settlement", with = "schema::Usd")]
     pub estimated_return_usd: Decimal,
+    #[schemars(description = "Minutes until settlement (about 15)")]
     pub settles_in_minutes: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A page of the group's members, in provisioning order")]
 pub struct GroupMembers {
+    #[schemars(description = "The group", extend("format" = "uuid"))]
     pub group_id: String,
+    #[schemars(description = "The page")]
     pub esims: Vec<EsimItem>,
+    #[schemars(description = "Number of matching eSIMs")]
     pub total: u64,
+    #[schemars(description = "Page size applied (default 50, at most 100)")]
     pub limit: u64,
+    #[schemars(description = "Position of the first eSIM of the page")]
     pub offset: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A change of a group's members: assigned at once, move_pending (202) or removed")]
 pub struct GroupMemberChange {
+    #[schemars(description = "Always true")]
     pub success: bool,
+    #[schemars(description = "The group", extend("format" = "uuid"))]
     pub group_id: String,
+    #[schemars(description = "The eSIM")]
     pub iccid: String,
     /// `assigned`, `move_pending` or `removed`.
+    #[schemars(description = "assigned, move_pending or removed", extend("enum" = ["assigned", "move_pending", "removed"]))]
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        description = "With move_pending: minutes until the balance is returned and the eSIM joins",
+        with = "u64"
+    )]
     pub settles_in_minutes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        description = "USD. With move_pending: balance returned to the reseller balance at settlement",
+        with = "schema::Usd"
+    )]
     pub estimated_return_usd: Option<Decimal>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The reseller balance")]
 pub struct WalletBalance {
+    #[schemars(description = "USD. Current reseller balance", with = "schema::Usd")]
     pub balance_usd: Decimal,
+    #[schemars(description = "USD. All top-ups", with = "schema::Usd")]
     pub lifetime_topup_usd: Decimal,
+    #[schemars(description = "USD. Provisioning fees plus every fund call", with = "schema::Usd")]
     pub lifetime_usage_usd: Decimal,
+    #[schemars(description = "True only while the operator has frozen the account")]
     pub data_suspended: bool,
+    #[schemars(extend("const" = "USD"))]
     pub currency: &'static str,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "Data rates, 10% below retail")]
 pub struct Rates {
+    #[schemars(description = "Number of countries listed")]
     pub total_countries: u64,
+    #[schemars(description = "Text describing the discount")]
     pub discount: &'static str,
+    #[schemars(description = "Countries, sorted by name")]
     pub countries: Vec<&'static Country>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "eSIMs of the account")]
 pub struct EsimCount {
+    #[schemars(description = "eSIMs in status active")]
     pub active: u64,
+    #[schemars(description = "All eSIMs")]
     pub total: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A failed auto-refill charge")]
 pub struct AutoRefillError {
+    #[schemars(description = "Why the charge failed", extend("enum" = ["card_declined", "authentication_required", "expired_card", "daily_limit_reached"]))]
     pub code: String,
+    #[schemars(description = "Detail")]
     pub message: String,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "When it failed", with = "schema::Timestamp")]
     pub at: Millis,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Account", description = "The reseller account")]
 pub struct AccountRecord {
+    #[schemars(description = "Account identifier (acc_ followed by 16 hex characters)")]
     pub id: String,
+    #[schemars(description = "Company name")]
     pub company_name: Option<String>,
+    #[schemars(description = "Contact address")]
     pub contact_email: String,
+    #[schemars(description = "USD. Current reseller balance", with = "schema::Usd")]
     pub balance_usd: Decimal,
+    #[schemars(description = "eSIMs of the account")]
     pub esim_count: EsimCount,
     /// `active`, or `suspended` while the operator has frozen the account.
+    #[schemars(description = "suspended while the operator has frozen the account", extend("enum" = ["active", "suspended"]))]
     pub account_status: &'static str,
+    #[schemars(description = "True while the operator has frozen the account")]
     pub data_suspended: bool,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "Creation time", with = "schema::Timestamp")]
     pub created_at: Millis,
+    #[schemars(description = "Whether auto-refill is on")]
     pub auto_refill_enabled: bool,
+    #[schemars(description = "The last failed auto-refill charge, or null")]
     pub auto_refill_last_error: Option<AutoRefillError>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Webhook", description = "A webhook endpoint")]
 pub struct WebhookRecord {
+    #[schemars(description = "Identifier (wh_ followed by 16 hex characters)")]
     pub id: String,
+    #[schemars(description = "HTTPS URL receiving the POSTs", extend("format" = "uri"))]
     pub url: String,
+    #[schemars(description = "Subscribed event names, or [\"*\"] for all")]
     pub events: Vec<String>,
+    #[schemars(description = "Deliveries are made only to active webhooks")]
     pub active: bool,
+    #[schemars(description = "Consecutive delivery failures; the webhook turns inactive at 10")]
     pub failure_count: u32,
     #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(description = "Last delivery attempt", with = "Option<schema::Timestamp>")]
     pub last_triggered_at: Option<Millis>,
     #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(description = "Last failed delivery attempt", with = "Option<schema::Timestamp>")]
     pub last_failure_at: Option<Millis>,
     #[serde(with = "rfc3339")]
+    #[schemars(description = "Registration time", with = "schema::Timestamp")]
     pub created_at: Millis,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(
+    rename = "WebhookWithSecret",
+    description = "A newly registered webhook endpoint with its signing secret (shown only once)"
+)]
 pub struct WebhookCreated {
     #[serde(flatten)]
     pub webhook: WebhookRecord,
     /// Filled by the shell, which drew the secret ([`Reply::show_secret`]).
+    #[schemars(
+        description = "HMAC-SHA256 secret (whsec_ followed by 48 hex characters); X-Service-Signature is the lowercase hex HMAC of the raw body"
+    )]
     pub signing_secret: String,
     /// The secret as the engine holds it, sealed.
     #[serde(skip)]
     pub sealed: crate::secret::SealedSecret,
+    #[schemars(description = "Reminder to store the secret")]
     pub note: &'static str,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The account's webhooks and the subscribable event names")]
 pub struct WebhookList {
+    #[schemars(description = "Webhook endpoints")]
     pub webhooks: Vec<WebhookRecord>,
+    #[schemars(description = "Every subscribable event name")]
     pub available_events: Vec<&'static str>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "Done")]
 pub struct Success {
+    #[schemars(description = "Always true")]
     pub success: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "Outcome of the test delivery")]
 pub struct WebhookTestResult {
+    #[schemars(description = "True when the receiver answered 2xx")]
     pub success: bool,
     /// The receiver's HTTP status; 0 when it gave none (timeout, refused connection).
+    #[schemars(description = "HTTP status of the receiver; 0 when it gave none", range(max = 999))]
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(description = "Present when there was no HTTP answer (timeout, refused connection)", with = "String")]
     pub error: Option<String>,
 }
 
@@ -491,4 +674,66 @@ pub struct UsageResult {
     /// Why no (more) data flows, when it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+}
+
+/// JSON Schemas of the field types whose serde form is not their Rust type's: money as
+/// an exact JSON number, times as RFC 3339 text, throttle speeds as their names.
+pub mod schema {
+    use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+    use std::borrow::Cow;
+
+    /// A USD amount (a `Decimal`): a JSON number with its exact digits, never a string.
+    pub struct Usd;
+
+    impl JsonSchema for Usd {
+        fn inline_schema() -> bool {
+            true
+        }
+        fn schema_name() -> Cow<'static, str> {
+            "Usd".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({ "type": "number" })
+        }
+    }
+
+    /// A service time (`Millis`): RFC 3339 UTC with milliseconds.
+    pub struct Timestamp;
+
+    impl JsonSchema for Timestamp {
+        fn inline_schema() -> bool {
+            true
+        }
+        fn schema_name() -> Cow<'static, str> {
+            "Timestamp".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({ "type": "string", "format": "date-time" })
+        }
+    }
+
+    /// A throttle speed: one of [`ThrottleSpeed::names`].
+    pub struct ThrottleSpeed;
+
+    impl ThrottleSpeed {
+        /// The accepted speeds: NO_LIMIT, 100 to 3000 Kbps in steps of 100, then 3500,
+        /// 4000, 4500 and 5000 (what `esim::is_valid_speed` accepts; a test checks it).
+        pub fn names() -> Vec<String> {
+            let steps = (1..=30).map(|n| n * 100).chain([3_500, 4_000, 4_500, 5_000]);
+            std::iter::once("NO_LIMIT".to_string()).chain(steps.map(|kbps| format!("SPEED_{kbps}_KBPS"))).collect()
+        }
+    }
+
+    impl JsonSchema for ThrottleSpeed {
+        fn schema_name() -> Cow<'static, str> {
+            "ThrottleSpeed".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "type": "string",
+                "enum": ThrottleSpeed::names(),
+                "description": "Speed limit: NO_LIMIT (full speed), SPEED_100_KBPS to SPEED_3000_KBPS in 100 Kbps steps, SPEED_3500_KBPS, SPEED_4000_KBPS, SPEED_4500_KBPS or SPEED_5000_KBPS",
+            })
+        }
+    }
 }

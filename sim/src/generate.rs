@@ -7,10 +7,10 @@
 //! sequential, so the first N ops of a seed are the same whatever the step count: a
 //! violation at step N replays with `--steps N+1`.
 
-use crate::op::{Call, Card, Op, Receiver};
+use crate::op::{Call, Op, Receiver};
 use crate::world::World;
 use esim_engine::rates::RateTable;
-use esim_engine::EventName;
+use esim_engine::{CardBehavior, EventName};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use rust_decimal::Decimal;
@@ -385,7 +385,7 @@ impl Generator {
                     Op::AutoRefill { account, enabled: false, amount: None, card: None }
                 } else {
                     let amount = Some(Decimal::from(self.range(10, 60)));
-                    let card = if self.chance(55) { Card::Ok } else { self.one_of(Card::ALL) };
+                    let card = if self.chance(55) { CardBehavior::Ok } else { self.one_of(CardBehavior::ALL) };
                     Op::AutoRefill { account, enabled: true, amount, card: Some(card) }
                 }
             }

@@ -6,35 +6,10 @@
 //! the same ops. A name that is not bound is sent as it is, which is how scripts (and
 //! shrunk traces whose creating step was removed) reach unknown ids.
 
+use esim_engine::CardBehavior;
 use rust_decimal::Decimal;
 use std::fmt;
 use std::str::FromStr;
-
-/// The simulated saved card of an account's auto-refill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Card {
-    Ok,
-    Declined,
-    RequiresAction,
-    Expired,
-}
-
-impl Card {
-    pub const ALL: [Card; 4] = [Card::Ok, Card::Declined, Card::RequiresAction, Card::Expired];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Card::Ok => "ok",
-            Card::Declined => "declined",
-            Card::RequiresAction => "requires_action",
-            Card::Expired => "expired",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Card> {
-        Card::ALL.into_iter().find(|c| c.as_str() == text)
-    }
-}
 
 /// How the webhook receiver played by the simulation answers deliveries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +131,7 @@ pub enum Op {
         account: String,
         enabled: bool,
         amount: Option<Decimal>,
-        card: Option<Card>,
+        card: Option<CardBehavior>,
     },
     Limits {
         account: String,
@@ -428,7 +403,7 @@ impl fmt::Display for Op {
             Op::AutoRefill { account, enabled, amount, card } => {
                 let mut out = format!("{verb} {} {}", token(account), on_off(*enabled));
                 opt(&mut out, "amount", amount);
-                opt(&mut out, "card", &card.map(Card::as_str));
+                opt(&mut out, "card", card);
                 f.write_str(&out)
             }
             Op::Limits { account, groups, size } => {
@@ -610,7 +585,7 @@ impl FromStr for Op {
                 };
                 let options = args.options(&["amount", "card"])?;
                 let card = match options.text("card") {
-                    Some(text) => Some(Card::parse(&text).ok_or_else(|| format!("bad card {text:?}"))?),
+                    Some(text) => Some(text.parse::<CardBehavior>().map_err(|_| format!("bad card {text:?}"))?),
                     None => None,
                 };
                 Op::AutoRefill { account, enabled, amount: options.decimal("amount")?, card }

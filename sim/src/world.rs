@@ -8,7 +8,7 @@
 //! The checkers judge the engine against those observations, never against the world's
 //! own guesses.
 
-use crate::op::{Call, Card, Op, Receiver};
+use crate::op::{Call, Op, Receiver};
 use bytes::Bytes;
 use esim_engine::state::WalletOwner;
 use esim_engine::{
@@ -17,7 +17,7 @@ use esim_engine::{
 };
 use esim_transport::api::Routed;
 use esim_transport::journal::{self, SegmentBuffer, SegmentHeader};
-use esim_transport::routes::RESELLER_BASE;
+use esim_transport::routes::{percent_encode as encode, Api, Endpoint, RESELLER_BASE};
 use esim_transport::{ClockMode, JournalEntry, Outcome, Service};
 use rust_decimal::Decimal;
 use serde_json::Value;
@@ -491,75 +491,78 @@ impl World {
                     .string("contact_email", &format!("{name}@reseller.example"))
                     .string("company_name", name);
                 let kind = Kind::CreateAccount { bind: Some(name.clone()) };
-                self.send(Who::Admin, http::Method::POST, "/admin/v1/accounts".into(), body.finish(), None, kind);
+                self.send_to(Who::Admin, Endpoint::CreateAccount, &[], "", body.finish(), None, kind);
             }
             Op::TopUp { account, amount } => {
                 let account_id = self.id_of(account);
-                let path = format!("/admin/v1/accounts/{}/topups", encode(&account_id));
                 let body = Json::new().number("amount_usd", amount).finish();
-                self.send(Who::Admin, http::Method::POST, path, body, None, Kind::TopUp { account_id });
+                let kind = Kind::TopUp { account_id: account_id.clone() };
+                self.send_to(Who::Admin, Endpoint::TopUp, &[&account_id], "", body, None, kind);
             }
             Op::Freeze { account, frozen } => {
-                let path = format!("/admin/v1/accounts/{}/freeze", encode(&self.id_of(account)));
                 let body = Json::new().raw("frozen", &frozen.to_string()).finish();
-                self.send(Who::Admin, http::Method::PUT, path, body, None, Kind::Other);
+                self.send_to(Who::Admin, Endpoint::Freeze, &[&self.id_of(account)], "", body, None, Kind::Other);
             }
             Op::AutoRefill { account, enabled, amount, card } => {
-                let path = format!("/admin/v1/accounts/{}/auto-refill", encode(&self.id_of(account)));
                 let body = Json::new()
                     .raw("enabled", &enabled.to_string())
                     .optional("amount_usd", amount.as_ref())
-                    .optional("card", card.map(Card::as_str));
-                self.send(Who::Admin, http::Method::PUT, path, body.finish(), None, Kind::Other);
+                    .optional("card", card.map(|card| card.to_string()).as_deref())
+                    .finish();
+                let account_id = self.id_of(account);
+                self.send_to(Who::Admin, Endpoint::SetAutoRefill, &[&account_id], "", body, None, Kind::Other);
             }
             Op::Limits { account, groups, size } => {
-                let path = format!("/admin/v1/accounts/{}/limits", encode(&self.id_of(account)));
-                let body =
-                    Json::new().optional("max_groups", groups.as_ref()).optional("max_group_size", size.as_ref());
-                self.send(Who::Admin, http::Method::PUT, path, body.finish(), None, Kind::Other);
+                let body = Json::new()
+                    .optional("max_groups", groups.as_ref())
+                    .optional("max_group_size", size.as_ref())
+                    .finish();
+                let account_id = self.id_of(account);
+                self.send_to(Who::Admin, Endpoint::SetLimits, &[&account_id], "", body, None, Kind::Other);
             }
             Op::Inventory { available } => {
                 let body = Json::new().raw("available", &available.to_string()).finish();
-                self.send(Who::Admin, http::Method::PUT, "/admin/v1/inventory".into(), body, None, Kind::Other);
+                self.send_to(Who::Admin, Endpoint::SetInventory, &[], "", body, None, Kind::Other);
             }
             Op::NewKey { account } => {
                 let account_id = self.id_of(account);
-                let path = format!("/admin/v1/accounts/{}/keys", encode(&account_id));
-                let kind = Kind::NewKey { account_id };
-                self.send(Who::Admin, http::Method::POST, path, String::new(), None, kind);
+                let kind = Kind::NewKey { account_id: account_id.clone() };
+                self.send_to(Who::Admin, Endpoint::CreateKey, &[&account_id], "", String::new(), None, kind);
             }
             Op::Revoke { account } => {
                 let key = match self.entity(account) {
                     Some(Entity::Account(i)) => self.keys[self.accounts[i].key as usize].clone(),
                     _ => account.clone(),
                 };
-                let path = format!("/admin/v1/keys/{}", encode(&key));
-                self.send(Who::Admin, http::Method::DELETE, path, String::new(), None, Kind::Revoke { key });
+                let kind = Kind::Revoke { key: key.clone() };
+                self.send_to(Who::Admin, Endpoint::RevokeKey, &[&key], "", String::new(), None, kind);
             }
             Op::Call { caller, call, idempotency_key } => self.call(caller, call, idempotency_key.as_deref()),
             Op::Raw { caller, method, path, body } => self.raw(caller, method, path, body),
             Op::Burst { caller, count } => {
                 let who = self.who(caller);
                 for _ in 0..*count {
-                    let path = format!("{RESELLER_BASE}/wallet/balance");
-                    self.send(who, http::Method::GET, path, String::new(), None, Kind::Wallet);
+                    self.send_to(who, Endpoint::WalletBalance, &[], "", String::new(), None, Kind::Wallet);
                 }
             }
             Op::Install { sim } => {
-                let path = format!("/sandbox/v1/esims/{}/install", encode(&self.id_of(sim)));
-                self.send(Who::Admin, http::Method::POST, path, String::new(), None, Kind::Other);
+                let iccid = self.id_of(sim);
+                self.send_to(Who::Admin, Endpoint::Install, &[&iccid], "", String::new(), None, Kind::Other);
             }
             Op::Usage { sim, mb, country, operator } => {
-                let path = format!("/sandbox/v1/esims/{}/usage", encode(&self.id_of(sim)));
-                let body =
-                    Json::new().number("mb", mb).string("country", country).optional("operator", operator.as_deref());
-                self.send(Who::Admin, http::Method::POST, path, body.finish(), None, Kind::Other);
+                let body = Json::new()
+                    .number("mb", mb)
+                    .string("country", country)
+                    .optional("operator", operator.as_deref())
+                    .finish();
+                let iccid = self.id_of(sim);
+                self.send_to(Who::Admin, Endpoint::Usage, &[&iccid], "", body, None, Kind::Other);
             }
             Op::Faults { upstream_pause_fails, network_read_fails } => {
                 let body = Json::new()
                     .optional("upstream_pause_fails", upstream_pause_fails.as_ref())
                     .optional("network_read_fails", network_read_fails.as_ref());
-                self.send(Who::Admin, http::Method::PUT, "/sandbox/v1/faults".into(), body.finish(), None, Kind::Other);
+                self.send_to(Who::Admin, Endpoint::SetFaults, &[], "", body.finish(), None, Kind::Other);
             }
             Op::Advance { ms } => self.advance(*ms),
             Op::Receiver { webhook, mode } => {
@@ -637,8 +640,7 @@ impl World {
         }
         let seconds = Decimal::new(ms, 3).normalize();
         let body = Json::new().number("seconds", &seconds).finish();
-        let path = "/sandbox/v1/clock/advance".to_string();
-        self.send(Who::Admin, http::Method::POST, path, body, None, Kind::Other);
+        self.send_to(Who::Admin, Endpoint::AdvanceClock, &[], "", body, None, Kind::Other);
     }
 
     fn who(&self, caller: &str) -> Who {
@@ -651,118 +653,114 @@ impl World {
 
     fn call(&mut self, caller: &str, call: &Call, idempotency_key: Option<&str>) {
         let who = self.who(caller);
-        let base = RESELLER_BASE;
-        let id = |world: &World, name: &str| encode(&world.id_of(name));
-        use http::Method as M;
-        let (method, path, body, kind) = match call {
+        let id = |name: &String| self.id_of(name);
+        use Endpoint as E;
+        let none = String::new;
+        // (endpoint, path parameters, query, body, facts to read)
+        let (endpoint, params, query, body, kind) = match call {
             Call::Provision { bind, group, label, reference } => {
                 let body = Json::new()
                     .optional("end_user_reference", reference.as_deref())
                     .optional("label", label.as_deref())
-                    .optional("group_id", group.as_ref().map(|g| self.id_of(g)).as_deref());
-                (
-                    M::POST,
-                    format!("{base}/esim/provision"),
-                    body.finish_or_empty(),
-                    Kind::Provision { bind: bind.clone() },
-                )
+                    .optional("group_id", group.as_ref().map(id).as_deref());
+                (E::ProvisionEsim, vec![], none(), body.finish_or_empty(), Kind::Provision { bind: bind.clone() })
             }
             Call::List { status, limit, offset } => {
                 let query = query(&[("status", status.clone()), ("limit", num(limit)), ("offset", num(offset))]);
-                (M::GET, format!("{base}/esim/list{query}"), String::new(), Kind::Other)
+                (E::ListEsims, vec![], query, none(), Kind::Other)
             }
-            Call::Get { sim } => (M::GET, format!("{base}/esim/{}", id(self, sim)), String::new(), Kind::ShowEsim),
-            Call::Enable { sim } => {
-                (M::POST, format!("{base}/esim/{}/enable", id(self, sim)), String::new(), Kind::Other)
-            }
-            Call::Disable { sim } => {
-                (M::POST, format!("{base}/esim/{}/disable", id(self, sim)), String::new(), Kind::Other)
-            }
-            Call::Terminate { sim } => {
-                (M::POST, format!("{base}/esim/{}/terminate", id(self, sim)), String::new(), Kind::Other)
-            }
+            Call::Get { sim } => (E::GetEsim, vec![id(sim)], none(), none(), Kind::ShowEsim),
+            Call::Enable { sim } => (E::EnableEsim, vec![id(sim)], none(), none(), Kind::Other),
+            Call::Disable { sim } => (E::DisableEsim, vec![id(sim)], none(), none(), Kind::Other),
+            Call::Terminate { sim } => (E::TerminateEsim, vec![id(sim)], none(), none(), Kind::Other),
             Call::Throttle { sim, speed } => {
                 let body = Json::new().string("speed", speed).finish();
-                (M::POST, format!("{base}/esim/{}/throttle", id(self, sim)), body, Kind::Other)
+                (E::ThrottleEsim, vec![id(sim)], none(), body, Kind::Other)
             }
             Call::Fund { sim, amount } => {
                 let body = Json::new().number("amount", amount).finish();
-                (M::POST, format!("{base}/esim/{}/fund", id(self, sim)), body, Kind::Fund)
+                (E::FundEsim, vec![id(sim)], none(), body, Kind::Fund)
             }
-            Call::Defund { sim } => {
-                (M::POST, format!("{base}/esim/{}/defund", id(self, sim)), String::new(), Kind::Defund)
-            }
-            Call::Groups => (M::GET, format!("{base}/groups"), String::new(), Kind::Other),
+            Call::Defund { sim } => (E::DefundEsim, vec![id(sim)], none(), none(), Kind::Defund),
+            Call::Groups => (E::ListGroups, vec![], none(), none(), Kind::Other),
             Call::CreateGroup { bind, name, threshold, refill } => {
                 let body = Json::new()
                     .string("name", name)
                     .optional("low_balance_threshold_usd", threshold.as_ref())
                     .optional("refill_amount_usd", refill.as_ref());
-                (M::POST, format!("{base}/groups"), body.finish(), Kind::CreateGroup { bind: bind.clone() })
+                (E::CreateGroup, vec![], none(), body.finish(), Kind::CreateGroup { bind: bind.clone() })
             }
-            Call::GetGroup { group } => {
-                (M::GET, format!("{base}/groups/{}", id(self, group)), String::new(), Kind::ShowGroup)
-            }
+            Call::GetGroup { group } => (E::GetGroup, vec![id(group)], none(), none(), Kind::ShowGroup),
             Call::UpdateGroup { group, name, threshold, refill } => {
                 let body = Json::new()
                     .optional("name", name.as_deref())
                     .optional("low_balance_threshold_usd", threshold.as_ref())
                     .optional("refill_amount_usd", refill.as_ref());
-                (M::PATCH, format!("{base}/groups/{}", id(self, group)), body.finish(), Kind::ShowGroup)
+                (E::UpdateGroup, vec![id(group)], none(), body.finish(), Kind::ShowGroup)
             }
             Call::FundGroup { group, amount } => {
                 let body = Json::new().number("amount", amount).finish();
-                (M::POST, format!("{base}/groups/{}/fund", id(self, group)), body, Kind::FundGroup)
+                (E::FundGroup, vec![id(group)], none(), body, Kind::FundGroup)
             }
-            Call::DefundGroup { group } => {
-                (M::POST, format!("{base}/groups/{}/defund", id(self, group)), String::new(), Kind::DefundGroup)
-            }
+            Call::DefundGroup { group } => (E::DefundGroup, vec![id(group)], none(), none(), Kind::DefundGroup),
             Call::Members { group, limit, offset } => {
                 let query = query(&[("limit", num(limit)), ("offset", num(offset))]);
-                (M::GET, format!("{base}/groups/{}/esims{query}", id(self, group)), String::new(), Kind::Other)
+                (E::ListGroupEsims, vec![id(group)], query, none(), Kind::Other)
             }
             Call::Add { group, sim } => {
-                let body = Json::new().string("iccid", &self.id_of(sim)).finish();
-                (M::POST, format!("{base}/groups/{}/esims", id(self, group)), body, Kind::Add)
+                let body = Json::new().string("iccid", &id(sim)).finish();
+                (E::AddGroupEsim, vec![id(group)], none(), body, Kind::Add)
             }
-            Call::Remove { group, sim } => {
-                let path = format!("{base}/groups/{}/esims/{}", id(self, group), id(self, sim));
-                (M::DELETE, path, String::new(), Kind::Other)
-            }
-            Call::Wallet => (M::GET, format!("{base}/wallet/balance"), String::new(), Kind::Wallet),
+            Call::Remove { group, sim } => (E::RemoveGroupEsim, vec![id(group), id(sim)], none(), none(), Kind::Other),
+            Call::Wallet => (E::WalletBalance, vec![], none(), none(), Kind::Wallet),
             Call::Rates { country, continent } => {
                 let query = query(&[("country", country.clone()), ("continent", continent.clone())]);
-                (M::GET, format!("{base}/rates{query}"), String::new(), Kind::Other)
+                (E::Rates, vec![], query, none(), Kind::Other)
             }
-            Call::AccountInfo => (M::GET, format!("{base}/account"), String::new(), Kind::Other),
-            Call::Webhooks => (M::GET, format!("{base}/webhooks"), String::new(), Kind::Other),
+            Call::AccountInfo => (E::Account, vec![], none(), none(), Kind::Other),
+            Call::Webhooks => (E::ListWebhooks, vec![], none(), none(), Kind::Other),
             Call::CreateWebhook { bind, events, url } => {
                 let default_url = format!("https://hooks.example.com/{}", bind.as_deref().unwrap_or("hook"));
                 let body = Json::new()
                     .string("url", url.as_deref().unwrap_or(&default_url))
                     .raw("events", &serde_json::to_string(events).unwrap_or_default())
                     .finish();
-                (M::POST, format!("{base}/webhooks"), body, Kind::CreateWebhook { bind: bind.clone() })
+                (E::CreateWebhook, vec![], none(), body, Kind::CreateWebhook { bind: bind.clone() })
             }
-            Call::GetWebhook { webhook } => {
-                (M::GET, format!("{base}/webhooks/{}", id(self, webhook)), String::new(), Kind::Other)
-            }
+            Call::GetWebhook { webhook } => (E::GetWebhook, vec![id(webhook)], none(), none(), Kind::Other),
             Call::UpdateWebhook { webhook, events, active, url } => {
                 let body = Json::new()
                     .optional("url", url.as_deref())
                     .optional("events", events.as_ref())
                     .optional("active", active.as_ref());
                 let kind = Kind::UpdateWebhook { events: events.clone(), active: *active };
-                (M::PUT, format!("{base}/webhooks/{}", id(self, webhook)), body.finish(), kind)
+                (E::UpdateWebhook, vec![id(webhook)], none(), body.finish(), kind)
             }
             Call::DeleteWebhook { webhook } => {
-                let kind = Kind::DeleteWebhook { id: self.id_of(webhook) };
-                (M::DELETE, format!("{base}/webhooks/{}", id(self, webhook)), String::new(), kind)
+                let kind = Kind::DeleteWebhook { id: id(webhook) };
+                (E::DeleteWebhook, vec![id(webhook)], none(), none(), kind)
             }
-            Call::TestWebhook { webhook } => {
-                (M::POST, format!("{base}/webhooks/{}/test", id(self, webhook)), String::new(), Kind::TestWebhook)
-            }
+            Call::TestWebhook { webhook } => (E::TestWebhook, vec![id(webhook)], none(), none(), Kind::TestWebhook),
         };
+        let params: Vec<&str> = params.iter().map(String::as_str).collect();
+        self.send_to(who, endpoint, &params, &query, body, idempotency_key, kind);
+    }
+
+    /// Sends a request of `endpoint` with these path parameters (percent-encoded by the
+    /// endpoint table) and query (`?...` or empty).
+    #[allow(clippy::too_many_arguments)]
+    fn send_to(
+        &mut self,
+        who: Who,
+        endpoint: Endpoint,
+        params: &[&str],
+        query: &str,
+        body: String,
+        idempotency_key: Option<&str>,
+        kind: Kind,
+    ) {
+        let method = http::Method::from_bytes(endpoint.method().as_bytes()).expect("the table's methods are valid");
+        let path = endpoint.path(params) + query;
         self.send(who, method, path, body, idempotency_key, kind);
     }
 
@@ -1209,6 +1207,59 @@ impl World {
     }
 }
 
+/// The script verb whose requests reach each endpoint, or `None` (with the reason) for
+/// an endpoint the simulation never sends. An exhaustive match: a new endpoint does not
+/// compile until the simulation says how it reaches it, and a test checks that the
+/// generated worlds do send every one named here.
+pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
+    use Endpoint as E;
+    Some(match endpoint {
+        E::ProvisionEsim => "provision",
+        E::ListEsims => "list",
+        E::GetEsim => "get",
+        E::EnableEsim => "enable",
+        E::DisableEsim => "disable",
+        E::TerminateEsim => "terminate",
+        E::ThrottleEsim => "throttle",
+        E::FundEsim => "fund",
+        E::DefundEsim => "defund",
+        E::ListGroups => "groups",
+        E::CreateGroup => "group",
+        E::GetGroup => "getgroup",
+        E::UpdateGroup => "patchgroup",
+        E::FundGroup => "fundgroup",
+        E::DefundGroup => "defundgroup",
+        E::ListGroupEsims => "members",
+        E::AddGroupEsim => "add",
+        E::RemoveGroupEsim => "remove",
+        E::WalletBalance => "wallet",
+        E::Rates => "rates",
+        E::Account => "accountinfo",
+        E::ListWebhooks => "webhooks",
+        E::CreateWebhook => "webhook",
+        E::GetWebhook => "getwebhook",
+        E::UpdateWebhook => "putwebhook",
+        E::DeleteWebhook => "deletewebhook",
+        E::TestWebhook => "testwebhook",
+        E::CreateAccount => "account",
+        E::TopUp => "topup",
+        E::CreateKey => "newkey",
+        E::RevokeKey => "revoke",
+        E::Freeze => "freeze",
+        E::SetAutoRefill => "autorefill",
+        E::SetLimits => "limits",
+        E::SetInventory => "inventory",
+        E::Install => "install",
+        E::Usage => "usage",
+        E::SetFaults => "faults",
+        E::AdvanceClock => "advance",
+        // Reads of no state the checkers follow: the document is static, the clock and
+        // the state digest are read from the engine directly, and the conservation
+        // report is checked on the engine's own report after every step.
+        E::OpenApi | E::Clock | E::State | E::ConservationReport => return None,
+    })
+}
+
 /// What the production router makes of a request: (reaches the engine as a reseller
 /// command, is a read, the facts to read from its response).
 fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
@@ -1249,10 +1300,7 @@ fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
         }
         // Refused by the transport after the key check: counted by the rate limit, but
         // never reaches the idempotency store (treated as a read).
-        Routed::Reject(_)
-            if esim_transport::routes::api_of_path(request.uri().path())
-                == Some(esim_transport::routes::Api::Reseller) =>
-        {
+        Routed::Reject(_) if esim_transport::routes::api_of_path(request.uri().path()) == Some(Api::Reseller) => {
             (true, true, Kind::Other)
         }
         _ => (false, request.method() == http::Method::GET, Kind::Other),
@@ -1313,19 +1361,6 @@ pub fn decimal(value: &Value) -> Option<Decimal> {
         _ => return None,
     };
     Decimal::from_str(&text).or_else(|_| Decimal::from_scientific(&text)).ok()
-}
-
-/// Percent-encodes a path segment or query value (unreserved characters stay).
-pub fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 fn num(value: &Option<u64>) -> Option<String> {

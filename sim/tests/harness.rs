@@ -119,3 +119,32 @@ fn progress_reaches_the_total() {
     assert_eq!(seen.iter().map(|(done, _)| *done).max(), Some(40));
     assert!(seen.iter().all(|(_, total)| *total == 40));
 }
+
+#[test]
+fn generated_worlds_reach_every_endpoint_the_simulation_names() {
+    use esim_sim::generate::Generator;
+    use esim_sim::world::{reached_by, World};
+    use esim_transport::routes::{self, Endpoint, Match};
+    use std::collections::BTreeSet;
+    let mut seen = BTreeSet::new();
+    for seed in 0..20 {
+        let mut world = World::new(seed, None);
+        let mut generator = Generator::new(seed, 2, true);
+        let prelude = generator.prelude();
+        for step in 0..200 {
+            let op = prelude.get(step).cloned().unwrap_or_else(|| generator.next(&world));
+            for exchange in &world.apply(&op).exchanges {
+                let path = exchange.path.split('?').next().unwrap_or_default();
+                if let Match::Found(endpoint, _) = routes::find(exchange.method.as_str(), path) {
+                    seen.insert(endpoint);
+                }
+            }
+        }
+    }
+    let missing: Vec<(Endpoint, &str)> = Endpoint::ALL
+        .iter()
+        .filter_map(|&endpoint| Some((endpoint, reached_by(endpoint)?)))
+        .filter(|(endpoint, _)| !seen.contains(endpoint))
+        .collect();
+    assert!(missing.is_empty(), "endpoints the generated worlds never sent: {missing:?}");
+}

@@ -8,7 +8,7 @@
 //! refuses a key revoked in between. The per-key rate windows live here, not in the
 //! engine: they are soft state (never journaled, not in the state digest, decision 53).
 
-use crate::routes::{self, Api, Match, ROUTES};
+use crate::routes::{self, Api, Match};
 use esim_engine::{limits, ApiError, Engine, ErrorCode, KeyDigest, Millis};
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
@@ -93,7 +93,7 @@ impl Admission {
         now: Millis,
     ) -> Result<Admitted, ApiError> {
         let api = match matched {
-            Match::Found(index, _) => ROUTES[*index].0,
+            Match::Found(endpoint, _) => endpoint.api(),
             Match::NotFound | Match::WrongMethod(_) => match routes::api_of_path(path) {
                 Some(api) => api,
                 // Outside every API: nothing to authenticate; the router answers 404.

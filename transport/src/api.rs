@@ -3,7 +3,7 @@
 //! an HTTP response. No sockets, no runtime, no clock, no business rules: everything
 //! here is parsing, validation of shapes, and rendering.
 
-use crate::routes::{self, Api, Match, ROUTES};
+use crate::routes::{self, Api, Endpoint, Match};
 use bytes::Bytes;
 use esim_engine::{
     AdminOp, ApiError, CardBehavior, Command, ErrorCode, KeyDigest, ResellerOp, ResellerRequest, Response, SandboxOp,
@@ -233,8 +233,8 @@ fn try_route(
         return Err(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")));
     }
     let path = request.uri().path();
-    let (index, params) = match routes::find(request.method().as_str(), path) {
-        Match::Found(index, params) => (index, params),
+    let (endpoint, params) = match routes::find(request.method().as_str(), path) {
+        Match::Found(endpoint, params) => (endpoint, params),
         Match::WrongMethod(allowed) => {
             return Err(ApiError::new(
                 ErrorCode::MethodNotAllowed,
@@ -243,9 +243,8 @@ fn try_route(
         }
         Match::NotFound => return Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
     };
-    let (api, method, pattern) = ROUTES[index];
     let credential = bearer_str(request.headers());
-    if matches!(api, Api::Admin | Api::Sandbox)
+    if matches!(endpoint.api(), Api::Admin | Api::Sandbox)
         && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())
     {
         return Err(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"));
@@ -261,107 +260,86 @@ fn try_route(
     };
     let admin = |op: AdminOp| Routed::Engine(Command::Admin(op));
     let sandbox = |op: SandboxOp| Routed::Engine(Command::Sandbox(op));
-    Ok(match (method, pattern) {
-        ("POST", "/esim/provision") => reseller(ResellerOp::Provision {
+    use Endpoint as E;
+    Ok(match endpoint {
+        E::ProvisionEsim => reseller(ResellerOp::Provision {
             end_user_reference: body.string("end_user_reference")?,
             label: body.string("label")?,
             group_id: body.string("group_id")?,
         }),
-        ("GET", "/esim/list") => reseller(ResellerOp::ListEsims {
+        E::ListEsims => reseller(ResellerOp::ListEsims {
             status: query_value(&query, "status").map(str::to_string),
             limit: query_u64(&query, "limit")?,
             offset: query_u64(&query, "offset")?,
         }),
-        ("GET", "/esim/{iccid}") => reseller(ResellerOp::GetEsim { iccid: param(0) }),
-        ("POST", "/esim/{iccid}/enable") => reseller(ResellerOp::Enable { iccid: param(0) }),
-        ("POST", "/esim/{iccid}/disable") => reseller(ResellerOp::Disable { iccid: param(0) }),
-        ("POST", "/esim/{iccid}/terminate") => reseller(ResellerOp::Terminate { iccid: param(0) }),
-        ("POST", "/esim/{iccid}/throttle") => {
-            reseller(ResellerOp::Throttle { iccid: param(0), speed: body.required_string("speed")? })
-        }
-        ("POST", "/esim/{iccid}/fund") => {
-            reseller(ResellerOp::Fund { iccid: param(0), amount: body.required_money("amount")? })
-        }
-        ("POST", "/esim/{iccid}/defund") => reseller(ResellerOp::Defund { iccid: param(0) }),
-        ("GET", "/groups") => reseller(ResellerOp::ListGroups),
-        ("POST", "/groups") => reseller(ResellerOp::CreateGroup {
+        E::GetEsim => reseller(ResellerOp::GetEsim { iccid: param(0) }),
+        E::EnableEsim => reseller(ResellerOp::Enable { iccid: param(0) }),
+        E::DisableEsim => reseller(ResellerOp::Disable { iccid: param(0) }),
+        E::TerminateEsim => reseller(ResellerOp::Terminate { iccid: param(0) }),
+        E::ThrottleEsim => reseller(ResellerOp::Throttle { iccid: param(0), speed: body.required_string("speed")? }),
+        E::FundEsim => reseller(ResellerOp::Fund { iccid: param(0), amount: body.required_money("amount")? }),
+        E::DefundEsim => reseller(ResellerOp::Defund { iccid: param(0) }),
+        E::ListGroups => reseller(ResellerOp::ListGroups),
+        E::CreateGroup => reseller(ResellerOp::CreateGroup {
             name: body.required_string("name")?,
             low_balance_threshold_usd: body.money("low_balance_threshold_usd")?,
             refill_amount_usd: body.money("refill_amount_usd")?,
         }),
-        ("GET", "/groups/{id}") => reseller(ResellerOp::GetGroup { group_id: param(0) }),
-        ("PATCH", "/groups/{id}") => reseller(ResellerOp::UpdateGroup {
+        E::GetGroup => reseller(ResellerOp::GetGroup { group_id: param(0) }),
+        E::UpdateGroup => reseller(ResellerOp::UpdateGroup {
             group_id: param(0),
             name: body.string("name")?,
             low_balance_threshold_usd: body.money("low_balance_threshold_usd")?,
             refill_amount_usd: body.money("refill_amount_usd")?,
         }),
-        ("POST", "/groups/{id}/fund") => {
-            reseller(ResellerOp::FundGroup { group_id: param(0), amount: body.required_money("amount")? })
-        }
-        ("POST", "/groups/{id}/defund") => reseller(ResellerOp::DefundGroup { group_id: param(0) }),
-        ("GET", "/groups/{id}/esims") => reseller(ResellerOp::ListGroupEsims {
+        E::FundGroup => reseller(ResellerOp::FundGroup { group_id: param(0), amount: body.required_money("amount")? }),
+        E::DefundGroup => reseller(ResellerOp::DefundGroup { group_id: param(0) }),
+        E::ListGroupEsims => reseller(ResellerOp::ListGroupEsims {
             group_id: param(0),
             limit: query_u64(&query, "limit")?,
             offset: query_u64(&query, "offset")?,
         }),
-        ("POST", "/groups/{id}/esims") => {
+        E::AddGroupEsim => {
             reseller(ResellerOp::AddGroupEsim { group_id: param(0), iccid: body.required_string("iccid")? })
         }
-        ("DELETE", "/groups/{id}/esims/{iccid}") => {
-            reseller(ResellerOp::RemoveGroupEsim { group_id: param(0), iccid: param(1) })
-        }
-        ("GET", "/wallet/balance") => reseller(ResellerOp::WalletBalance),
-        ("GET", "/rates") => reseller(ResellerOp::Rates {
+        E::RemoveGroupEsim => reseller(ResellerOp::RemoveGroupEsim { group_id: param(0), iccid: param(1) }),
+        E::WalletBalance => reseller(ResellerOp::WalletBalance),
+        E::Rates => reseller(ResellerOp::Rates {
             country: query_value(&query, "country").map(str::to_string),
             continent: query_value(&query, "continent").map(str::to_string),
         }),
-        ("GET", "/account") => reseller(ResellerOp::Account),
-        ("GET", "/webhooks") => reseller(ResellerOp::ListWebhooks),
-        ("POST", "/webhooks") => reseller(ResellerOp::CreateWebhook {
+        E::Account => reseller(ResellerOp::Account),
+        E::ListWebhooks => reseller(ResellerOp::ListWebhooks),
+        E::CreateWebhook => reseller(ResellerOp::CreateWebhook {
             url: body.required_string("url")?,
             events: body.strings("events")?.ok_or_else(|| ApiError::validation("events is required"))?,
             // Drawn and sealed by the service (`Service::issue_secrets`).
             signing_secret: SealedSecret::default(),
         }),
-        ("GET", "/webhooks/{id}") => reseller(ResellerOp::GetWebhook { webhook_id: param(0) }),
-        ("PUT", "/webhooks/{id}") => reseller(ResellerOp::UpdateWebhook {
+        E::GetWebhook => reseller(ResellerOp::GetWebhook { webhook_id: param(0) }),
+        E::UpdateWebhook => reseller(ResellerOp::UpdateWebhook {
             webhook_id: param(0),
             url: body.string("url")?,
             events: body.strings("events")?,
             active: body.bool("active")?,
         }),
-        ("DELETE", "/webhooks/{id}") => reseller(ResellerOp::DeleteWebhook { webhook_id: param(0) }),
-        ("POST", "/webhooks/{id}/test") => reseller(ResellerOp::TestWebhook { webhook_id: param(0) }),
-        ("GET", "/openapi.json") => Routed::OpenApi,
-        ("POST", "/admin/v1/accounts") => admin(AdminOp::CreateAccount {
+        E::DeleteWebhook => reseller(ResellerOp::DeleteWebhook { webhook_id: param(0) }),
+        E::TestWebhook => reseller(ResellerOp::TestWebhook { webhook_id: param(0) }),
+        E::OpenApi => Routed::OpenApi,
+        E::CreateAccount => admin(AdminOp::CreateAccount {
             contact_email: body.required_string("contact_email")?,
             company_name: body.string("company_name")?,
             // Drawn by the service (`Service::issue_secrets`).
             api_key_digest: KeyDigest::default(),
         }),
-        ("POST", "/admin/v1/accounts/{account_id}/topups") => {
-            admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_money("amount_usd")? })
-        }
-        ("POST", "/admin/v1/accounts/{account_id}/keys") => {
-            admin(AdminOp::CreateKey { account_id: param(0), api_key_digest: KeyDigest::default() })
-        }
-        ("DELETE", "/admin/v1/keys/{api_key}") => {
-            admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&param(0)) })
-        }
-        ("PUT", "/admin/v1/accounts/{account_id}/freeze") => {
-            admin(AdminOp::Freeze { account_id: param(0), frozen: body.required_bool("frozen")? })
-        }
-        ("PUT", "/admin/v1/accounts/{account_id}/auto-refill") => {
-            let card = match body.string("card")?.as_deref() {
+        E::TopUp => admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_money("amount_usd")? }),
+        E::CreateKey => admin(AdminOp::CreateKey { account_id: param(0), api_key_digest: KeyDigest::default() }),
+        E::RevokeKey => admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&param(0)) }),
+        E::Freeze => admin(AdminOp::Freeze { account_id: param(0), frozen: body.required_bool("frozen")? }),
+        E::SetAutoRefill => {
+            let card = match body.string("card")? {
                 None => None,
-                Some("ok") => Some(CardBehavior::Ok),
-                Some("declined") => Some(CardBehavior::Declined),
-                Some("requires_action") => Some(CardBehavior::RequiresAction),
-                Some("expired") => Some(CardBehavior::Expired),
-                Some(_) => {
-                    return Err(ApiError::validation("card must be one of ok, declined, requires_action, expired"))
-                }
+                Some(text) => Some(text.parse::<CardBehavior>().map_err(ApiError::validation)?),
             };
             admin(AdminOp::SetAutoRefill {
                 account_id: param(0),
@@ -370,26 +348,26 @@ fn try_route(
                 card,
             })
         }
-        ("PUT", "/admin/v1/accounts/{account_id}/limits") => admin(AdminOp::SetLimits {
+        E::SetLimits => admin(AdminOp::SetLimits {
             account_id: param(0),
             max_groups: body.integer("max_groups", u32::MAX.into())?.map(|v| v as u32),
             max_group_size: body.integer("max_group_size", u32::MAX.into())?.map(|v| v as u32),
         }),
-        ("PUT", "/admin/v1/inventory") => admin(AdminOp::SetInventory {
+        E::SetInventory => admin(AdminOp::SetInventory {
             available: body
                 .integer("available", 1_000_000_000)?
                 .ok_or_else(|| ApiError::validation("available is required"))?,
         }),
-        ("GET", "/admin/v1/reports/conservation") => {
+        E::ConservationReport => {
             let format = query_value(&query, "format").unwrap_or("json").to_string();
             if !matches!(format.as_str(), "json" | "csv" | "md") {
                 return Err(ApiError::validation("format must be json, csv or md"));
             }
             Routed::Report { account_id: query_value(&query, "account_id").map(str::to_string), format }
         }
-        ("GET", "/admin/v1/state") => Routed::StateDigest,
-        ("GET", "/sandbox/v1/clock") => Routed::ClockRead,
-        ("POST", "/sandbox/v1/clock/advance") => {
+        E::State => Routed::StateDigest,
+        E::Clock => Routed::ClockRead,
+        E::AdvanceClock => {
             let seconds = body.required_decimal("seconds")?;
             if seconds <= Decimal::ZERO || seconds > Decimal::from(366 * 24 * 3600) {
                 return Err(ApiError::validation("seconds must be above 0 and at most one year"));
@@ -397,18 +375,17 @@ fn try_route(
             let ms = (seconds * Decimal::from(1000)).trunc();
             Routed::ClockAdvance { ms: ms.to_string().parse().unwrap_or(1).max(1) }
         }
-        ("POST", "/sandbox/v1/esims/{iccid}/install") => sandbox(SandboxOp::Install { iccid: param(0) }),
-        ("POST", "/sandbox/v1/esims/{iccid}/usage") => sandbox(SandboxOp::Usage {
+        E::Install => sandbox(SandboxOp::Install { iccid: param(0) }),
+        E::Usage => sandbox(SandboxOp::Usage {
             iccid: param(0),
             mb: body.required_decimal("mb")?,
             country: body.required_string("country")?,
             operator: body.string("operator")?,
         }),
-        ("PUT", "/sandbox/v1/faults") => sandbox(SandboxOp::SetFaults {
+        E::SetFaults => sandbox(SandboxOp::SetFaults {
             upstream_pause_fails: body.bool("upstream_pause_fails")?,
             network_read_fails: body.bool("network_read_fails")?,
         }),
-        _ => unreachable!("every route of the table is handled: {method} {pattern}"),
     })
 }
 

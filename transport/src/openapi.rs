@@ -1,16 +1,19 @@
 //! The OpenAPI 3.1 document of the reseller API (`GET /api/v2/reseller/openapi.json`).
 //!
-//! The paths come from the route table ([`ROUTES`], reseller and public routes only, at
-//! their full paths), so every routed path and method is documented and nothing else;
-//! the tests check both ways. Response schemas follow the bodies of `esim_engine::reply`
-//! field by field (money as JSON numbers, timestamps as RFC 3339 strings, nullable
-//! fields as `["...", "null"]` types, `skip_serializing_if` fields not required); error
-//! statuses come from [`ErrorCode::http_status`], so a documented status can never
-//! disagree with the code that produces it. A test drives the real [`crate::Service`]
-//! through every operation and validates each answer against this document.
+//! The paths come from the endpoint table ([`Endpoint`], reseller and public endpoints
+//! only, at their full paths), so every routed path and method is documented and nothing
+//! else; the tests check both ways. Response schemas are derived from the reply types of
+//! `esim_engine::reply` with `schemars`, as they serialize (money as JSON numbers,
+//! timestamps as RFC 3339 strings, nullable fields as `["...", "null"]` types or
+//! `anyOf` with null, `skip_serializing_if` fields not required); request bodies, the
+//! error body and the event names are written here. Error statuses come from
+//! [`ErrorCode::http_status`], so a documented status can never disagree with the code
+//! that produces it. A test drives the real [`crate::Service`] through every operation
+//! and validates each answer against this document.
 
-use crate::routes::{full_path, Api, ROUTES};
+use crate::routes::{Api, Endpoint};
 use esim_engine::{ErrorCode, EventName};
+use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 
@@ -20,7 +23,7 @@ pub fn document() -> String {
     DOCUMENT.get_or_init(|| serde_json::to_string_pretty(&build()).expect("a JSON value always serializes")).clone()
 }
 
-// ----- schema building blocks -----
+// ----- schemas -----
 
 fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
@@ -30,200 +33,95 @@ fn string(description: &str) -> Value {
     json!({ "type": "string", "description": description })
 }
 
-fn nullable_string(description: &str) -> Value {
-    json!({ "type": ["string", "null"], "description": description })
-}
-
-fn money(description: &str) -> Value {
-    json!({ "type": "number", "description": format!("USD. {description}") })
-}
-
-fn count(description: &str) -> Value {
-    json!({ "type": "integer", "minimum": 0, "description": description })
-}
-
 fn boolean(description: &str) -> Value {
     json!({ "type": "boolean", "description": description })
-}
-
-fn timestamp(description: &str) -> Value {
-    json!({ "type": "string", "format": "date-time", "description": description })
-}
-
-fn nullable_timestamp(description: &str) -> Value {
-    json!({ "type": ["string", "null"], "format": "date-time", "description": description })
 }
 
 fn uuid(description: &str) -> Value {
     json!({ "type": "string", "format": "uuid", "description": description })
 }
 
-fn constant(value: &str) -> Value {
-    json!({ "type": "string", "const": value })
-}
-
-fn one_of(values: &[&str], description: &str) -> Value {
-    json!({ "type": "string", "enum": values, "description": description })
-}
-
-fn array_of(items: Value, description: &str) -> Value {
-    json!({ "type": "array", "items": items, "description": description })
-}
-
 fn object(description: &str, required: &[&str], properties: Value) -> Value {
     json!({ "type": "object", "description": description, "required": required, "properties": properties })
 }
 
-/// `base` with more required fields and properties (a `#[serde(flatten)]` struct).
-fn extend(mut base: Value, description: &str, required: &[&str], properties: Value) -> Value {
-    base["description"] = json!(description);
-    let list = base["required"].as_array_mut().expect("an object schema has a required list");
-    list.extend(required.iter().map(|name| json!(name)));
-    let target = base["properties"].as_object_mut().expect("an object schema has properties");
-    if let Value::Object(extra) = properties {
-        target.extend(extra);
-    }
-    base
-}
-
 const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"];
-const EUICC_STATES: [&str; 4] = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"];
-
-/// The throttle speeds accepted: NO_LIMIT, 100 to 3000 Kbps in steps of 100, then 3500,
-/// 4000, 4500 and 5000.
-fn throttle_speeds() -> Vec<String> {
-    let steps = (1..=30).map(|n| n * 100).chain([3_500, 4_000, 4_500, 5_000]);
-    std::iter::once("NO_LIMIT".to_string()).chain(steps.map(|kbps| format!("SPEED_{kbps}_KBPS"))).collect()
-}
 
 /// Names a webhook can subscribe to (`*` for all current and future events).
 fn subscribable_events() -> Vec<&'static str> {
     std::iter::once("*").chain(EventName::SUBSCRIBABLE.iter().map(|event| event.as_str())).collect()
 }
 
-/// `fields` and the paging fields of a list response.
-fn page_properties(mut fields: Value) -> Value {
-    fields["total"] = count("Number of matching eSIMs");
-    fields["limit"] = count("Page size applied (default 50, at most 100)");
-    fields["offset"] = count("Position of the first eSIM of the page");
-    fields
+/// The response schemas, derived from the reply types of the engine (`schemars`, as they
+/// serialize), by the names the operations use.
+fn reply_schemas() -> Map<String, Value> {
+    use esim_engine::reply::*;
+    let mut generator = SchemaSettings::draft2020_12()
+        .with(|settings| {
+            settings.definitions_path = "/components/schemas".into();
+            settings.meta_schema = None;
+        })
+        .for_serialize()
+        .into_generator();
+    generator.subschema_for::<ProvisionedEsim>();
+    generator.subschema_for::<EsimDetail>();
+    generator.subschema_for::<EsimPage>();
+    generator.subschema_for::<DataToggled>();
+    generator.subschema_for::<Terminated>();
+    generator.subschema_for::<Throttled>();
+    generator.subschema_for::<Funded>();
+    generator.subschema_for::<DefundAccepted>();
+    generator.subschema_for::<GroupList>();
+    generator.subschema_for::<GroupFunded>();
+    generator.subschema_for::<GroupDefundAccepted>();
+    generator.subschema_for::<GroupMembers>();
+    generator.subschema_for::<GroupMemberChange>();
+    generator.subschema_for::<WalletBalance>();
+    generator.subschema_for::<Rates>();
+    generator.subschema_for::<AccountRecord>();
+    generator.subschema_for::<WebhookCreated>();
+    generator.subschema_for::<WebhookList>();
+    generator.subschema_for::<Success>();
+    generator.subschema_for::<WebhookTestResult>();
+    generator.take_definitions(true)
+}
+
+/// The one reply type of the three member changes, narrowed per answer: `status` fixed,
+/// and the settlement fields required with `move_pending` and absent otherwise.
+fn member_change(base: &Value, description: &str, status: &str) -> Value {
+    let mut schema = base.clone();
+    schema["description"] = json!(description);
+    schema["properties"]["status"] = json!({ "type": "string", "const": status });
+    let pending = ["settles_in_minutes", "estimated_return_usd"];
+    if status == "move_pending" {
+        let required = schema["required"].as_array_mut().expect("a derived object lists its required fields");
+        required.extend(pending.iter().map(|name| json!(name)));
+    } else if let Some(properties) = schema["properties"].as_object_mut() {
+        properties.retain(|name, _| !pending.contains(&name.as_str()));
+    }
+    schema
 }
 
 fn schemas() -> Value {
-    let esim_item = object(
-        "An eSIM (list item; also the core of the detail record)",
-        &[
-            "id",
-            "iccid",
-            "status",
-            "euicc_state",
-            "end_user_reference",
-            "label",
-            "wallet_balance_usd",
-            "total_data_charged_usd",
-            "activated_at",
-            "terminated_at",
-            "created_at",
-        ],
-        json!({
-            "id": uuid("Identifier of the eSIM"),
-            "iccid": string("ICCID (19 digits), the identifier used in paths"),
-            "status": one_of(&ESIM_STATUSES, "pending until first installed, active, suspended while data is disabled, terminated for good"),
-            "euicc_state": {
-                "type": ["string", "null"],
-                "enum": ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null],
-                "description": "Activation state of the profile on the device",
-            },
-            "end_user_reference": nullable_string("The reseller's own customer or order reference"),
-            "label": nullable_string("Human label"),
-            "wallet_balance_usd": money("Remaining wallet credit rounded down to the cent (never above the exact credit); 0 for a group member"),
-            "total_data_charged_usd": {
-                "type": ["number", "null"],
-                "description": "USD. Lifetime data usage charged, as reported by the upstream pipeline; null for a group member",
-            },
-            "activated_at": nullable_timestamp("First installation and boot of the profile"),
-            "terminated_at": nullable_timestamp("Termination time"),
-            "created_at": timestamp("Provisioning time"),
-            "group_id": uuid("Present while the eSIM is a member of a group"),
-        }),
+    let mut all = reply_schemas();
+    let change = all.remove("GroupMemberChange").expect("derived above");
+    all.insert(
+        "GroupMemberAssigned".into(),
+        member_change(&change, "The eSIM (holding no balance) joined the group at once", "assigned"),
     );
-    let esim_detail = extend(
-        esim_item.clone(),
-        "An eSIM with its activation string and switches; euicc_state is read live from the network (the cached state when the read fails)",
-        &["lpa_string", "data_enabled", "throttle"],
-        json!({
-            "lpa_string": string("LPA activation code"),
-            "data_enabled": boolean("Whether data is enabled"),
-            "throttle": schema_ref("ThrottleSpeed"),
-            "group_total_data_charged_usd": money("Present for a group member: data usage of the whole group (members share one wallet)"),
-            "pending": one_of(&["defund_pending", "move_pending"], "Present while a balance return or a move into a group is on its way"),
-        }),
+    all.insert("GroupMovePending".into(), member_change(
+        &change,
+        "The eSIM holds a balance: its data is paused, the balance returns to the reseller balance and the eSIM joins at settlement (not a failure)",
+        "move_pending",
+    ));
+    all.insert(
+        "GroupMemberRemoved".into(),
+        member_change(&change, "The eSIM left the group and is standalone at $0", "removed"),
     );
-    let group = object(
-        "A shared-balance group",
-        &[
-            "id",
-            "name",
-            "balance_usd",
-            "low_balance_threshold_usd",
-            "refill_amount_usd",
-            "esim_count",
-            "total_data_charged_usd",
-            "status",
-            "created_at",
-            "updated_at",
-        ],
-        json!({
-            "id": uuid("Identifier of the group (the group_id of requests and events)"),
-            "name": string("Name, unique on the account"),
-            "balance_usd": money("Group balance rounded down to the cent"),
-            "low_balance_threshold_usd": money("group.balance_low fires when the balance drops below it"),
-            "refill_amount_usd": money("Sent as suggested_amount_usd in group.balance_low"),
-            "esim_count": count("Members"),
-            "total_data_charged_usd": money("Reported data usage of the group"),
-            "status": one_of(&["active", "defund_pending"], "defund_pending while a group balance return is on its way"),
-            "created_at": timestamp("Creation time"),
-            "updated_at": timestamp("Last change"),
-        }),
-    );
-    let webhook = object(
-        "A webhook endpoint",
-        &["id", "url", "events", "active", "failure_count", "last_triggered_at", "last_failure_at", "created_at"],
-        json!({
-            "id": string("Identifier (wh_ followed by 16 hex characters)"),
-            "url": { "type": "string", "format": "uri", "description": "HTTPS URL receiving the POSTs" },
-            "events": array_of(json!({ "type": "string" }), "Subscribed event names, or [\"*\"] for all"),
-            "active": boolean("Deliveries are made only to active webhooks"),
-            "failure_count": count("Consecutive delivery failures; the webhook turns inactive at 10"),
-            "last_triggered_at": nullable_timestamp("Last delivery attempt"),
-            "last_failure_at": nullable_timestamp("Last failed delivery attempt"),
-            "created_at": timestamp("Registration time"),
-        }),
-    );
-    let webhook_with_secret = extend(
-        webhook.clone(),
-        "A newly registered webhook endpoint with its signing secret (shown only once)",
-        &["signing_secret", "note"],
-        json!({
-            "signing_secret": string("HMAC-SHA256 secret (whsec_ followed by 48 hex characters); X-Service-Signature is the lowercase hex HMAC of the raw body"),
-            "note": string("Reminder to store the secret"),
-        }),
-    );
-    let member_change = |description: &str, status: &str, pending: bool| {
-        let mut required = vec!["success", "group_id", "iccid", "status"];
-        let mut properties = json!({
-            "success": boolean("Always true"),
-            "group_id": uuid("The group"),
-            "iccid": string("The eSIM"),
-            "status": constant(status),
-        });
-        if pending {
-            required.extend(["settles_in_minutes", "estimated_return_usd"]);
-            properties["settles_in_minutes"] = count("Minutes until the balance is returned and the eSIM joins");
-            properties["estimated_return_usd"] = money("Balance returned to the reseller balance at settlement");
-        }
-        object(description, &required, properties)
-    };
+
+    // Hand-kept: the error body (serialized by hand from an `ApiError`), the event names,
+    // the document itself, and the request bodies (parsed field by field by `api`, with
+    // no Rust type to derive from).
     let amount_request = |description: &str| {
         object(
             description,
@@ -255,8 +153,6 @@ fn schemas() -> Value {
         "maxLength": 2048,
         "description": "Absolute https:// URL of a public host",
     });
-
-    let mut all = Map::new();
     let mut add = |name: &str, schema: Value| {
         all.insert(name.to_string(), schema);
     };
@@ -273,318 +169,12 @@ fn schemas() -> Value {
         ),
     );
     add(
-        "ThrottleSpeed",
-        json!({
-            "type": "string",
-            "enum": throttle_speeds(),
-            "description": "Speed limit: NO_LIMIT (full speed), SPEED_100_KBPS to SPEED_3000_KBPS in 100 Kbps steps, SPEED_3500_KBPS, SPEED_4000_KBPS, SPEED_4500_KBPS or SPEED_5000_KBPS",
-        }),
-    );
-    add(
         "WebhookEventName",
         json!({
             "type": "string",
             "enum": subscribable_events(),
             "description": "A subscribable event name, or * for all current and future events",
         }),
-    );
-    add(
-        "ProvisionedEsim",
-        object(
-            "A newly provisioned eSIM with its installation details",
-            &[
-                "id",
-                "iccid",
-                "lpa_string",
-                "qr_code",
-                "direct_install_url",
-                "status",
-                "euicc_state",
-                "end_user_reference",
-                "label",
-                "cost",
-                "balance_remaining",
-                "created_at",
-            ],
-            json!({
-                "id": uuid("Identifier of the eSIM"),
-                "iccid": string("ICCID (19 digits)"),
-                "lpa_string": string("LPA activation code, for a QR code or manual entry"),
-                "qr_code": string("base64 PNG data URL (data:image/png;base64,...), usable as an image source"),
-                "direct_install_url": { "type": "string", "format": "uri", "description": "iOS 17.4+ one-tap install link" },
-                "status": one_of(&ESIM_STATUSES, "pending at provisioning"),
-                "euicc_state": one_of(&EUICC_STATES, "RELEASED at provisioning"),
-                "end_user_reference": nullable_string("As given"),
-                "label": nullable_string("As given"),
-                "cost": money("Provisioning fee deducted (1.75)"),
-                "balance_remaining": money("Reseller balance after the fee"),
-                "created_at": timestamp("Provisioning time"),
-                "group_id": uuid("Present when issued into a group"),
-            }),
-        ),
-    );
-    add("EsimItem", esim_item);
-    add("EsimDetail", esim_detail);
-    add(
-        "EsimPage",
-        object(
-            "A page of the account's eSIMs, in provisioning order",
-            &["esims", "total", "limit", "offset"],
-            page_properties(json!({ "esims": array_of(schema_ref("EsimItem"), "The page") })),
-        ),
-    );
-    add(
-        "DataToggled",
-        object(
-            "Data switched on or off",
-            &["success", "iccid", "data_enabled"],
-            json!({
-                "success": boolean("Always true"),
-                "iccid": string("The eSIM"),
-                "data_enabled": boolean("true after enable, false after disable"),
-            }),
-        ),
-    );
-    add(
-        "Terminated",
-        object(
-            "The eSIM is terminated",
-            &["success", "iccid", "status"],
-            json!({ "success": boolean("Always true"), "iccid": string("The eSIM"), "status": constant("terminated") }),
-        ),
-    );
-    add(
-        "Throttled",
-        object(
-            "The speed limit applied",
-            &["success", "iccid", "throttle"],
-            json!({
-                "success": boolean("Always true"),
-                "iccid": string("The eSIM"),
-                "throttle": schema_ref("ThrottleSpeed"),
-            }),
-        ),
-    );
-    add(
-        "Funded",
-        object(
-            "The eSIM wallet was funded",
-            &["success", "iccid", "funded_usd", "wallet_balance_usd", "account_balance_remaining"],
-            json!({
-                "success": boolean("Always true"),
-                "iccid": string("The eSIM"),
-                "funded_usd": money("Amount taken from the reseller balance"),
-                "wallet_balance_usd": money("Wallet credit rounded down to the cent (20 may read back as 19.99)"),
-                "account_balance_remaining": money("Reseller balance after the fund"),
-            }),
-        ),
-    );
-    add("DefundAccepted", object(
-            "The eSIM balance return is under way: data is paused, the credit reaches the reseller balance at settlement",
-            &["success", "iccid", "status", "estimated_return_usd", "settles_in_minutes"],
-            json!({
-                "success": boolean("Always true"),
-                "iccid": string("The eSIM"),
-                "status": constant("defund_pending"),
-                "estimated_return_usd": money("The displayed wallet balance, returned at settlement"),
-                "settles_in_minutes": count("Minutes until settlement (about 15)"),
-            }),
-    ));
-    add("Group", group);
-    add(
-        "GroupList",
-        object(
-            "The account's groups, newest first",
-            &["groups", "total"],
-            json!({ "groups": array_of(schema_ref("Group"), "Groups"), "total": count("Number of groups") }),
-        ),
-    );
-    add(
-        "GroupFunded",
-        object(
-            "The group was funded",
-            &["success", "group_id", "funded_usd", "balance_usd", "account_balance_remaining"],
-            json!({
-                "success": boolean("Always true"),
-                "group_id": uuid("The group"),
-                "funded_usd": money("Amount taken from the reseller balance"),
-                "balance_usd": money("Group balance rounded down to the cent"),
-                "account_balance_remaining": money("Reseller balance after the fund"),
-            }),
-        ),
-    );
-    add(
-        "GroupDefundAccepted",
-        object(
-            "The group balance return is under way: every member's data is paused until settlement",
-            &["success", "group_id", "status", "estimated_return_usd", "settles_in_minutes"],
-            json!({
-                "success": boolean("Always true"),
-                "group_id": uuid("The group"),
-                "status": constant("defund_pending"),
-                "estimated_return_usd": money("The displayed group balance, returned at settlement"),
-                "settles_in_minutes": count("Minutes until settlement (about 15)"),
-            }),
-        ),
-    );
-    add(
-        "GroupMembers",
-        object(
-            "A page of the group's members, in provisioning order",
-            &["group_id", "esims", "total", "limit", "offset"],
-            page_properties(json!({
-                "group_id": uuid("The group"),
-                "esims": array_of(schema_ref("EsimItem"), "The page"),
-            })),
-        ),
-    );
-    add(
-        "GroupMemberAssigned",
-        member_change("The eSIM (holding no balance) joined the group at once", "assigned", false),
-    );
-    add("GroupMovePending", member_change(
-            "The eSIM holds a balance: its data is paused, the balance returns to the reseller balance and the eSIM joins at settlement (not a failure)",
-            "move_pending",
-            true,
-    ));
-    add("GroupMemberRemoved", member_change("The eSIM left the group and is standalone at $0", "removed", false));
-    add(
-        "WalletBalance",
-        object(
-            "The reseller balance",
-            &["balance_usd", "lifetime_topup_usd", "lifetime_usage_usd", "data_suspended", "currency"],
-            json!({
-                "balance_usd": money("Current reseller balance"),
-                "lifetime_topup_usd": money("All top-ups"),
-                "lifetime_usage_usd": money("Provisioning fees plus every fund call"),
-                "data_suspended": boolean("True only while the operator has frozen the account"),
-                "currency": constant("USD"),
-            }),
-        ),
-    );
-    add(
-        "NetworkRate",
-        object(
-            "Reseller price of one network",
-            &["operator", "per_mb_usd", "per_gb_usd"],
-            json!({
-                "operator": string("Operator name"),
-                "per_mb_usd": money("Price of one MB (1 GB = 1000 MB)"),
-                "per_gb_usd": money("Price of one GB (10% below retail)"),
-            }),
-        ),
-    );
-    add(
-        "Country",
-        object(
-            "Rates of one country",
-            &[
-                "name",
-                "iso2",
-                "iso3",
-                "flag",
-                "continent",
-                "has_data",
-                "cheapest_per_gb_usd",
-                "cheapest_operator",
-                "networks",
-            ],
-            json!({
-                "name": string("Country name"),
-                "iso2": string("ISO 3166-1 alpha-2 code"),
-                "iso3": string("ISO 3166-1 alpha-3 code"),
-                "flag": string("Flag emoji"),
-                "continent": string("Africa, Asia, Europe, North America, South America or Oceania"),
-                "has_data": boolean("False where no data service is sold"),
-                "cheapest_per_gb_usd": money("Lowest per-GB price among the networks"),
-                "cheapest_operator": string("The network with that price"),
-                "networks": array_of(schema_ref("NetworkRate"), "Networks of the country"),
-            }),
-        ),
-    );
-    add(
-        "Rates",
-        object(
-            "Data rates, 10% below retail",
-            &["total_countries", "discount", "countries"],
-            json!({
-                "total_countries": count("Number of countries listed"),
-                "discount": string("Text describing the discount"),
-                "countries": array_of(schema_ref("Country"), "Countries, sorted by name"),
-            }),
-        ),
-    );
-    add(
-        "Account",
-        object(
-            "The reseller account",
-            &[
-                "id",
-                "company_name",
-                "contact_email",
-                "balance_usd",
-                "esim_count",
-                "account_status",
-                "data_suspended",
-                "created_at",
-                "auto_refill_enabled",
-                "auto_refill_last_error",
-            ],
-            json!({
-                "id": string("Account identifier (acc_ followed by 16 hex characters)"),
-                "company_name": nullable_string("Company name"),
-                "contact_email": string("Contact address"),
-                "balance_usd": money("Current reseller balance"),
-                "esim_count": object(
-                    "eSIMs of the account",
-                    &["active", "total"],
-                    json!({ "active": count("eSIMs in status active"), "total": count("All eSIMs") }),
-                ),
-                "account_status": one_of(&["active", "suspended"], "suspended while the operator has frozen the account"),
-                "data_suspended": boolean("True while the operator has frozen the account"),
-                "created_at": timestamp("Creation time"),
-                "auto_refill_enabled": boolean("Whether auto-refill is on"),
-                "auto_refill_last_error": {
-                    "type": ["object", "null"],
-                    "description": "The last failed auto-refill charge, or null",
-                    "required": ["code", "message", "at"],
-                    "properties": {
-                        "code": one_of(
-                            &["card_declined", "authentication_required", "expired_card", "daily_limit_reached"],
-                            "Why the charge failed",
-                        ),
-                        "message": string("Detail"),
-                        "at": timestamp("When it failed"),
-                    },
-                },
-            }),
-        ),
-    );
-    add("Webhook", webhook);
-    add("WebhookWithSecret", webhook_with_secret);
-    add(
-        "WebhookList",
-        object(
-            "The account's webhooks and the subscribable event names",
-            &["webhooks", "available_events"],
-            json!({
-                "webhooks": array_of(schema_ref("Webhook"), "Webhook endpoints"),
-                "available_events": array_of(json!({ "type": "string" }), "Every subscribable event name"),
-            }),
-        ),
-    );
-    add("Success", object("Done", &["success"], json!({ "success": boolean("Always true") })));
-    add(
-        "WebhookTestResult",
-        object(
-            "Outcome of the test delivery",
-            &["success", "status"],
-            json!({
-                "success": boolean("True when the receiver answered 2xx"),
-                "status": { "type": "integer", "minimum": 0, "maximum": 999, "description": "HTTP status of the receiver; 0 when it gave none" },
-                "error": string("Present when there was no HTTP answer (timeout, refused connection)"),
-            }),
-        ),
     );
     add(
         "OpenApiDocument",
@@ -717,7 +307,9 @@ fn paging_parameters() -> Vec<Value> {
     ]
 }
 
-fn operation(method: &str, pattern: &str) -> Operation {
+/// The documented operation of an endpoint; `None` for the admin and sandbox APIs,
+/// which this document (of the reseller API) leaves out.
+fn operation(endpoint: Endpoint) -> Option<Operation> {
     use ErrorCode::*;
     const NO_ESIM: (ErrorCode, &str) = (EsimNotFound, "the ICCID is unknown or belongs to another account");
     const NO_GROUP: (ErrorCode, &str) = (GroupNotFound, "the group is unknown or belongs to another account");
@@ -730,8 +322,9 @@ fn operation(method: &str, pattern: &str) -> Operation {
     const UPSTREAM: (ErrorCode, &str) = (UpstreamError, "data could not be paused upstream; nothing moved");
     const AMOUNT: (ErrorCode, &str) =
         (ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
-    match (method, pattern) {
-        ("POST", "/esim/provision") => Operation::new("provisionEsim", "eSIMs", "Provision an eSIM")
+    use Endpoint as E;
+    Some(match endpoint {
+        E::ProvisionEsim => Operation::new("provisionEsim", "eSIMs", "Provision an eSIM")
             .describe("Deducts the 1.75 USD fee from the reseller balance. A standalone eSIM starts with a $0 wallet; with group_id it is issued into that group. Emits esim.provisioned.")
             .ok(201, "ProvisionedEsim", "The new eSIM with its installation details")
             .body("ProvisionRequest", false)
@@ -743,7 +336,7 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 (GroupFull, "the group of group_id holds the maximum number of eSIMs"),
                 (NoEsimsAvailable, "the eSIM inventory is depleted"),
             ]),
-        ("GET", "/esim/list") => Operation::new("listEsims", "eSIMs", "List eSIMs")
+        E::ListEsims => Operation::new("listEsims", "eSIMs", "List eSIMs")
             .describe("The account's eSIMs in provisioning order (stable paging).")
             .ok(200, "EsimPage", "A page of eSIMs")
             .query(
@@ -753,11 +346,11 @@ fn operation(method: &str, pattern: &str) -> Operation {
                     .collect(),
             )
             .errors(&[(ValidationError, "status is not one of the statuses, limit is 0, or limit or offset is not a non-negative integer")]),
-        ("GET", "/esim/{iccid}") => Operation::new("getEsim", "eSIMs", "Get an eSIM")
+        E::GetEsim => Operation::new("getEsim", "eSIMs", "Get an eSIM")
             .describe("The detail record; euicc_state is read live from the network, falling back to the cached state.")
             .ok(200, "EsimDetail", "The eSIM")
             .errors(&[NO_ESIM]),
-        ("POST", "/esim/{iccid}/enable") => Operation::new("enableEsim", "eSIMs", "Enable data")
+        E::EnableEsim => Operation::new("enableEsim", "eSIMs", "Enable data")
             .describe("Needs a reseller balance above 0. Emits esim.data_resumed when data was off.")
             .ok(200, "DataToggled", "Data is enabled")
             .errors(&[
@@ -768,19 +361,19 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 RETURN_PENDING,
                 MOVING,
             ]),
-        ("POST", "/esim/{iccid}/disable") => Operation::new("disableEsim", "eSIMs", "Disable data")
+        E::DisableEsim => Operation::new("disableEsim", "eSIMs", "Disable data")
             .describe("The eSIM stays provisioned. Emits esim.data_suspended when data was on.")
             .ok(200, "DataToggled", "Data is disabled")
             .errors(&[TERMINATED, NO_ESIM]),
-        ("POST", "/esim/{iccid}/terminate") => Operation::new("terminateEsim", "eSIMs", "Terminate an eSIM")
+        E::TerminateEsim => Operation::new("terminateEsim", "eSIMs", "Terminate an eSIM")
             .describe("Permanent: data stops and the remaining wallet balance is forfeited. Emits esim.terminated.")
             .ok(200, "Terminated", "The eSIM is terminated")
             .errors(&[(EsimAlreadyTerminated, "the eSIM is already terminated"), NO_ESIM]),
-        ("POST", "/esim/{iccid}/throttle") => Operation::new("throttleEsim", "eSIMs", "Throttle speed")
+        E::ThrottleEsim => Operation::new("throttleEsim", "eSIMs", "Throttle speed")
             .ok(200, "Throttled", "The speed limit is applied")
             .body("ThrottleRequest", true)
             .errors(&[(ValidationError, "speed is missing or not an accepted value"), TERMINATED, NO_ESIM]),
-        ("POST", "/esim/{iccid}/fund") => Operation::new("fundEsim", "eSIMs", "Fund the eSIM wallet")
+        E::FundEsim => Operation::new("fundEsim", "eSIMs", "Fund the eSIM wallet")
             .describe("Moves the amount from the reseller balance into the eSIM wallet; data can be used at once. Usage reporting pauses for about 15 minutes after every fund.")
             .ok(200, "Funded", "The wallet is funded")
             .body("FundRequest", true)
@@ -794,7 +387,7 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 RETURN_PENDING,
                 MOVING,
             ]),
-        ("POST", "/esim/{iccid}/defund") => Operation::new("defundEsim", "eSIMs", "Return the unused eSIM balance")
+        E::DefundEsim => Operation::new("defundEsim", "eSIMs", "Return the unused eSIM balance")
             .describe("Data is paused at once; the displayed balance reaches the reseller balance after about 15 minutes. The eSIM stays installed and can be funded again after settlement.")
             .ok(202, "DefundAccepted", "The return is under way")
             .errors(&[
@@ -807,10 +400,10 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 (EsimInGroup, "the eSIM is a group member; defund the group instead"),
                 UPSTREAM,
             ]),
-        ("GET", "/groups") => {
+        E::ListGroups => {
             Operation::new("listGroups", "Groups", "List groups").ok(200, "GroupList", "The groups, newest first")
         }
-        ("POST", "/groups") => Operation::new("createGroup", "Groups", "Create a group")
+        E::CreateGroup => Operation::new("createGroup", "Groups", "Create a group")
             .describe("A new group starts with a $0 balance. Groups cannot be deleted; rename one to reuse it.")
             .ok(201, "Group", "The new group")
             .body("GroupCreateRequest", true)
@@ -819,10 +412,10 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 (GroupNameTaken, "a group of the account already has this name"),
                 (GroupLimitReached, "the account already has the maximum number of groups"),
             ]),
-        ("GET", "/groups/{id}") => {
+        E::GetGroup => {
             Operation::new("getGroup", "Groups", "Get a group").ok(200, "Group", "The group").errors(&[NO_GROUP])
         }
-        ("PATCH", "/groups/{id}") => Operation::new("updateGroup", "Groups", "Rename a group or change its thresholds")
+        E::UpdateGroup => Operation::new("updateGroup", "Groups", "Rename a group or change its thresholds")
             .ok(200, "Group", "The updated group")
             .body("GroupUpdateRequest", true)
             .errors(&[
@@ -830,7 +423,7 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 NO_GROUP,
                 (GroupNameTaken, "another group of the account has this name"),
             ]),
-        ("POST", "/groups/{id}/fund") => Operation::new("fundGroup", "Groups", "Fund a group")
+        E::FundGroup => Operation::new("fundGroup", "Groups", "Fund a group")
             .describe("Moves the amount from the reseller balance into the group balance and re-arms group.balance_low. Emits group.funded.")
             .ok(200, "GroupFunded", "The group is funded")
             .body("GroupFundRequest", true)
@@ -841,7 +434,7 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 NO_GROUP,
                 (GroupDefundPending, "a group balance return is in progress"),
             ]),
-        ("POST", "/groups/{id}/defund") => Operation::new("defundGroup", "Groups", "Return the group balance")
+        E::DefundGroup => Operation::new("defundGroup", "Groups", "Return the group balance")
             .describe("Every member's data pauses; the displayed balance reaches the reseller balance after about 15 minutes (group.defunded). Members resume once the group is funded again.")
             .ok(200, "GroupDefundAccepted", "The return is under way")
             .errors(&[
@@ -850,11 +443,11 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 (GroupDefundPending, "a group balance return is already in progress"),
                 UPSTREAM,
             ]),
-        ("GET", "/groups/{id}/esims") => Operation::new("listGroupEsims", "Groups", "List the members of a group")
+        E::ListGroupEsims => Operation::new("listGroupEsims", "Groups", "List the members of a group")
             .ok(200, "GroupMembers", "A page of members")
             .query(paging_parameters())
             .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_GROUP]),
-        ("POST", "/groups/{id}/esims") => Operation::new("addGroupEsim", "Groups", "Move an eSIM into a group")
+        E::AddGroupEsim => Operation::new("addGroupEsim", "Groups", "Move an eSIM into a group")
             .describe("An eSIM without balance joins at once (200). An eSIM holding a balance answers 202 move_pending: its data pauses, the balance returns to the reseller balance and it joins when upstream reporting settles. Emits esim.group_assigned when it joins.")
             .ok(200, "GroupMemberAssigned", "The eSIM is a member")
             .ok(202, "GroupMovePending", "The move is under way")
@@ -870,26 +463,26 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 (GroupFull, "the group holds the maximum number of eSIMs"),
                 UPSTREAM,
             ]),
-        ("DELETE", "/groups/{id}/esims/{iccid}") => {
+        E::RemoveGroupEsim => {
             Operation::new("removeGroupEsim", "Groups", "Remove an eSIM from a group")
                 .describe("The eSIM becomes standalone with a $0 wallet; no money moves. Emits esim.group_removed.")
                 .ok(200, "GroupMemberRemoved", "The eSIM is standalone")
                 .errors(&[NO_GROUP, (EsimNotFound, "the ICCID is unknown or not a member of this group")])
         }
-        ("GET", "/wallet/balance") => {
+        E::WalletBalance => {
             Operation::new("getWalletBalance", "Account", "Get the reseller balance").ok(200, "WalletBalance", "The balance")
         }
-        ("GET", "/rates") => Operation::new("getRates", "Account", "Get data rates")
+        E::Rates => Operation::new("getRates", "Account", "Get data rates")
             .describe("Per-country, per-operator reseller rates, 10% below retail.")
             .ok(200, "Rates", "The rates")
             .query(vec![
                 query_parameter("country", json!({ "type": "string" }), "ISO2 or ISO3 code, slug or name (case-insensitive)"),
                 query_parameter("continent", json!({ "type": "string" }), "Continent name or slug (case-insensitive)"),
             ]),
-        ("GET", "/account") => Operation::new("getAccount", "Account", "Get the account").ok(200, "Account", "The account"),
-        ("GET", "/webhooks") => Operation::new("listWebhooks", "Webhooks", "List webhooks")
+        E::Account => Operation::new("getAccount", "Account", "Get the account").ok(200, "Account", "The account"),
+        E::ListWebhooks => Operation::new("listWebhooks", "Webhooks", "List webhooks")
             .ok(200, "WebhookList", "The webhooks and the subscribable events"),
-        ("POST", "/webhooks") => Operation::new("createWebhook", "Webhooks", "Register a webhook")
+        E::CreateWebhook => Operation::new("createWebhook", "Webhooks", "Register a webhook")
             .describe("The signing secret is returned only here.")
             .ok(201, "WebhookWithSecret", "The webhook with its signing secret")
             .body("WebhookCreateRequest", true)
@@ -897,26 +490,40 @@ fn operation(method: &str, pattern: &str) -> Operation {
                 (ValidationError, "url not an absolute https:// URL of a public host, or events empty or naming an unknown event"),
                 (WebhookLimitReached, "the account already has 5 webhooks"),
             ]),
-        ("GET", "/webhooks/{id}") => {
+        E::GetWebhook => {
             Operation::new("getWebhook", "Webhooks", "Get a webhook").ok(200, "Webhook", "The webhook").errors(&[NO_WEBHOOK])
         }
-        ("PUT", "/webhooks/{id}") => Operation::new("updateWebhook", "Webhooks", "Update a webhook")
+        E::UpdateWebhook => Operation::new("updateWebhook", "Webhooks", "Update a webhook")
             .describe("Setting active to true resets failure_count to 0.")
             .ok(200, "Webhook", "The updated webhook")
             .body("WebhookUpdateRequest", false)
             .errors(&[(ValidationError, "an invalid url or events, or a field of the wrong type"), NO_WEBHOOK]),
-        ("DELETE", "/webhooks/{id}") => Operation::new("deleteWebhook", "Webhooks", "Delete a webhook")
+        E::DeleteWebhook => Operation::new("deleteWebhook", "Webhooks", "Delete a webhook")
             .ok(200, "Success", "The webhook is deleted")
             .errors(&[NO_WEBHOOK]),
-        ("POST", "/webhooks/{id}/test") => Operation::new("testWebhook", "Webhooks", "Send a test event")
+        E::TestWebhook => Operation::new("testWebhook", "Webhooks", "Send a test event")
             .describe("Sends one event of type test to this webhook (no subscription needed, no retry, not counted in failure_count) and answers with the receiver's status.")
             .ok(200, "WebhookTestResult", "What the receiver answered")
             .errors(&[NO_WEBHOOK]),
-        ("GET", "/openapi.json") => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
+        E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
             .describe("Public: needs no API key.")
             .ok(200, "OpenApiDocument", "The document"),
-        _ => unreachable!("the route {method} {pattern} has no documented operation"),
-    }
+        E::CreateAccount
+        | E::TopUp
+        | E::CreateKey
+        | E::RevokeKey
+        | E::Freeze
+        | E::SetAutoRefill
+        | E::SetLimits
+        | E::SetInventory
+        | E::ConservationReport
+        | E::State
+        | E::Clock
+        | E::AdvanceClock
+        | E::Install
+        | E::Usage
+        | E::SetFaults => return None,
+    })
 }
 
 fn path_parameters(pattern: &str) -> Vec<Value> {
@@ -981,11 +588,10 @@ fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
         .collect()
 }
 
-fn build_operation(api: Api, method: &str, pattern: &str) -> Value {
-    let op = operation(method, pattern);
-    let keyed = api == Api::Reseller;
-    let write = method != "GET";
-    let mut parameters = path_parameters(pattern);
+fn build_operation(endpoint: Endpoint, op: Operation) -> Value {
+    let keyed = endpoint.api() == Api::Reseller;
+    let write = endpoint.method() != "GET";
+    let mut parameters = path_parameters(endpoint.pattern());
     parameters.extend(op.query.iter().cloned());
     let mut errors: Vec<(ErrorCode, String)> =
         op.errors.iter().map(|(code, condition)| (*code, condition.to_string())).collect();
@@ -1034,9 +640,10 @@ fn build_operation(api: Api, method: &str, pattern: &str) -> Value {
 
 fn build() -> Value {
     let mut paths = Map::new();
-    for &(api, method, pattern) in ROUTES.iter().filter(|(api, _, _)| matches!(api, Api::Reseller | Api::Public)) {
-        let item = paths.entry(full_path(api, pattern)).or_insert_with(|| json!({}));
-        item[method.to_ascii_lowercase()] = build_operation(api, method, pattern);
+    for &endpoint in Endpoint::ALL {
+        let Some(op) = operation(endpoint) else { continue };
+        let item = paths.entry(endpoint.full_pattern()).or_insert_with(|| json!({}));
+        item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op);
     }
     json!({
         "openapi": "3.1.0",
@@ -1106,10 +713,10 @@ mod tests {
                 item.as_object().unwrap().keys().map(move |method| (method.to_uppercase(), path.clone()))
             })
             .collect();
-        let routed: BTreeSet<(String, String)> = ROUTES
+        let routed: BTreeSet<(String, String)> = Endpoint::ALL
             .iter()
-            .filter(|(api, _, _)| matches!(api, Api::Reseller | Api::Public))
-            .map(|(api, method, pattern)| (method.to_string(), full_path(*api, pattern)))
+            .filter(|endpoint| matches!(endpoint.api(), Api::Reseller | Api::Public))
+            .map(|endpoint| (endpoint.method().to_string(), endpoint.full_pattern()))
             .collect();
         assert_eq!(documented, routed);
         assert_eq!(routed.len(), 28);
@@ -1194,7 +801,7 @@ mod tests {
             }
         }
         // The throttle enum is exactly what the engine accepts.
-        let speeds = throttle_speeds();
+        let speeds = esim_engine::reply::schema::ThrottleSpeed::names();
         assert_eq!(speeds.len(), 35);
         assert!(speeds.iter().all(|s| esim_engine::esim::is_valid_speed(s)));
         assert!(!esim_engine::esim::is_valid_speed("SPEED_3100_KBPS"));
@@ -1208,6 +815,28 @@ mod tests {
         if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
             let name = target.trim_start_matches("#/components/schemas/");
             return check(doc, &doc["components"]["schemas"][name], value, at, problems);
+        }
+        for (combinator, options) in schema.as_object().into_iter().flatten() {
+            let Some(options) =
+                options.as_array().filter(|_| matches!(combinator.as_str(), "anyOf" | "oneOf" | "allOf"))
+            else {
+                continue;
+            };
+            let fits: Vec<Vec<String>> = options
+                .iter()
+                .map(|option| {
+                    let mut found = Vec::new();
+                    check(doc, option, value, at, &mut found);
+                    found
+                })
+                .collect();
+            let matching = fits.iter().filter(|found| found.is_empty()).count();
+            match combinator.as_str() {
+                "anyOf" if matching == 0 => problems.push(format!("{at}: {value} fits none of anyOf: {fits:?}")),
+                "oneOf" if matching != 1 => problems.push(format!("{at}: {value} fits {matching} of oneOf")),
+                "allOf" => problems.extend(fits.into_iter().flatten()),
+                _ => {}
+            }
         }
         if let Some(types) = schema.get("type") {
             let types: Vec<&str> = match types {
@@ -1343,9 +972,8 @@ mod tests {
             let status = response.status().as_u16();
             let value: Value = serde_json::from_slice(response.body()).unwrap();
             let bare = uri.split('?').next().unwrap();
-            let Match::Found(index, _) = find(method, bare) else { panic!("{method} {bare} is not routed") };
-            let (api, _, pattern) = ROUTES[index];
-            let full = full_path(api, pattern);
+            let Match::Found(endpoint, _) = find(method, bare) else { panic!("{method} {bare} is not routed") };
+            let full = endpoint.full_pattern();
             let documented = &self.doc["paths"][&full][method.to_ascii_lowercase()]["responses"][status.to_string()];
             assert!(documented.is_object(), "{method} {full} answered an undocumented {status}: {value}");
             let content = &documented["content"]["application/json"];

@@ -1,5 +1,8 @@
-//! The route table: every method and path the service answers. Routing and the
-//! OpenAPI document both read it, so a test can prove they agree.
+//! The endpoint table: every operation the service answers, as one [`Endpoint`] enum
+//! with its API, method and path pattern in one place ([`endpoints!`] below). Routing
+//! returns the variant; parsing ([`crate::api`]), the OpenAPI document
+//! ([`crate::openapi`]) and the simulation's requests match on it exhaustively, so a new
+//! endpoint does not compile until each of them says what it does with it.
 
 /// Which API a route belongs to (and so which credential it needs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,52 +19,134 @@ pub enum Api {
 
 pub const RESELLER_BASE: &str = "/api/v2/reseller";
 
-/// (api, method, path pattern). `{name}` matches one non-empty segment.
-pub const ROUTES: &[(Api, &str, &str)] = &[
-    (Api::Reseller, "POST", "/esim/provision"),
-    (Api::Reseller, "GET", "/esim/list"),
-    (Api::Reseller, "GET", "/esim/{iccid}"),
-    (Api::Reseller, "POST", "/esim/{iccid}/enable"),
-    (Api::Reseller, "POST", "/esim/{iccid}/disable"),
-    (Api::Reseller, "POST", "/esim/{iccid}/terminate"),
-    (Api::Reseller, "POST", "/esim/{iccid}/throttle"),
-    (Api::Reseller, "POST", "/esim/{iccid}/fund"),
-    (Api::Reseller, "POST", "/esim/{iccid}/defund"),
-    (Api::Reseller, "GET", "/groups"),
-    (Api::Reseller, "POST", "/groups"),
-    (Api::Reseller, "GET", "/groups/{id}"),
-    (Api::Reseller, "PATCH", "/groups/{id}"),
-    (Api::Reseller, "POST", "/groups/{id}/fund"),
-    (Api::Reseller, "POST", "/groups/{id}/defund"),
-    (Api::Reseller, "GET", "/groups/{id}/esims"),
-    (Api::Reseller, "POST", "/groups/{id}/esims"),
-    (Api::Reseller, "DELETE", "/groups/{id}/esims/{iccid}"),
-    (Api::Reseller, "GET", "/wallet/balance"),
-    (Api::Reseller, "GET", "/rates"),
-    (Api::Reseller, "GET", "/account"),
-    (Api::Reseller, "GET", "/webhooks"),
-    (Api::Reseller, "POST", "/webhooks"),
-    (Api::Reseller, "GET", "/webhooks/{id}"),
-    (Api::Reseller, "PUT", "/webhooks/{id}"),
-    (Api::Reseller, "DELETE", "/webhooks/{id}"),
-    (Api::Reseller, "POST", "/webhooks/{id}/test"),
-    (Api::Public, "GET", "/openapi.json"),
-    (Api::Admin, "POST", "/admin/v1/accounts"),
-    (Api::Admin, "POST", "/admin/v1/accounts/{account_id}/topups"),
-    (Api::Admin, "POST", "/admin/v1/accounts/{account_id}/keys"),
-    (Api::Admin, "DELETE", "/admin/v1/keys/{api_key}"),
-    (Api::Admin, "PUT", "/admin/v1/accounts/{account_id}/freeze"),
-    (Api::Admin, "PUT", "/admin/v1/accounts/{account_id}/auto-refill"),
-    (Api::Admin, "PUT", "/admin/v1/accounts/{account_id}/limits"),
-    (Api::Admin, "PUT", "/admin/v1/inventory"),
-    (Api::Admin, "GET", "/admin/v1/reports/conservation"),
-    (Api::Admin, "GET", "/admin/v1/state"),
-    (Api::Sandbox, "GET", "/sandbox/v1/clock"),
-    (Api::Sandbox, "POST", "/sandbox/v1/clock/advance"),
-    (Api::Sandbox, "POST", "/sandbox/v1/esims/{iccid}/install"),
-    (Api::Sandbox, "POST", "/sandbox/v1/esims/{iccid}/usage"),
-    (Api::Sandbox, "PUT", "/sandbox/v1/faults"),
-];
+/// Declares [`Endpoint`], its list [`Endpoint::ALL`] and its table (api, method, path
+/// pattern) from one list, so none of them can miss a variant.
+macro_rules! endpoints {
+    ($($name:ident => $api:ident $method:ident $pattern:literal,)*) => {
+        /// One operation of the service (reseller, public, admin and sandbox APIs).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Endpoint {
+            $($name,)*
+        }
+
+        impl Endpoint {
+            /// Every endpoint, in table order (the order routing tries them).
+            pub const ALL: &'static [Endpoint] = &[$(Endpoint::$name,)*];
+
+            /// The API it belongs to (and so the credential it needs).
+            pub const fn api(self) -> Api {
+                match self {
+                    $(Endpoint::$name => Api::$api,)*
+                }
+            }
+
+            /// Its HTTP method.
+            pub const fn method(self) -> &'static str {
+                match self {
+                    $(Endpoint::$name => stringify!($method),)*
+                }
+            }
+
+            /// Its path pattern, `{name}` standing for one non-empty segment; reseller and
+            /// public patterns are relative to [`RESELLER_BASE`] (see [`Endpoint::full_pattern`]).
+            pub const fn pattern(self) -> &'static str {
+                match self {
+                    $(Endpoint::$name => $pattern,)*
+                }
+            }
+        }
+    };
+}
+
+// Literal segments must come before parameters at the same place ("/esim/list" before
+// "/esim/{iccid}"): routing takes the first match in this order.
+endpoints! {
+    ProvisionEsim => Reseller POST "/esim/provision",
+    ListEsims => Reseller GET "/esim/list",
+    GetEsim => Reseller GET "/esim/{iccid}",
+    EnableEsim => Reseller POST "/esim/{iccid}/enable",
+    DisableEsim => Reseller POST "/esim/{iccid}/disable",
+    TerminateEsim => Reseller POST "/esim/{iccid}/terminate",
+    ThrottleEsim => Reseller POST "/esim/{iccid}/throttle",
+    FundEsim => Reseller POST "/esim/{iccid}/fund",
+    DefundEsim => Reseller POST "/esim/{iccid}/defund",
+    ListGroups => Reseller GET "/groups",
+    CreateGroup => Reseller POST "/groups",
+    GetGroup => Reseller GET "/groups/{id}",
+    UpdateGroup => Reseller PATCH "/groups/{id}",
+    FundGroup => Reseller POST "/groups/{id}/fund",
+    DefundGroup => Reseller POST "/groups/{id}/defund",
+    ListGroupEsims => Reseller GET "/groups/{id}/esims",
+    AddGroupEsim => Reseller POST "/groups/{id}/esims",
+    RemoveGroupEsim => Reseller DELETE "/groups/{id}/esims/{iccid}",
+    WalletBalance => Reseller GET "/wallet/balance",
+    Rates => Reseller GET "/rates",
+    Account => Reseller GET "/account",
+    ListWebhooks => Reseller GET "/webhooks",
+    CreateWebhook => Reseller POST "/webhooks",
+    GetWebhook => Reseller GET "/webhooks/{id}",
+    UpdateWebhook => Reseller PUT "/webhooks/{id}",
+    DeleteWebhook => Reseller DELETE "/webhooks/{id}",
+    TestWebhook => Reseller POST "/webhooks/{id}/test",
+    OpenApi => Public GET "/openapi.json",
+    CreateAccount => Admin POST "/admin/v1/accounts",
+    TopUp => Admin POST "/admin/v1/accounts/{account_id}/topups",
+    CreateKey => Admin POST "/admin/v1/accounts/{account_id}/keys",
+    RevokeKey => Admin DELETE "/admin/v1/keys/{api_key}",
+    Freeze => Admin PUT "/admin/v1/accounts/{account_id}/freeze",
+    SetAutoRefill => Admin PUT "/admin/v1/accounts/{account_id}/auto-refill",
+    SetLimits => Admin PUT "/admin/v1/accounts/{account_id}/limits",
+    SetInventory => Admin PUT "/admin/v1/inventory",
+    ConservationReport => Admin GET "/admin/v1/reports/conservation",
+    State => Admin GET "/admin/v1/state",
+    Clock => Sandbox GET "/sandbox/v1/clock",
+    AdvanceClock => Sandbox POST "/sandbox/v1/clock/advance",
+    Install => Sandbox POST "/sandbox/v1/esims/{iccid}/install",
+    Usage => Sandbox POST "/sandbox/v1/esims/{iccid}/usage",
+    SetFaults => Sandbox PUT "/sandbox/v1/faults",
+}
+
+impl Endpoint {
+    /// The full path pattern (`/api/v2/reseller/esim/{iccid}`, `/admin/v1/keys/{api_key}`).
+    pub fn full_pattern(self) -> String {
+        full_path(self.api(), self.pattern())
+    }
+
+    /// The names of its path parameters, in order (`["id", "iccid"]`).
+    pub fn parameters(self) -> impl Iterator<Item = &'static str> {
+        self.pattern().split('/').filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+    }
+
+    /// A concrete full path: each `{name}` of the pattern replaced, in order, by a
+    /// parameter, percent-encoded (what [`find`] decodes back).
+    ///
+    /// Panics when the number of parameters is not the pattern's (a caller's bug).
+    pub fn path(self, params: &[&str]) -> String {
+        assert_eq!(self.parameters().count(), params.len(), "parameters of {self:?}");
+        let mut params = params.iter();
+        self.full_pattern()
+            .split('/')
+            .map(|segment| match segment.starts_with('{') {
+                true => percent_encode(params.next().expect("counted above")),
+                false => segment.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+}
+
+/// Percent-encodes a path segment or query value (unreserved characters stay).
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
 
 /// The full path of a route (reseller and public routes live under the base path).
 pub fn full_path(api: Api, pattern: &str) -> String {
@@ -74,21 +159,21 @@ pub fn full_path(api: Api, pattern: &str) -> String {
 /// What matching a path gave.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Match<'a> {
-    /// The route's index in [`ROUTES`] and its path parameters, in order.
-    Found(usize, Vec<String>),
+    /// The endpoint and its path parameters (percent-decoded), in order.
+    Found(Endpoint, Vec<String>),
     /// The path exists with other methods (405); the `Allow` list.
     WrongMethod(Vec<&'a str>),
     NotFound,
 }
 
-/// The route table split into path segments once (routing runs on every request).
-fn compiled() -> &'static [Vec<String>] {
-    static COMPILED: std::sync::OnceLock<Vec<Vec<String>>> = std::sync::OnceLock::new();
+/// The endpoint table split into path segments once (routing runs on every request).
+fn compiled() -> &'static [(Endpoint, Vec<String>)] {
+    static COMPILED: std::sync::OnceLock<Vec<(Endpoint, Vec<String>)>> = std::sync::OnceLock::new();
     COMPILED.get_or_init(|| {
-        ROUTES
+        Endpoint::ALL
             .iter()
-            .map(|(api, _, pattern)| {
-                full_path(*api, pattern).trim_matches('/').split('/').map(str::to_string).collect()
+            .map(|&endpoint| {
+                (endpoint, endpoint.full_pattern().trim_matches('/').split('/').map(str::to_string).collect())
             })
             .collect()
     })
@@ -116,13 +201,13 @@ fn segments_match(pattern: &[String], path: &[&str]) -> Option<Vec<String>> {
 pub fn find(method: &str, path: &str) -> Match<'static> {
     let path: Vec<&str> = path.trim_matches('/').split('/').collect();
     let mut allowed = Vec::new();
-    for (index, pattern) in compiled().iter().enumerate() {
+    for (endpoint, pattern) in compiled() {
         // Literal segments win over parameters: "/esim/list" before "/esim/{iccid}",
         // which the table order already guarantees.
         if let Some(params) = segments_match(pattern, &path) {
-            let route_method = ROUTES[index].1;
+            let route_method = endpoint.method();
             if route_method == method {
-                return Match::Found(index, params);
+                return Match::Found(*endpoint, params);
             }
             if !allowed.contains(&route_method) {
                 allowed.push(route_method);
@@ -161,10 +246,31 @@ pub fn log_label(method: &str, path: &str) -> String {
 /// [`log_label`] of a request already matched.
 pub fn label_of(matched: &Match<'_>) -> String {
     match matched {
-        Match::Found(index, _) => {
-            let (api, _, pattern) = ROUTES[*index];
-            full_path(api, pattern)
-        }
+        Match::Found(endpoint, _) => endpoint.full_pattern(),
         Match::WrongMethod(_) | Match::NotFound => "(no route)".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_endpoint_is_found_back_from_its_own_path() {
+        let mut seen = std::collections::BTreeSet::new();
+        for &endpoint in Endpoint::ALL {
+            assert!(seen.insert((endpoint.method(), endpoint.full_pattern())), "{endpoint:?} twice in the table");
+            let values = ["89 44/é?", "x%2F", "id"];
+            let params: Vec<&str> = values.iter().copied().take(endpoint.parameters().count()).collect();
+            let path = endpoint.path(&params);
+            assert!(!path.contains(' ') && !path.contains('?'), "{path}");
+            let expected: Vec<String> = params.iter().map(|p| p.to_string()).collect();
+            assert_eq!(find(endpoint.method(), &path), Match::Found(endpoint, expected), "{path}");
+            assert_eq!(label_of(&find(endpoint.method(), &path)), endpoint.full_pattern());
+        }
+        assert_eq!(Endpoint::RemoveGroupEsim.path(&["g", "89"]), "/api/v2/reseller/groups/g/esims/89");
+        assert_eq!(Endpoint::RevokeKey.path(&["rsk_1"]), "/admin/v1/keys/rsk_1");
+        assert_eq!(find("PATCH", "/api/v2/reseller/groups"), Match::WrongMethod(vec!["GET", "POST"]));
+        assert_eq!(find("GET", "/api/v2/reseller/nothing"), Match::NotFound);
     }
 }

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
-use esim_transport::routes::{full_path, ROUTES};
+use esim_transport::routes::Endpoint;
 use esim_transport::{ClockMode, Outcome, Service};
 use proptest::prelude::*;
 
@@ -63,15 +63,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_requests_never_give_5xx(requests in prop::collection::vec((0..ROUTES.len(), prop::sample::select(vec!["GET", "POST", "PUT", "PATCH", "DELETE"]), segment(), body(), 0..3u8), 1..30)) {
+    fn random_requests_never_give_5xx(requests in prop::collection::vec((0..Endpoint::ALL.len(), prop::sample::select(vec!["GET", "POST", "PUT", "PATCH", "DELETE"]), segment(), body(), 0..3u8), 1..30)) {
         let mut service = Service::new(Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
         service.set_render_qr(false);
         let now = Millis::VIRTUAL_EPOCH;
         let Ok(Reply::AccountCreated(account)) = service.apply_command(now, Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None, api_key_digest: Default::default() })) else { panic!() };
         let _ = service.apply_command(now, Command::Admin(AdminOp::TopUp { account_id: account.account_id.clone(), amount_usd: 100.into() }));
         for (route, method, param, body, credential) in requests {
-            let (api, _, pattern) = ROUTES[route];
-            let path: String = full_path(api, pattern)
+            let path: String = Endpoint::ALL[route].full_pattern()
                 .split('/')
                 .map(|s| if s.starts_with('{') { param.clone() } else { s.to_string() })
                 .collect::<Vec<_>>()
