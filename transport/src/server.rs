@@ -235,8 +235,19 @@ pub async fn serve(
         to_owner: to_owner.clone(),
     });
     let deliveries = tokio::runtime::Handle::current();
-    let mut owner =
-        spawn_owner(owner_task(service, journal, clock, inbox, to_owner.clone(), sender, shown_ms, deliveries))?;
+    let state = Owner {
+        service,
+        journal: Some(journal),
+        appending: None,
+        pending: Group::default(),
+        clock,
+        to_owner: to_owner.clone(),
+        sender,
+        shown_ms,
+        waiting_tests: BTreeMap::new(),
+        deliveries,
+    };
+    let mut owner = spawn_owner(owner_task(state, inbox))?;
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -435,30 +446,10 @@ struct Owner {
     deliveries: tokio::runtime::Handle,
 }
 
-async fn owner_task(
-    mut service: Service,
-    journal: Box<dyn JournalSink>,
-    clock: WallClock,
-    mut inbox: mpsc::Receiver<Message>,
-    to_owner: mpsc::Sender<Message>,
-    sender: Sender,
-    shown_ms: Arc<AtomicI64>,
-    deliveries: tokio::runtime::Handle,
-) {
+async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
-    service.restart();
-    let mut owner = Owner {
-        service,
-        journal: Some(journal),
-        appending: None,
-        pending: Group::default(),
-        clock,
-        to_owner,
-        sender,
-        shown_ms,
-        waiting_tests: BTreeMap::new(),
-        deliveries,
-    };
+    owner.service.restart();
+    let clock = owner.clock;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
     loop {
