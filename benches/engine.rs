@@ -1,14 +1,20 @@
-//! The engine alone, on one core: a fund / usage / read mix (criterion).
+//! The engine on the production path, on one core: a fund / usage / read mix (criterion).
 //!
 //! `cargo bench --bench engine` (figures in README.md).
+//!
+//! Each command goes the way a parsed request goes in the server, minus HTTP: a reseller
+//! call's bearer key is hashed once (SHA-256) and admitted by the transport's
+//! [`Admission`] (key directory and the per-key rate limit), then the command is applied
+//! by [`Service::apply_command`] (journal entry, engine), and the journal entries are
+//! drained every [`GROUP`] commands, as the owner task drains them per group commit.
 //!
 //! Set-up: 100 accounts, each with its API key, a large top-up and 10 installed eSIMs
 //! funded with 9,000 USD each. One engine lives through the whole run (no clone per
 //! batch); each measured batch of 30,000 commands cycles over the 1,000 eSIMs (the
 //! accounts interleaved) and over three commands:
 //!
-//! - `ResellerOp::Fund` of 0.01 USD (reseller call: key hash, rate limit, ledger),
-//! - `SandboxOp::Usage` of 1 MB in DE (metering, ledger, report timer),
+//! - `ResellerOp::Fund` of 0.01 USD (reseller call: key hash, rate limit, journal, ledger),
+//! - `SandboxOp::Usage` of 1 MB in DE (journal, metering, ledger, report timer),
 //! - `ResellerOp::GetEsim` (reseller call: key hash, rate limit, the detail reply).
 //!
 //! The rate limit (100 requests a minute per key, on the `now` passed in) is kept out of
@@ -23,10 +29,16 @@
 //! authentication cost), to attribute where the time of the mix goes.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest, SandboxOp};
+use esim_engine::{
+    AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, SandboxOp,
+};
+use esim_transport::admission::Admission;
+use esim_transport::secrets::Secrets;
+use esim_transport::{ClockMode, Service};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const ACCOUNTS: usize = 100;
@@ -37,6 +49,8 @@ const BATCH: usize = 30_000;
 const STEP_MS: i64 = 60;
 /// Top up every account this often (in batches), by what the funds spent meanwhile.
 const TOPUP_EVERY: u64 = 10;
+/// Commands per journal drain (the owner task drains once per group commit).
+const GROUP: usize = 32;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mix {
@@ -48,10 +62,12 @@ enum Mix {
 }
 
 struct Bench {
-    engine: Engine,
+    service: Service,
+    admission: Arc<Admission>,
     now: Millis,
     account_ids: Vec<String>,
-    template: Vec<Command>,
+    /// Each command with the bearer key its request carries (reseller calls).
+    template: Vec<(Option<String>, Command)>,
     /// What each account gets every `TOPUP_EVERY` batches: what its funds spend meanwhile.
     top_up_usd: Decimal,
     batches: u64,
@@ -60,45 +76,45 @@ struct Bench {
 
 impl Bench {
     fn new(mix: Mix) -> Bench {
-        let mut engine = Engine::new(EngineConfig { seed: 1, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
+        let engine = Engine::new(EngineConfig { seed: 1, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
+        let mut service = Service::new(engine, "bench-admin".into(), ClockMode::Virtual, Secrets::seeded(1));
         let now = Millis::VIRTUAL_EPOCH;
         let mut accounts = Vec::with_capacity(ACCOUNTS);
-        for number in 0..ACCOUNTS {
-            // The bench plays the shell, which draws keys (here from a counter).
-            let api_key = format!("rsk_{number:064x}");
-            let Ok(Reply::AccountCreated(created)) = engine.handle(
+        for _ in 0..ACCOUNTS {
+            // The service draws each key, as in production, and shows it once.
+            let Ok(Reply::AccountCreated(created)) = service.apply_command(
                 now,
                 Command::Admin(AdminOp::CreateAccount {
                     contact_email: "bench@x.example".into(),
                     company_name: None,
-                    api_key_digest: esim_engine::KeyDigest::of(&api_key),
+                    api_key_digest: KeyDigest::default(),
                 }),
             ) else {
                 panic!("account creation failed")
             };
             let top_up =
                 AdminOp::TopUp { account_id: created.account_id.clone(), amount_usd: Decimal::from(1_000_000) };
-            engine.handle(now, Command::Admin(top_up)).expect("top-up");
-            accounts.push((created.account_id, api_key));
+            service.apply_command(now, Command::Admin(top_up)).expect("top-up");
+            accounts.push((created.account_id, created.api_key));
         }
         // eSIM j belongs to account j % ACCOUNTS: consecutive commands hit different keys.
         let mut sims = vec![(String::new(), String::new()); ACCOUNTS * SIMS_PER_ACCOUNT];
         for (a, (_, key)) in accounts.iter().enumerate() {
             for s in 0..SIMS_PER_ACCOUNT {
                 let provision = ResellerOp::Provision { end_user_reference: None, label: None, group_id: None };
-                let Ok(Reply::Provisioned(esim)) = engine.handle(now, reseller(key, provision)) else {
+                let Ok(Reply::Provisioned(esim)) = service.apply_command(now, reseller(key, provision)) else {
                     panic!("provisioning failed")
                 };
-                engine
-                    .handle(now, Command::Sandbox(SandboxOp::Install { iccid: esim.iccid.clone() }))
+                service
+                    .apply_command(now, Command::Sandbox(SandboxOp::Install { iccid: esim.iccid.clone() }))
                     .expect("install");
                 let fund = ResellerOp::Fund { iccid: esim.iccid.clone(), amount: Decimal::from(9_000) };
-                engine.handle(now, reseller(key, fund)).expect("initial fund");
+                service.apply_command(now, reseller(key, fund)).expect("initial fund");
                 sims[s * ACCOUNTS + a] = (key.clone(), esim.iccid);
             }
         }
-        drain(&mut engine);
-        let template: Vec<Command> = (0..BATCH)
+        drain(&mut service);
+        let template: Vec<(Option<String>, Command)> = (0..BATCH)
             .map(|i| {
                 let (key, iccid) = &sims[i % sims.len()];
                 let kind = match mix {
@@ -108,27 +124,34 @@ impl Bench {
                     Mix::Read => 2,
                 };
                 match kind {
-                    0 => reseller(key, ResellerOp::Fund { iccid: iccid.clone(), amount: Decimal::new(1, 2) }),
-                    1 => Command::Sandbox(SandboxOp::Usage {
-                        iccid: iccid.clone(),
-                        mb: Decimal::ONE,
-                        country: "DE".into(),
-                        operator: None,
-                    }),
-                    _ => reseller(key, ResellerOp::GetEsim { iccid: iccid.clone() }),
+                    0 => {
+                        let fund = ResellerOp::Fund { iccid: iccid.clone(), amount: Decimal::new(1, 2) };
+                        (Some(key.clone()), reseller("", fund))
+                    }
+                    1 => (
+                        None,
+                        Command::Sandbox(SandboxOp::Usage {
+                            iccid: iccid.clone(),
+                            mb: Decimal::ONE,
+                            country: "DE".into(),
+                            operator: None,
+                        }),
+                    ),
+                    _ => (Some(key.clone()), reseller("", ResellerOp::GetEsim { iccid: iccid.clone() })),
                 }
             })
             .collect();
         let funds = template
             .iter()
-            .filter(|c| matches!(c, Command::Reseller(ResellerRequest { op: ResellerOp::Fund { .. }, .. })))
+            .filter(|(_, c)| matches!(c, Command::Reseller(ResellerRequest { op: ResellerOp::Fund { .. }, .. })))
             .count();
         let spent_cents = (funds / ACCOUNTS) as i64 * TOPUP_EVERY as i64;
         let top_up_usd = Decimal::new(spent_cents, 2).max(Decimal::from(10));
         // Set-up happened at the epoch; the measured commands start a minute later.
         let now = now.plus_ms(Millis::MINUTE);
         let account_ids = accounts.into_iter().map(|(id, _)| id).collect();
-        Bench { engine, now, account_ids, template, top_up_usd, batches: 0, next_top_up: 0 }
+        let admission = service.admission();
+        Bench { service, admission, now, account_ids, template, top_up_usd, batches: 0, next_top_up: 0 }
     }
 
     /// One batch: returns the time of the command loop alone.
@@ -137,25 +160,39 @@ impl Bench {
             self.next_top_up += TOPUP_EVERY;
             for account_id in &self.account_ids {
                 let top_up = AdminOp::TopUp { account_id: account_id.clone(), amount_usd: self.top_up_usd };
-                self.engine.handle(self.now, Command::Admin(top_up)).expect("periodic top-up");
+                self.service.apply_command(self.now, Command::Admin(top_up)).expect("periodic top-up");
             }
-            drain(&mut self.engine);
+            drain(&mut self.service);
         }
         self.batches += 1;
         let commands = self.template.clone();
-        let (engine, mut now) = (&mut self.engine, self.now);
+        let (service, admission, mut now) = (&mut self.service, &self.admission, self.now);
         let mut failed = 0usize;
         let started = Instant::now();
-        for command in commands {
+        for (index, (key, mut command)) in commands.into_iter().enumerate() {
             now = now.plus_ms(STEP_MS);
-            let succeeded = match engine.handle(now, command) {
+            if let (Some(key), Command::Reseller(request)) = (&key, &mut command) {
+                // The connection task: hash the bearer once, admit it (rate limit).
+                let digest = KeyDigest::of(key);
+                if admission.admit_key(&digest, now).is_err() {
+                    failed += 1;
+                    continue;
+                }
+                request.key_digest = digest;
+            }
+            let succeeded = match service.apply_command(now, command) {
                 Ok(Reply::Funded(_)) | Ok(Reply::Esim(_)) => true,
                 Ok(Reply::Usage(usage)) => !usage.data_stopped,
                 _ => false,
             };
             failed += usize::from(!succeeded);
-            drain(engine);
+            while service.poll_event().is_some() {}
+            while service.poll_effect().is_some() {}
+            if index % GROUP == GROUP - 1 {
+                black_box(service.drain_journal());
+            }
         }
+        black_box(service.drain_journal());
         let elapsed = started.elapsed();
         self.now = now;
         assert_eq!(failed, 0, "{failed} of {BATCH} commands of the mix failed");
@@ -164,12 +201,13 @@ impl Bench {
 }
 
 fn reseller(key: &str, op: ResellerOp) -> Command {
-    Command::Reseller(ResellerRequest { key_digest: esim_engine::KeyDigest::of(key), idempotency_key: None, op })
+    Command::Reseller(ResellerRequest { key_digest: KeyDigest::of(key), idempotency_key: None, op })
 }
 
-fn drain(engine: &mut Engine) {
-    while engine.poll_event().is_some() {}
-    while engine.poll_effect().is_some() {}
+fn drain(service: &mut Service) {
+    while service.poll_event().is_some() {}
+    while service.poll_effect().is_some() {}
+    let _ = service.drain_journal();
 }
 
 fn engine_benches(c: &mut Criterion) {
