@@ -50,7 +50,7 @@ pub(crate) fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64)
 impl Engine {
     /// The eSIM of `iccid` on `account`; another account's eSIM is as unknown as a missing one.
     pub(crate) fn sim_of(&self, account: u32, iccid: &str) -> Result<u32, ApiError> {
-        match crate::engine::iccid_number(iccid).and_then(|n| self.iccid_index.get(&n)) {
+        match crate::ids::iccid_number(iccid).and_then(|n| self.iccid_index.get(&n)) {
             Some(&sim) if self.esims[sim as usize].account == account => Ok(sim),
             _ => Err(ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}"))),
         }
@@ -154,7 +154,7 @@ impl Engine {
             group,
             pending: None,
         });
-        let number = crate::engine::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
+        let number = crate::ids::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
         let previous = self.iccid_index.insert(number, sim);
         assert!(previous.is_none(), "ICCIDs are unique");
         self.accounts[account as usize].esims.push(sim);

@@ -33,7 +33,7 @@ impl Engine {
     }
 
     fn any_sim(&self, iccid: &str) -> Result<u32, ApiError> {
-        crate::engine::iccid_number(iccid)
+        crate::ids::iccid_number(iccid)
             .and_then(|n| self.iccid_index.get(&n))
             .copied()
             .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))

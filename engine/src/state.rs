@@ -257,17 +257,7 @@ pub enum WalletOwner {
     Group(u32),
 }
 
-/// Everything the engine waits for. Fired in deadline order, ties by scheduling order.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Timer {
-    Report(WalletOwner),
-    SettleReturn(u32),
-    SettleGroupDefund(u32),
-    RetryDelivery(u64),
-    CardSettles(u32),
-    GroupLowDeadline(u32),
-    ExpireIdempotency(u32, String),
-}
+pub use crate::timer::Timer;
 
 /// Serializes a map whose keys are not strings as a list of `[key, value]` pairs, so
 /// that JSON (digest, snapshots) can hold it.

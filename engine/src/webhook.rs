@@ -23,7 +23,7 @@ const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. 
 pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
     mac.update(body);
-    crate::engine::hex(&mac.finalize().into_bytes())
+    crate::ids::hex(&mac.finalize().into_bytes())
 }
 
 /// Wait before retry number `attempt + 1` after `attempt` failed attempts.
