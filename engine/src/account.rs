@@ -320,7 +320,8 @@ impl Engine {
 
     pub(crate) fn card_settles(&mut self, account: u32) {
         let refill = &mut self.accounts[account as usize].auto_refill;
-        let Some(amount) = refill.charge_in_flight.take() else { return };
+        // One charge at a time (a second waits for this one), and only this timer ends it.
+        let amount = refill.charge_in_flight.take().expect("a card timer settles the charge in flight");
         let failure = match refill.card {
             CardBehavior::Ok => None,
             CardBehavior::Declined => Some(("card_declined", "the card was declined")),

@@ -174,7 +174,10 @@ impl Engine {
                 break;
             }
             let timer = self.timers.remove(&(deadline, seq)).expect("first timer exists");
-            self.now = self.now.max(deadline);
+            // A timer is never scheduled before the time of its input, and every timer
+            // due by an input fires before the time moves past it.
+            assert!(deadline >= self.now, "timers fire in non-decreasing deadline order");
+            self.now = deadline;
             self.fire(timer);
         }
         self.now = self.now.max(now);

@@ -381,6 +381,8 @@ impl Engine {
 
     /// About 30 minutes passed without a credit: the event goes out, underfunded.
     pub(crate) fn group_low_deadline(&mut self, group: u32) {
+        // Stale when the wait ended first (a credit, a failed charge, a fund or a defund
+        // of the group released or dropped the event) or a later wait replaced it.
         let due = self.groups[group as usize].low_event_waiting_until.is_some_and(|at| at <= self.now);
         if due {
             self.groups[group as usize].low_event_waiting_until = None;

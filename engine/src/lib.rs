@@ -21,7 +21,8 @@
 //!    ([`Command::DeliveryOutcome`]).
 //! 2. [`Engine::handle_timeout`]`(now)`: fires every timer due at or before `now`, each at
 //!    its own deadline. Stale calls are expected and harmless: a timer whose subject
-//!    moved on (a settled return, a terminated eSIM) fires as a no-op that says why.
+//!    moved on (a retry of a webhook disabled since, a held-back event already sent)
+//!    fires as a no-op that says why.
 //! 3. [`Engine::restart`]: after the shell restarted (or reloaded the durable state),
 //!    deliveries handed out before are handed out again; receivers de-duplicate.
 //!

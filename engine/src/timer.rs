@@ -1,6 +1,8 @@
 //! Everything the engine waits for: the timers, their scheduling and what each does
-//! when it fires. A timer whose subject moved on (a settled return, a terminated eSIM,
-//! a deleted webhook) is stale: it fires as a no-op that says why, as expected.
+//! when it fires. A timer whose subject moved on (a retry of a webhook disabled or
+//! deleted since, a held-back event already sent, an answer the store's bound dropped)
+//! is stale: it fires as a no-op, and its handler says why that is expected. Timers
+//! that always find their subject (a return to settle, a card charge) assert it.
 
 use crate::engine::Engine;
 use crate::state::WalletOwner;

@@ -281,11 +281,13 @@ impl Engine {
                     self.schedule(report_due, Timer::SettleReturn(sim));
                     return;
                 }
-                let Some(pending) = self.esims[sim as usize].pending.take() else { return };
+                // One return at a time, and only its settlement timer ends it.
+                let pending = self.esims[sim as usize].pending.take().expect("a settle timer finds its return");
                 (pending.amount(), Some(pending))
             }
             WalletOwner::Group(group) => {
-                let Some((amount, _)) = self.groups[group as usize].defund.take() else { return };
+                // One defund at a time, and only its settlement timer ends it.
+                let (amount, _) = self.groups[group as usize].defund.take().expect("a settle timer finds its defund");
                 (amount, None)
             }
         };
@@ -363,6 +365,8 @@ impl Engine {
         let wallet = self.wallet_mut(owner);
         wallet.report_scheduled = false;
         if now < wallet.reporting_paused_until {
+            // A fund after this timer was set paused reporting again: expected, it waits
+            // for the first sync cycle after the new pause.
             self.schedule_report(owner);
             return;
         }

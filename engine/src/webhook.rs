@@ -398,9 +398,13 @@ impl Engine {
     }
 
     pub(crate) fn retry_delivery(&mut self, id: u64) {
+        // Stale when the webhook hit its failure limit while this retry waited: its
+        // waiting retries were dropped then.
         let Some(state) = self.deliveries.get(&id) else { return };
         let webhook = &self.webhooks[state.webhook as usize];
         if !webhook.active || webhook.deleted {
+            // Disabled by the reseller or deleted while this retry waited: nothing more
+            // goes to it.
             self.deliveries.remove(&id);
             return;
         }
