@@ -272,10 +272,8 @@ impl Engine {
             data_suspended: record.frozen,
             created_at: record.created_at,
             auto_refill_enabled: record.auto_refill.enabled,
-            auto_refill_last_error: record.auto_refill.last_error.as_ref().map(|(code, message, at)| AutoRefillError {
-                code: code.clone(),
-                message: message.clone(),
-                at: *at,
+            auto_refill_last_error: record.auto_refill.last_error.as_ref().map(|RefillError { code, message, at }| {
+                AutoRefillError { code: code.clone(), message: message.clone(), at: *at }
             }),
         })
     }
@@ -301,7 +299,8 @@ impl Engine {
                 limits::AUTO_REFILL_MAX_PER_DAY
             );
             refill.enabled = false;
-            refill.last_error = Some(("daily_limit_reached".into(), message.clone(), now));
+            refill.last_error =
+                Some(RefillError { code: "daily_limit_reached".into(), message: message.clone(), at: now });
             let balance = self.reseller_balance(account);
             self.emit(
                 account,
@@ -332,7 +331,8 @@ impl Engine {
         };
         if let Some((code, message)) = failure {
             refill.enabled = false;
-            refill.last_error = Some((code.to_string(), message.to_string(), self.now));
+            refill.last_error =
+                Some(RefillError { code: code.to_string(), message: message.to_string(), at: self.now });
             let balance = self.reseller_balance(account);
             self.emit(
                 account,

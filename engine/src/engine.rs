@@ -53,7 +53,7 @@ pub struct Engine {
     pub(crate) idempotency: BTreeMap<(u32, String), IdempotencyEntry>,
     /// Per account, its stored keys oldest first (with their expiry, which tells a key
     /// stored again after it expired from the entry it replaced).
-    pub(crate) idempotency_order: BTreeMap<u32, VecDeque<(Millis, String)>>,
+    pub(crate) idempotency_order: BTreeMap<u32, VecDeque<StoredKey>>,
     /// Output queues, drained by the shell after every input (not part of the state:
     /// a snapshot is taken with them drained).
     #[serde(skip)]

@@ -7,7 +7,7 @@ use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::reply::{QrCodeDataUrl, Reply, Response};
 use crate::secret::SealedSecret;
-use crate::state::IdempotencyEntry;
+use crate::state::{IdempotencyEntry, StoredKey};
 use crate::time::Millis;
 use crate::timer::Timer;
 use sha2::{Digest, Sha256};
@@ -62,10 +62,10 @@ impl Engine {
         // A key found here had expired (a live one was answered above): it is replaced.
         self.idempotency.insert((account, key.clone()), entry);
         let order = self.idempotency_order.entry(account).or_default();
-        order.push_back((expires_at, key.clone()));
+        order.push_back(StoredKey { expires_at, key: key.clone() });
         if order.len() > limits::IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX {
-            let (oldest_expiry, oldest) = order.pop_front().expect("the queue is over its limit");
-            self.forget_idempotent(account, &oldest, oldest_expiry);
+            let oldest = order.pop_front().expect("the queue is over its limit");
+            self.forget_idempotent(account, &oldest.key, oldest.expires_at);
         }
         assert!(
             self.idempotency_order[&account].len() <= limits::IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX,
@@ -88,12 +88,12 @@ impl Engine {
         // back), so the expired one heads its account's queue unless the bound
         // dropped it already (then this timer is stale: expected).
         let order = self.idempotency_order.entry(account).or_default();
-        if order.front().is_some_and(|(expiry, front)| *expiry <= self.now && front == key) {
-            let (expiry, key) = order.pop_front().expect("checked");
+        if order.front().is_some_and(|front| front.expires_at <= self.now && front.key == key) {
+            let expired = order.pop_front().expect("checked");
             if order.is_empty() {
                 self.idempotency_order.remove(&account);
             }
-            self.forget_idempotent(account, &key, expiry);
+            self.forget_idempotent(account, &expired.key, expired.expires_at);
         }
     }
 }

@@ -11,6 +11,24 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+/// Serializes a struct as the tuple of its fields, in order: records that were tuples
+/// keep their serialized form (so the state digest and snapshots do not change).
+macro_rules! serde_as_tuple {
+    ($name:ident { $($field:ident: $ty:ty),+ $(,)? }) => {
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                ($(&self.$field,)+).serialize(serializer)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let ($($field,)+) = <($($ty,)+)>::deserialize(deserializer)?;
+                Ok($name { $($field),+ })
+            }
+        }
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EsimStatus {
     Pending,
@@ -129,8 +147,17 @@ pub struct AutoRefill {
     pub recent_charges: Vec<Millis>,
     /// A charge is on its way (the card settles after a short delay).
     pub charge_in_flight: Option<Decimal>,
-    pub last_error: Option<(String, String, Millis)>,
+    pub last_error: Option<RefillError>,
 }
+
+/// Why the last auto-refill charge failed (decision 19).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefillError {
+    pub code: String,
+    pub message: String,
+    pub at: Millis,
+}
+serde_as_tuple!(RefillError { code: String, message: String, at: Millis });
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Account {
@@ -168,12 +195,20 @@ pub struct Group {
     pub members: BTreeSet<u32>,
     /// Moves on their way in (they count against the size limit).
     pub incoming_moves: u32,
-    pub defund: Option<(Decimal, Millis)>,
+    pub defund: Option<GroupDefund>,
     /// group.balance_low is held back until this deadline while a card charge is on its way.
     pub low_event_waiting_until: Option<Millis>,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
+
+/// A group defund on its way (decision 32): the exact credit taken off the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupDefund {
+    pub amount: Decimal,
+    pub settles_at: Millis,
+}
+serde_as_tuple!(GroupDefund { amount: Decimal, settles_at: Millis });
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Subscription {
@@ -244,6 +279,15 @@ pub struct IdempotencyEntry {
     pub expires_at: Millis,
 }
 
+/// A stored answer in its account's expiry queue: with its expiry, which tells a key
+/// stored again after it expired from the entry it replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredKey {
+    pub expires_at: Millis,
+    pub key: String,
+}
+serde_as_tuple!(StoredKey { expires_at: Millis, key: String });
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Faults {
     pub upstream_pause_fails: bool,
@@ -279,5 +323,32 @@ pub mod map_as_pairs {
         D: Deserializer<'de>,
     {
         Ok(Vec::<(K, V)>::deserialize(deserializer)?.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records that were tuples serialize as those tuples did: the state digest and
+    /// every snapshot stay byte-identical.
+    #[test]
+    fn named_records_serialize_as_their_tuples() {
+        let at = Millis(1_234);
+        let amount = Decimal::new(1_999, 2);
+        let same = |named: String, tuple: String| assert_eq!(named, tuple);
+        same(
+            serde_json::to_string(&GroupDefund { amount, settles_at: at }).unwrap(),
+            serde_json::to_string(&(amount, at)).unwrap(),
+        );
+        let error = RefillError { code: "card_declined".into(), message: "declined".into(), at };
+        same(
+            serde_json::to_string(&error).unwrap(),
+            serde_json::to_string(&("card_declined", "declined", at)).unwrap(),
+        );
+        let stored = StoredKey { expires_at: at, key: "k".into() };
+        same(serde_json::to_string(&stored).unwrap(), serde_json::to_string(&(at, "k")).unwrap());
+        let back: StoredKey = serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
+        assert_eq!(back, stored);
     }
 }

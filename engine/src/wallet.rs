@@ -145,7 +145,9 @@ impl Engine {
                 }
                 esim.pending.as_ref().map_or(Decimal::ZERO, PendingReturn::amount)
             }
-            WalletOwner::Group(group) => self.groups[group as usize].defund.map_or(Decimal::ZERO, |(amount, _)| amount),
+            WalletOwner::Group(group) => {
+                self.groups[group as usize].defund.map_or(Decimal::ZERO, |defund| defund.amount)
+            }
         };
         money::displayed(self.ledger.balance(self.wallet(owner).slots.credit) + pending)
     }
@@ -221,7 +223,7 @@ impl Engine {
             }
             (WalletOwner::Group(group), Return::Defund) => {
                 let record = &mut self.groups[group as usize];
-                record.defund = Some((amount, settles_at));
+                record.defund = Some(GroupDefund { amount, settles_at });
                 record.low_event_waiting_until = None;
                 self.schedule(settles_at, Timer::SettleGroupDefund(group));
             }
@@ -287,8 +289,8 @@ impl Engine {
             }
             WalletOwner::Group(group) => {
                 // One defund at a time, and only its settlement timer ends it.
-                let (amount, _) = self.groups[group as usize].defund.take().expect("a settle timer finds its defund");
-                (amount, None)
+                let defund = self.groups[group as usize].defund.take().expect("a settle timer finds its defund");
+                (defund.amount, None)
             }
         };
         let account = self.wallet_account(owner);

@@ -143,7 +143,7 @@ fn sim_exact(engine: &Engine, sim: u32) -> Option<Decimal> {
 
 fn group_exact(engine: &Engine, group: u32) -> Option<Decimal> {
     let record = engine.groups().get(group as usize)?;
-    let pending = record.defund.map_or(Decimal::ZERO, |(amount, _)| amount);
+    let pending = record.defund.map_or(Decimal::ZERO, |defund| defund.amount);
     Some(engine.ledger().balance(record.wallet.slots.credit) + pending)
 }
 
