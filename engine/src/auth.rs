@@ -4,10 +4,11 @@
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::secret::KeyDigest;
+use crate::state::AccountIx;
 
 impl Engine {
     /// The account holding a valid (known, not revoked) API key.
-    pub(crate) fn key_holder(&self, digest: &KeyDigest) -> Result<u32, ApiError> {
+    pub(crate) fn key_holder(&self, digest: &KeyDigest) -> Result<AccountIx, ApiError> {
         match self.keys.get(&digest.id()) {
             // The map is keyed by the first half of the digest; the whole digest is then
             // compared in constant time.

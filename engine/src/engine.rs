@@ -30,18 +30,18 @@ pub struct Engine {
     pub(crate) rng: ChaCha20Rng,
     pub(crate) ledger: Ledger,
     pub(crate) accounts: Vec<Account>,
-    pub(crate) account_index: BTreeMap<String, u32>,
+    pub(crate) account_index: BTreeMap<String, AccountIx>,
     #[serde(with = "crate::state::map_as_pairs")]
     pub(crate) keys: BTreeMap<u128, KeyRecord>,
     pub(crate) esims: Vec<Esim>,
     /// ICCIDs are all digits (19 of them), so they are indexed as numbers: cheaper to
     /// compare than strings on every eSIM call.
-    pub(crate) iccid_index: BTreeMap<u64, u32>,
+    pub(crate) iccid_index: BTreeMap<u64, EsimIx>,
     pub(crate) groups: Vec<Group>,
-    pub(crate) group_index: BTreeMap<String, u32>,
+    pub(crate) group_index: BTreeMap<String, GroupIx>,
     pub(crate) webhooks: Vec<Webhook>,
-    pub(crate) webhook_index: BTreeMap<String, u32>,
-    pub(crate) deliveries: BTreeMap<u64, DeliveryState>,
+    pub(crate) webhook_index: BTreeMap<String, WebhookIx>,
+    pub(crate) deliveries: BTreeMap<DeliveryId, DeliveryState>,
     pub(crate) next_delivery_id: u64,
     #[serde(with = "crate::state::map_as_pairs")]
     pub(crate) timers: BTreeMap<(Millis, u64), Timer>,
@@ -50,10 +50,10 @@ pub struct Engine {
     pub(crate) next_serial: u64,
     pub(crate) faults: Faults,
     #[serde(with = "crate::state::map_as_pairs")]
-    pub(crate) idempotency: BTreeMap<(u32, String), IdempotencyEntry>,
+    pub(crate) idempotency: BTreeMap<(AccountIx, String), IdempotencyEntry>,
     /// Per account, its stored keys oldest first (with their expiry, which tells a key
     /// stored again after it expired from the entry it replaced).
-    pub(crate) idempotency_order: BTreeMap<u32, VecDeque<StoredKey>>,
+    pub(crate) idempotency_order: BTreeMap<AccountIx, VecDeque<StoredKey>>,
     /// Output queues, drained by the shell after every input (not part of the state:
     /// a snapshot is taken with them drained).
     #[serde(skip)]
@@ -121,13 +121,13 @@ impl Engine {
     }
 
     /// Deliveries the engine still owns (in flight or waiting for a retry).
-    pub fn pending_deliveries(&self) -> &BTreeMap<u64, DeliveryState> {
+    pub fn pending_deliveries(&self) -> &BTreeMap<DeliveryId, DeliveryState> {
         &self.deliveries
     }
 
     /// Displayed wallet balance of an eSIM (what the API shows).
     pub fn esim_displayed_balance(&self, sim: u32) -> rust_decimal::Decimal {
-        self.shown_balance(WalletOwner::Sim(sim))
+        self.shown_balance(WalletOwner::Sim(EsimIx(sim)))
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -151,19 +151,21 @@ impl Engine {
             Command::Reseller(request) => self.handle_reseller(request),
             Command::Admin(op) => self.handle_admin(op),
             Command::Sandbox(op) => self.handle_sandbox(op),
-            Command::DeliveryOutcome { delivery_id, result } => self.record_delivery_outcome(delivery_id, result),
+            Command::DeliveryOutcome { delivery_id, result } => {
+                self.record_delivery_outcome(DeliveryId(delivery_id), result)
+            }
         }
     }
 
     /// The account holding a valid (known, not revoked) API key: a read-only lookup,
     /// for the transport's authentication before it reads a request's body.
     pub fn key_account(&self, digest: &KeyDigest) -> Option<u32> {
-        self.key_holder(digest).ok()
+        self.key_holder(digest).ok().map(|account| account.0)
     }
 
     /// Every valid key's digest with its account (the transport's key directory).
     pub fn valid_keys(&self) -> impl Iterator<Item = (KeyDigest, u32)> + '_ {
-        self.keys.values().filter(|record| !record.revoked).map(|record| (record.digest, record.account))
+        self.keys.values().filter(|record| !record.revoked).map(|record| (record.digest, record.account.0))
     }
 
     /// Fires every timer due at or before `now`, in deadline order, each at its own
@@ -228,7 +230,7 @@ impl Engine {
         self.dispatch_idempotent(account, key, op)
     }
 
-    pub(crate) fn dispatch(&mut self, account: u32, op: ResellerOp) -> Response {
+    pub(crate) fn dispatch(&mut self, account: AccountIx, op: ResellerOp) -> Response {
         use ResellerOp::*;
         match op {
             Provision { end_user_reference, label, group_id } => {

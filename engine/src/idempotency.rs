@@ -7,7 +7,7 @@ use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::reply::{QrCodeDataUrl, Reply, Response};
 use crate::secret::SealedSecret;
-use crate::state::{IdempotencyEntry, StoredKey};
+use crate::state::{AccountIx, IdempotencyEntry, StoredKey};
 use crate::time::Millis;
 use crate::timer::Timer;
 use sha2::{Digest, Sha256};
@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 impl Engine {
     /// A reseller write that carries an `Idempotency-Key`: a live stored answer is
     /// replayed, otherwise the request is dispatched and its final answer stored.
-    pub(crate) fn dispatch_idempotent(&mut self, account: u32, key: String, op: ResellerOp) -> Response {
+    pub(crate) fn dispatch_idempotent(&mut self, account: AccountIx, key: String, op: ResellerOp) -> Response {
         if key.is_empty() || key.len() > limits::IDEMPOTENCY_KEY_LEN_MAX {
             return Err(ApiError::validation(format!(
                 "Idempotency-Key must be 1 to {} characters",
@@ -48,7 +48,7 @@ impl Engine {
 
     /// Keeps a final answer for its `Idempotency-Key`, dropping the account's oldest
     /// stored answer when it holds the most it may.
-    fn store_idempotent(&mut self, account: u32, key: String, fingerprint: [u8; 32], response: &Response) {
+    fn store_idempotent(&mut self, account: AccountIx, key: String, fingerprint: [u8; 32], response: &Response) {
         let (status, body, qr_text, signing_secret) = Reply::stored_form(response);
         let expires_at = self.now.plus_ms(limits::IDEMPOTENCY_TTL_MS);
         let entry = IdempotencyEntry {
@@ -75,7 +75,7 @@ impl Engine {
     }
 
     /// Drops a stored answer, if it is still the one stored with this expiry.
-    fn forget_idempotent(&mut self, account: u32, key: &str, expires_at: Millis) {
+    fn forget_idempotent(&mut self, account: AccountIx, key: &str, expires_at: Millis) {
         let slot = (account, key.to_string());
         if self.idempotency.get(&slot).is_some_and(|entry| entry.expires_at == expires_at) {
             self.idempotency.remove(&slot);
@@ -83,7 +83,7 @@ impl Engine {
     }
 
     /// The expiry timer of a stored answer.
-    pub(crate) fn expire_idempotent(&mut self, account: u32, key: &str) {
+    pub(crate) fn expire_idempotent(&mut self, account: AccountIx, key: &str) {
         // Keys expire in the order they were stored (a fixed TTL, time never goes
         // back), so the expired one heads its account's queue unless the bound
         // dropped it already (then this timer is stale: expected).

@@ -90,7 +90,8 @@
 //!   `Idempotency-Key`s; `ids`: randomness, ids, hex and ICCID helpers.
 //! - `event`: event names, the envelope and emitting to observers and webhooks.
 //! - one module per resource (`account`, `esim`, `group`, `webhook`, `network`), and
-//!   `wallet` (every eSIM and group wallet rule); `state`: the records kept.
+//!   `wallet` (every eSIM and group wallet rule); `state`: the records kept and their
+//!   index newtypes (`AccountIx`, `EsimIx`, `GroupIx`, `WebhookIx`, `DeliveryId`).
 //! - `ledger` and `money` (the money rules), `command`/`reply`/`error` (the interface),
 //!   `rates` and `codes` (data and artefacts), `report` (conservation report),
 //!   `secret` (key digests and sealed secrets), `time` (service time).

@@ -11,6 +11,57 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+/// An index newtype: the position of a record in its engine list, serialized as the
+/// bare number (so the state digest and snapshots do not change), and usable as an
+/// index of that list only.
+macro_rules! index_newtype {
+    ($(#[$doc:meta])* $name:ident($inner:ty) indexes $record:ty) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+        impl std::ops::Index<$name> for Vec<$record> {
+            type Output = $record;
+            fn index(&self, ix: $name) -> &$record {
+                &self[ix.0 as usize]
+            }
+        }
+        impl std::ops::IndexMut<$name> for Vec<$record> {
+            fn index_mut(&mut self, ix: $name) -> &mut $record {
+                &mut self[ix.0 as usize]
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+index_newtype!(
+    /// An account: its position in `Engine::accounts`.
+    AccountIx(u32) indexes Account
+);
+index_newtype!(
+    /// An eSIM: its position in `Engine::esims`.
+    EsimIx(u32) indexes Esim
+);
+index_newtype!(
+    /// A group: its position in `Engine::groups`.
+    GroupIx(u32) indexes Group
+);
+index_newtype!(
+    /// A webhook: its position in `Engine::webhooks`.
+    WebhookIx(u32) indexes Webhook
+);
+
+/// A webhook delivery: the key of `Engine::pending_deliveries`, and the number the
+/// shell reports an outcome with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DeliveryId(pub u64);
+
 /// Serializes a struct as the tuple of its fields, in order: records that were tuples
 /// keep their serialized form (so the state digest and snapshots do not change).
 macro_rules! serde_as_tuple {
@@ -101,7 +152,7 @@ pub enum PendingReturn {
     /// eSIM defund: the exact credit taken off the SIM.
     Defund { amount: Decimal, settles_at: Millis },
     /// Adding a funded standalone eSIM to a group.
-    Move { group: u32, amount: Decimal, settles_at: Millis },
+    Move { group: GroupIx, amount: Decimal, settles_at: Millis },
 }
 
 impl PendingReturn {
@@ -116,7 +167,7 @@ impl PendingReturn {
 pub struct Esim {
     pub id: String,
     pub iccid: String,
-    pub account: u32,
+    pub account: AccountIx,
     pub lpa_string: String,
     pub status: EsimStatus,
     /// What the network says now (the live state).
@@ -134,7 +185,7 @@ pub struct Esim {
     pub wallet: Wallet,
     /// The upstream wallet exists once the SIM was first funded.
     pub wallet_created: bool,
-    pub group: Option<u32>,
+    pub group: Option<GroupIx>,
     pub pending: Option<PendingReturn>,
 }
 
@@ -173,11 +224,11 @@ pub struct Account {
     #[serde(flatten)]
     pub balance_alarm: CrossingAlarm,
     /// eSIM indexes in provisioning order.
-    pub esims: Vec<u32>,
+    pub esims: Vec<EsimIx>,
     /// Group indexes in creation order.
-    pub groups: Vec<u32>,
+    pub groups: Vec<GroupIx>,
     /// Webhook indexes (deleted ones are removed).
-    pub webhooks: Vec<u32>,
+    pub webhooks: Vec<WebhookIx>,
     pub max_groups: u32,
     pub max_group_size: u32,
     pub auto_refill: AutoRefill,
@@ -186,13 +237,13 @@ pub struct Account {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Group {
     pub id: String,
-    pub account: u32,
+    pub account: AccountIx,
     pub name: String,
     pub low_balance_threshold: Decimal,
     pub refill_amount: Decimal,
     pub wallet: Wallet,
     /// Member eSIM indexes.
-    pub members: BTreeSet<u32>,
+    pub members: BTreeSet<EsimIx>,
     /// Moves on their way in (they count against the size limit).
     pub incoming_moves: u32,
     pub defund: Option<GroupDefund>,
@@ -228,7 +279,7 @@ impl Subscription {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Webhook {
     pub id: String,
-    pub account: u32,
+    pub account: AccountIx,
     pub url: String,
     pub events: Vec<String>,
     pub subscription: Subscription,
@@ -245,7 +296,7 @@ pub struct Webhook {
 /// A delivery the engine is responsible for until it succeeds or is given up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryState {
-    pub webhook: u32,
+    pub webhook: WebhookIx,
     pub event_id: String,
     pub event: EventName,
     pub body: String,
@@ -260,7 +311,7 @@ pub struct DeliveryState {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub digest: crate::secret::KeyDigest,
-    pub account: u32,
+    pub account: AccountIx,
     pub revoked: bool,
 }
 
@@ -297,8 +348,8 @@ pub struct Faults {
 /// Which wallet a report timer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WalletOwner {
-    Sim(u32),
-    Group(u32),
+    Sim(EsimIx),
+    Group(GroupIx),
 }
 
 pub use crate::timer::Timer;

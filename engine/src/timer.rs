@@ -5,7 +5,7 @@
 //! that always find their subject (a return to settle, a card charge) assert it.
 
 use crate::engine::Engine;
-use crate::state::WalletOwner;
+use crate::state::{AccountIx, DeliveryId, EsimIx, GroupIx, WalletOwner};
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 
@@ -13,12 +13,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Timer {
     Report(WalletOwner),
-    SettleReturn(u32),
-    SettleGroupDefund(u32),
-    RetryDelivery(u64),
-    CardSettles(u32),
-    GroupLowDeadline(u32),
-    ExpireIdempotency(u32, String),
+    SettleReturn(EsimIx),
+    SettleGroupDefund(GroupIx),
+    RetryDelivery(DeliveryId),
+    CardSettles(AccountIx),
+    GroupLowDeadline(GroupIx),
+    ExpireIdempotency(AccountIx, String),
 }
 
 impl Engine {
