@@ -44,7 +44,7 @@ impl Engine {
             }
             AdminOp::Freeze { account_id, frozen } => {
                 let account = self.account_by_id(&account_id)?;
-                self.accounts[account as usize].frozen = frozen;
+                self.accounts[account].frozen = frozen;
                 Ok(Reply::AdminUpdated(json!({ "account_id": account_id, "data_suspended": frozen })))
             }
             AdminOp::SetAutoRefill { account_id, enabled, amount_usd, card } => {
@@ -62,7 +62,7 @@ impl Engine {
                         }
                     }
                 }
-                let refill = &mut self.accounts[account as usize].auto_refill;
+                let refill = &mut self.accounts[account].auto_refill;
                 if let Some(enabled) = enabled {
                     refill.enabled = enabled;
                 }
@@ -86,7 +86,7 @@ impl Engine {
                         return Err(ApiError::validation(format!("{name} must be 1 to 100000")));
                     }
                 }
-                let record = &mut self.accounts[account as usize];
+                let record = &mut self.accounts[account];
                 record.max_groups = max_groups.unwrap_or(record.max_groups);
                 record.max_group_size = max_group_size.unwrap_or(record.max_group_size);
                 Ok(Reply::AdminUpdated(json!({
@@ -116,7 +116,7 @@ impl Engine {
         if company_name.as_ref().is_some_and(|n| n.len() > limits::MAX_TEXT_LEN) {
             return Err(ApiError::validation("company_name is longer than 256 characters"));
         }
-        let index = self.accounts.len() as u32;
+        let index = AccountIx(self.accounts.len() as u32);
         let id = self.random_id("acc_", 8);
         let slots = self.ledger.open_account(index);
         self.accounts.push(Account {
@@ -153,28 +153,28 @@ impl Engine {
 
     /// A key drawn by the shell from OS entropy (`rsk_` and 64 hex characters): only its
     /// SHA-256 reaches the engine, and only that is kept.
-    fn add_api_key(&mut self, account: u32, digest: crate::secret::KeyDigest) {
+    fn add_api_key(&mut self, account: AccountIx, digest: crate::secret::KeyDigest) {
         assert!(!digest.is_unset(), "the shell fills in every new key's digest");
         let previous = self.keys.insert(digest.id(), KeyRecord { digest, account, revoked: false });
         assert!(previous.is_none(), "a 128-bit key id collision cannot happen by chance");
     }
 
-    pub(crate) fn account_by_id(&self, account_id: &str) -> Result<u32, ApiError> {
+    pub(crate) fn account_by_id(&self, account_id: &str) -> Result<AccountIx, ApiError> {
         self.account_index
             .get(account_id)
             .copied()
             .ok_or_else(|| ApiError::new(ErrorCode::AccountNotFound, format!("no account {account_id}")))
     }
 
-    fn top_up(&mut self, account: u32, amount: Decimal) -> Response {
+    fn top_up(&mut self, account: AccountIx, amount: Decimal) -> Response {
         match money::to_cents(amount) {
             Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
             _ => return Err(ApiError::validation("amount_usd must be at least 10 (and at most 1000000, 2 decimals)")),
         }
         let amount = amount.normalize();
-        let slots = self.accounts[account as usize].slots;
+        let slots = self.accounts[account].slots;
         self.ledger.transfer(slots.world, slots.reseller, amount, Reason::TopUp);
-        self.accounts[account as usize].lifetime_topup += amount;
+        self.accounts[account].lifetime_topup += amount;
         let topup_id = self.random_id("top_", 12);
         self.after_reseller_credit(account);
         let balance = self.reseller_balance(account);
@@ -188,15 +188,15 @@ impl Engine {
 
     // ----- the reseller balance -----
 
-    pub(crate) fn reseller_balance(&self, account: u32) -> Decimal {
-        self.ledger.balance(self.accounts[account as usize].slots.reseller).normalize()
+    pub(crate) fn reseller_balance(&self, account: AccountIx) -> Decimal {
+        self.ledger.balance(self.accounts[account].slots.reseller).normalize()
     }
 
     /// Checks that the reseller balance covers `amount` (402 with both amounts otherwise).
-    pub(crate) fn require_balance(&self, account: u32, amount: Decimal) -> Result<(), ApiError> {
+    pub(crate) fn require_balance(&self, account: AccountIx, amount: Decimal) -> Result<(), ApiError> {
         // Compared as they are (scale does not matter to Decimal order); normalized only
         // to be shown.
-        let available = self.ledger.balance(self.accounts[account as usize].slots.reseller);
+        let available = self.ledger.balance(self.accounts[account].slots.reseller);
         if available < amount {
             return Err(ApiError::new(
                 ErrorCode::InsufficientBalance,
@@ -206,8 +206,8 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn require_not_frozen(&self, account: u32) -> Result<(), ApiError> {
-        if self.accounts[account as usize].frozen {
+    pub(crate) fn require_not_frozen(&self, account: AccountIx) -> Result<(), ApiError> {
+        if self.accounts[account].frozen {
             return Err(ApiError::new(
                 ErrorCode::AccountSuspended,
                 "the account is frozen by the operator (data_suspended); contact support",
@@ -218,17 +218,17 @@ impl Engine {
 
     /// Spends from the reseller balance into `to`; counts in `lifetime_usage_usd` and
     /// raises balance.low / balance.depleted on the way down.
-    pub(crate) fn spend(&mut self, account: u32, to: Slot, amount: Decimal, reason: Reason) {
-        let reseller = self.accounts[account as usize].slots.reseller;
+    pub(crate) fn spend(&mut self, account: AccountIx, to: Slot, amount: Decimal, reason: Reason) {
+        let reseller = self.accounts[account].slots.reseller;
         self.ledger.transfer(reseller, to, amount, reason);
         self.after_reseller_debit(account);
     }
 
     /// balance.low / balance.depleted once per crossing, on every debit (decision 16).
-    pub(crate) fn after_reseller_debit(&mut self, account: u32) {
-        let balance = self.ledger.balance(self.accounts[account as usize].slots.reseller);
+    pub(crate) fn after_reseller_debit(&mut self, account: AccountIx) {
+        let balance = self.ledger.balance(self.accounts[account].slots.reseller);
         let threshold = money::low_balance_threshold_usd();
-        let alarms = self.accounts[account as usize].balance_alarm.observe(balance, threshold, Rearm::AtThreshold);
+        let alarms = self.accounts[account].balance_alarm.observe(balance, threshold, Rearm::AtThreshold);
         if alarms.low {
             self.emit(
                 account,
@@ -242,14 +242,14 @@ impl Engine {
     }
 
     /// Re-arms the reseller balance events once the balance is back up.
-    pub(crate) fn after_reseller_credit(&mut self, account: u32) {
+    pub(crate) fn after_reseller_credit(&mut self, account: AccountIx) {
         let balance = self.reseller_balance(account);
         let threshold = money::low_balance_threshold_usd();
-        self.accounts[account as usize].balance_alarm.rearm(balance, threshold, Rearm::AtThreshold);
+        self.accounts[account].balance_alarm.rearm(balance, threshold, Rearm::AtThreshold);
     }
 
-    pub(crate) fn wallet_balance(&self, account: u32) -> Response {
-        let record = &self.accounts[account as usize];
+    pub(crate) fn wallet_balance(&self, account: AccountIx) -> Response {
+        let record = &self.accounts[account];
         Ok(Reply::WalletBalance(WalletBalance {
             balance_usd: self.reseller_balance(account),
             lifetime_topup_usd: record.lifetime_topup.normalize(),
@@ -259,9 +259,9 @@ impl Engine {
         }))
     }
 
-    pub(crate) fn account_record(&self, account: u32) -> Result<AccountRecord, ApiError> {
-        let record = &self.accounts[account as usize];
-        let active = record.esims.iter().filter(|&&s| self.esims[s as usize].status == EsimStatus::Active).count();
+    pub(crate) fn account_record(&self, account: AccountIx) -> Result<AccountRecord, ApiError> {
+        let record = &self.accounts[account];
+        let active = record.esims.iter().filter(|&&s| self.esims[s].status == EsimStatus::Active).count();
         Ok(AccountRecord {
             id: record.id.clone(),
             company_name: record.company_name.clone(),
@@ -272,10 +272,8 @@ impl Engine {
             data_suspended: record.frozen,
             created_at: record.created_at,
             auto_refill_enabled: record.auto_refill.enabled,
-            auto_refill_last_error: record.auto_refill.last_error.as_ref().map(|(code, message, at)| AutoRefillError {
-                code: code.clone(),
-                message: message.clone(),
-                at: *at,
+            auto_refill_last_error: record.auto_refill.last_error.as_ref().map(|RefillError { code, message, at }| {
+                AutoRefillError { code: code.clone(), message: message.clone(), at: *at }
             }),
         })
     }
@@ -284,9 +282,9 @@ impl Engine {
 
     /// Starts a card charge if auto-refill is on and none is on its way. Returns whether
     /// a charge is now on its way. Only real spend calls this, never a transfer.
-    pub(crate) fn start_auto_refill(&mut self, account: u32) -> bool {
+    pub(crate) fn start_auto_refill(&mut self, account: AccountIx) -> bool {
         let now = self.now;
-        let refill = &mut self.accounts[account as usize].auto_refill;
+        let refill = &mut self.accounts[account].auto_refill;
         if !refill.enabled {
             return false;
         }
@@ -301,7 +299,8 @@ impl Engine {
                 limits::AUTO_REFILL_MAX_PER_DAY
             );
             refill.enabled = false;
-            refill.last_error = Some(("daily_limit_reached".into(), message.clone(), now));
+            refill.last_error =
+                Some(RefillError { code: "daily_limit_reached".into(), message: message.clone(), at: now });
             let balance = self.reseller_balance(account);
             self.emit(
                 account,
@@ -318,9 +317,10 @@ impl Engine {
         true
     }
 
-    pub(crate) fn card_settles(&mut self, account: u32) {
-        let refill = &mut self.accounts[account as usize].auto_refill;
-        let Some(amount) = refill.charge_in_flight.take() else { return };
+    pub(crate) fn card_settles(&mut self, account: AccountIx) {
+        let refill = &mut self.accounts[account].auto_refill;
+        // One charge at a time (a second waits for this one), and only this timer ends it.
+        let amount = refill.charge_in_flight.take().expect("a card timer settles the charge in flight");
         let failure = match refill.card {
             CardBehavior::Ok => None,
             CardBehavior::Declined => Some(("card_declined", "the card was declined")),
@@ -331,7 +331,8 @@ impl Engine {
         };
         if let Some((code, message)) = failure {
             refill.enabled = false;
-            refill.last_error = Some((code.to_string(), message.to_string(), self.now));
+            refill.last_error =
+                Some(RefillError { code: code.to_string(), message: message.to_string(), at: self.now });
             let balance = self.reseller_balance(account);
             self.emit(
                 account,
@@ -341,9 +342,9 @@ impl Engine {
             self.release_waiting_group_events(account, true);
             return;
         }
-        let slots = self.accounts[account as usize].slots;
+        let slots = self.accounts[account].slots;
         self.ledger.transfer(slots.world, slots.reseller, amount, Reason::AutoRefill);
-        self.accounts[account as usize].lifetime_topup += amount;
+        self.accounts[account].lifetime_topup += amount;
         self.after_reseller_credit(account);
         let payment_intent_id = self.random_id("pi_", 12);
         let balance = self.reseller_balance(account);

@@ -49,16 +49,16 @@ pub(crate) fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64)
 
 impl Engine {
     /// The eSIM of `iccid` on `account`; another account's eSIM is as unknown as a missing one.
-    pub(crate) fn sim_of(&self, account: u32, iccid: &str) -> Result<u32, ApiError> {
-        match crate::engine::iccid_number(iccid).and_then(|n| self.iccid_index.get(&n)) {
-            Some(&sim) if self.esims[sim as usize].account == account => Ok(sim),
+    pub(crate) fn sim_of(&self, account: AccountIx, iccid: &str) -> Result<EsimIx, ApiError> {
+        match crate::ids::iccid_number(iccid).and_then(|n| self.iccid_index.get(&n)) {
+            Some(&sim) if self.esims[sim].account == account => Ok(sim),
             _ => Err(ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}"))),
         }
     }
 
     /// Data of an `esim.*` event: the common fields, then the event's own.
-    pub(crate) fn emit_esim_event(&mut self, sim: u32, name: EventName, extra: Value) {
-        let esim = &self.esims[sim as usize];
+    pub(crate) fn emit_esim_event(&mut self, sim: EsimIx, name: EventName, extra: Value) {
+        let esim = &self.esims[sim];
         let mut data = Map::new();
         data.insert("iccid".into(), json!(esim.iccid));
         data.insert("end_user_reference".into(), json!(esim.end_user_reference));
@@ -70,9 +70,9 @@ impl Engine {
         self.emit(account, name, Value::Object(data));
     }
 
-    pub(crate) fn esim_item(&self, sim: u32, euicc: Option<EuiccState>) -> EsimItem {
-        let esim = &self.esims[sim as usize];
-        let group = esim.group.map(|g| &self.groups[g as usize]);
+    pub(crate) fn esim_item(&self, sim: EsimIx, euicc: Option<EuiccState>) -> EsimItem {
+        let esim = &self.esims[sim];
+        let group = esim.group.map(|g| &self.groups[g]);
         EsimItem {
             id: esim.id.clone(),
             iccid: esim.iccid.clone(),
@@ -94,7 +94,7 @@ impl Engine {
 
     pub(crate) fn provision(
         &mut self,
-        account: u32,
+        account: AccountIx,
         end_user_reference: Option<String>,
         label: Option<String>,
         group_id: Option<String>,
@@ -119,9 +119,9 @@ impl Engine {
             return Err(ApiError::new(ErrorCode::NoEsimsAvailable, "eSIM inventory is depleted; try again later"));
         }
         self.inventory -= 1;
-        let fees = self.accounts[account as usize].slots.fees;
+        let fees = self.accounts[account].slots.fees;
         self.spend(account, fees, fee, Reason::ProvisioningFee);
-        self.accounts[account as usize].lifetime_usage += fee;
+        self.accounts[account].lifetime_usage += fee;
 
         if self.next_serial == 0 {
             // A random starting serial makes ICCIDs look issued from a real range.
@@ -132,7 +132,7 @@ impl Engine {
         let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>()));
         let id = self.random_uuid();
         let slots = self.ledger.open_sim_wallet(account);
-        let sim = self.esims.len() as u32;
+        let sim = EsimIx(self.esims.len() as u32);
         self.esims.push(Esim {
             id: id.clone(),
             iccid: iccid.clone(),
@@ -154,12 +154,12 @@ impl Engine {
             group,
             pending: None,
         });
-        let number = crate::engine::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
+        let number = crate::ids::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
         let previous = self.iccid_index.insert(number, sim);
         assert!(previous.is_none(), "ICCIDs are unique");
-        self.accounts[account as usize].esims.push(sim);
+        self.accounts[account].esims.push(sim);
         if let Some(group) = group {
-            self.groups[group as usize].members.insert(sim);
+            self.groups[group].members.insert(sim);
         }
         let created_at = self.now;
         self.emit_esim_event(
@@ -195,7 +195,7 @@ impl Engine {
 
     pub(crate) fn list_esims(
         &self,
-        account: u32,
+        account: AccountIx,
         status: Option<String>,
         limit: Option<u64>,
         offset: Option<u64>,
@@ -208,11 +208,11 @@ impl Engine {
                 })?),
             };
         let (limit, offset) = page(limit, offset)?;
-        let matching = self.accounts[account as usize]
+        let matching = self.accounts[account]
             .esims
             .iter()
             .copied()
-            .filter(|&sim| status.is_none_or(|s| self.esims[sim as usize].status == s));
+            .filter(|&sim| status.is_none_or(|s| self.esims[sim].status == s));
         let mut total = 0u64;
         let mut esims = Vec::new();
         for sim in matching {
@@ -224,13 +224,13 @@ impl Engine {
         Ok(Reply::EsimPage(EsimPage { esims, total, limit, offset }))
     }
 
-    pub(crate) fn get_esim(&self, account: u32, iccid: &str) -> Response {
+    pub(crate) fn get_esim(&self, account: AccountIx, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
-        let esim = &self.esims[sim as usize];
+        let esim = &self.esims[sim];
         // The live state comes from the network; when that read fails, the cached one.
         let euicc = if self.faults.network_read_fails { esim.euicc_cached } else { esim.euicc_network };
         let group_total = esim.group.map(|g| {
-            let group = &self.groups[g as usize];
+            let group = &self.groups[g];
             self.ledger.balance(group.wallet.slots.reported).normalize()
         });
         Ok(Reply::Esim(EsimDetail {
@@ -246,16 +246,16 @@ impl Engine {
         }))
     }
 
-    fn require_not_terminated(&self, sim: u32) -> Result<(), ApiError> {
-        if self.esims[sim as usize].status == EsimStatus::Terminated {
+    fn require_not_terminated(&self, sim: EsimIx) -> Result<(), ApiError> {
+        if self.esims[sim].status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
         Ok(())
     }
 
     /// Refuses a change while the eSIM's balance is on its way back or into a group.
-    fn require_no_pending(&self, sim: u32) -> Result<(), ApiError> {
-        match self.esims[sim as usize].pending {
+    fn require_no_pending(&self, sim: EsimIx) -> Result<(), ApiError> {
+        match self.esims[sim].pending {
             Some(PendingReturn::Defund { .. }) => Err(ApiError::new(
                 ErrorCode::DefundPending,
                 "a balance return for this eSIM is in progress; try again once it has settled",
@@ -267,13 +267,13 @@ impl Engine {
         }
     }
 
-    pub(crate) fn enable(&mut self, account: u32, iccid: &str) -> Response {
+    pub(crate) fn enable(&mut self, account: AccountIx, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         self.require_no_pending(sim)?;
-        if let Some(group) = self.esims[sim as usize].group {
+        if let Some(group) = self.esims[sim].group {
             // DESIGN rule 5: the same shape holds for a group defund.
-            if self.groups[group as usize].defund.is_some() {
+            if self.groups[group].defund.is_some() {
                 return Err(ApiError::new(ErrorCode::GroupDefundPending, "the group's balance return is in progress"));
             }
         }
@@ -285,7 +285,7 @@ impl Engine {
                 format!("required more than 0 USD, available {balance} USD"),
             ));
         }
-        let esim = &mut self.esims[sim as usize];
+        let esim = &mut self.esims[sim];
         if !esim.data_enabled {
             esim.data_enabled = true;
             esim.status = if esim.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
@@ -294,10 +294,10 @@ impl Engine {
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: true }))
     }
 
-    pub(crate) fn disable(&mut self, account: u32, iccid: &str) -> Response {
+    pub(crate) fn disable(&mut self, account: AccountIx, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
-        let esim = &mut self.esims[sim as usize];
+        let esim = &mut self.esims[sim];
         if esim.data_enabled {
             esim.data_enabled = false;
             esim.status = EsimStatus::Suspended;
@@ -306,7 +306,7 @@ impl Engine {
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: false }))
     }
 
-    pub(crate) fn throttle(&mut self, account: u32, iccid: &str, speed: String) -> Response {
+    pub(crate) fn throttle(&mut self, account: AccountIx, iccid: &str, speed: String) -> Response {
         let sim = self.sim_of(account, iccid)?;
         if !is_valid_speed(&speed) {
             return Err(ApiError::validation(
@@ -314,22 +314,22 @@ impl Engine {
             ));
         }
         self.require_not_terminated(sim)?;
-        self.esims[sim as usize].throttle = speed.clone();
+        self.esims[sim].throttle = speed.clone();
         Ok(Reply::Throttled(Throttled { success: true, iccid: iccid.to_string(), throttle: speed }))
     }
 
-    pub(crate) fn terminate(&mut self, account: u32, iccid: &str) -> Response {
+    pub(crate) fn terminate(&mut self, account: AccountIx, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         let now = self.now;
-        let esim = &mut self.esims[sim as usize];
+        let esim = &mut self.esims[sim];
         esim.status = EsimStatus::Terminated;
         esim.terminated_at = Some(now);
         esim.data_enabled = false;
         let group = esim.group.take();
         if let Some(group) = group {
             // It leaves its group: subscribers tracking membership hear it first.
-            let record = &mut self.groups[group as usize];
+            let record = &mut self.groups[group];
             record.members.remove(&sim);
             let extra = json!({ "group_id": record.id, "group_name": record.name });
             self.emit_esim_event(sim, EventName::EsimGroupRemoved, extra);
@@ -349,17 +349,17 @@ impl Engine {
     /// way 409 DEFUND_PENDING or MOVE_PENDING; 6. frozen 403 ACCOUNT_SUSPENDED; 7. the
     /// reseller balance 402 INSUFFICIENT_BALANCE. Then [`Engine::fund_wallet`]. (Before
     /// all of them, the test-only panic switch of decision 79.)
-    pub(crate) fn fund(&mut self, account: u32, iccid: &str, amount: Decimal) -> Response {
+    pub(crate) fn fund(&mut self, account: AccountIx, iccid: &str, amount: Decimal) -> Response {
         if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
             panic!("injected engine bug: a fund panics (test switch)");
         }
         let sim = self.sim_of(account, iccid)?;
         let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
         self.require_not_terminated(sim)?;
-        if let Some(group) = self.esims[sim as usize].group {
+        if let Some(group) = self.esims[sim].group {
             return Err(ApiError::new(
                 ErrorCode::EsimInGroup,
-                format!("the eSIM is a member of group {}; fund the group instead", self.groups[group as usize].id),
+                format!("the eSIM is a member of group {}; fund the group instead", self.groups[group].id),
             ));
         }
         self.require_no_pending(sim)?;
@@ -381,10 +381,10 @@ impl Engine {
     /// ESIM_IN_GROUP; 4. a return on its way 409 DEFUND_ALREADY_PENDING or MOVE_PENDING;
     /// 5. never funded 400 WALLET_NOT_READY; 6. shows $0 400 NO_BALANCE_TO_RETURN; 7. the
     /// upstream pause 502 UPSTREAM_ERROR (in [`Engine::request_return`]).
-    pub(crate) fn defund(&mut self, account: u32, iccid: &str) -> Response {
+    pub(crate) fn defund(&mut self, account: AccountIx, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
-        let esim = &self.esims[sim as usize];
+        let esim = &self.esims[sim];
         if esim.group.is_some() {
             return Err(ApiError::new(ErrorCode::EsimInGroup, "the eSIM is a group member; defund the group instead"));
         }

@@ -1,5 +1,8 @@
-//! Events: the names of the spec (plus `esim.defunded`), and the envelope.
+//! Events: the names of the spec (plus `esim.defunded`), the envelope, and how an
+//! event is emitted (to observers and to the account's subscribed webhooks).
 
+use crate::engine::Engine;
+use crate::state::{AccountIx, WebhookIx};
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 
@@ -109,5 +112,27 @@ impl Event {
             data: &self.data,
         })
         .expect("event envelopes always serialize")
+    }
+}
+
+impl Engine {
+    /// Emits an event of an account: queued for observers, and handed to every active
+    /// webhook of the account subscribed to it.
+    pub(crate) fn emit(&mut self, account: AccountIx, name: EventName, data: serde_json::Value) {
+        let event = Event { id: self.random_id("evt_", 12), account: account.0, name, created_at: self.now, data };
+        let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
+        let targets: Vec<WebhookIx> = self.accounts[account]
+            .webhooks
+            .iter()
+            .copied()
+            .filter(|&w| {
+                let webhook = &self.webhooks[w];
+                webhook.active && !webhook.deleted && webhook.subscription.covers(name)
+            })
+            .collect();
+        for webhook in targets {
+            self.start_delivery(webhook, &event, body.clone(), false);
+        }
+        self.events.push_back(event);
     }
 }

@@ -39,16 +39,16 @@ fn check_group_amount(field: &str, value: Decimal, allow_zero: bool) -> Result<D
 }
 
 impl Engine {
-    pub(crate) fn group_of(&self, account: u32, group_id: &str) -> Result<u32, ApiError> {
+    pub(crate) fn group_of(&self, account: AccountIx, group_id: &str) -> Result<GroupIx, ApiError> {
         match self.group_index.get(group_id) {
-            Some(&group) if self.groups[group as usize].account == account => Ok(group),
+            Some(&group) if self.groups[group].account == account => Ok(group),
             _ => Err(ApiError::new(ErrorCode::GroupNotFound, format!("no group {group_id}"))),
         }
     }
 
-    pub(crate) fn require_group_room(&self, group: u32) -> Result<(), ApiError> {
-        let record = &self.groups[group as usize];
-        let max = self.accounts[record.account as usize].max_group_size;
+    pub(crate) fn require_group_room(&self, group: GroupIx) -> Result<(), ApiError> {
+        let record = &self.groups[group];
+        let max = self.accounts[record.account].max_group_size;
         if record.members.len() as u64 + u64::from(record.incoming_moves) >= u64::from(max) {
             return Err(ApiError::new(
                 ErrorCode::GroupFull,
@@ -58,8 +58,8 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn group_record(&self, group: u32) -> GroupRecord {
-        let record = &self.groups[group as usize];
+    pub(crate) fn group_record(&self, group: GroupIx) -> GroupRecord {
+        let record = &self.groups[group];
         GroupRecord {
             id: record.id.clone(),
             name: record.name.clone(),
@@ -75,8 +75,8 @@ impl Engine {
     }
 
     /// Data of a `group.*` event: group_id, name, balance_usd, then the event's own.
-    pub(crate) fn emit_group_event(&mut self, group: u32, name: EventName, extra: Value) {
-        let record = &self.groups[group as usize];
+    pub(crate) fn emit_group_event(&mut self, group: GroupIx, name: EventName, extra: Value) {
+        let record = &self.groups[group];
         let mut data = Map::new();
         data.insert("group_id".into(), json!(record.id));
         data.insert("name".into(), json!(record.name));
@@ -88,15 +88,15 @@ impl Engine {
         self.emit(account, name, Value::Object(data));
     }
 
-    pub(crate) fn list_groups(&self, account: u32) -> Response {
+    pub(crate) fn list_groups(&self, account: AccountIx) -> Response {
         let groups: Vec<GroupRecord> =
-            self.accounts[account as usize].groups.iter().rev().map(|&g| self.group_record(g)).collect();
+            self.accounts[account].groups.iter().rev().map(|&g| self.group_record(g)).collect();
         Ok(Reply::GroupList(GroupList { total: groups.len() as u64, groups }))
     }
 
     pub(crate) fn create_group(
         &mut self,
-        account: u32,
+        account: AccountIx,
         name: String,
         threshold: Option<Decimal>,
         refill: Option<Decimal>,
@@ -105,8 +105,8 @@ impl Engine {
         let threshold = check_group_amount("low_balance_threshold_usd", threshold.unwrap_or(Decimal::TEN), true)?;
         let refill = check_group_amount("refill_amount_usd", refill.unwrap_or(Decimal::new(25, 0)), false)?;
         self.require_unique_name(account, &name, None)?;
-        let max = self.accounts[account as usize].max_groups;
-        if self.accounts[account as usize].groups.len() as u32 >= max {
+        let max = self.accounts[account].max_groups;
+        if self.accounts[account].groups.len() as u32 >= max {
             return Err(ApiError::new(
                 ErrorCode::GroupLimitReached,
                 format!("the account already has the maximum of {max} groups"),
@@ -114,7 +114,7 @@ impl Engine {
         }
         let id = self.random_uuid();
         let slots = self.ledger.open_group_wallet(account);
-        let group = self.groups.len() as u32;
+        let group = GroupIx(self.groups.len() as u32);
         // A new group is at $0: nothing to cross until it is funded.
         let wallet = Wallet::new(slots, CrossingAlarm::DISARMED);
         self.groups.push(Group {
@@ -132,29 +132,26 @@ impl Engine {
             updated_at: self.now,
         });
         self.group_index.insert(id, group);
-        self.accounts[account as usize].groups.push(group);
+        self.accounts[account].groups.push(group);
         Ok(Reply::GroupCreated(self.group_record(group)))
     }
 
-    fn require_unique_name(&self, account: u32, name: &str, except: Option<u32>) -> Result<(), ApiError> {
-        let taken = self.accounts[account as usize]
-            .groups
-            .iter()
-            .any(|&g| Some(g) != except && self.groups[g as usize].name == name);
+    fn require_unique_name(&self, account: AccountIx, name: &str, except: Option<GroupIx>) -> Result<(), ApiError> {
+        let taken = self.accounts[account].groups.iter().any(|&g| Some(g) != except && self.groups[g].name == name);
         if taken {
             return Err(ApiError::new(ErrorCode::GroupNameTaken, format!("a group named {name:?} already exists")));
         }
         Ok(())
     }
 
-    pub(crate) fn get_group(&self, account: u32, group_id: &str) -> Response {
+    pub(crate) fn get_group(&self, account: AccountIx, group_id: &str) -> Response {
         let group = self.group_of(account, group_id)?;
         Ok(Reply::Group(self.group_record(group)))
     }
 
     pub(crate) fn update_group(
         &mut self,
-        account: u32,
+        account: AccountIx,
         group_id: &str,
         name: Option<String>,
         threshold: Option<Decimal>,
@@ -173,7 +170,7 @@ impl Engine {
             self.require_unique_name(account, name, Some(group))?;
         }
         let now = self.now;
-        let record = &mut self.groups[group as usize];
+        let record = &mut self.groups[group];
         if let Some(name) = name {
             record.name = name;
         }
@@ -195,17 +192,17 @@ impl Engine {
     /// GROUP_NOT_FOUND; 2. the amount 400 VALIDATION_ERROR; 3. a return on its way 409
     /// GROUP_DEFUND_PENDING; 4. frozen 403 ACCOUNT_SUSPENDED; 5. the reseller balance 402
     /// INSUFFICIENT_BALANCE. Then [`Engine::fund_wallet`] and `group.funded`.
-    pub(crate) fn fund_group(&mut self, account: u32, group_id: &str, amount: Decimal) -> Response {
+    pub(crate) fn fund_group(&mut self, account: AccountIx, group_id: &str, amount: Decimal) -> Response {
         let group = self.group_of(account, group_id)?;
         let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
-        if self.groups[group as usize].defund.is_some() {
+        if self.groups[group].defund.is_some() {
             return Err(ApiError::new(ErrorCode::GroupDefundPending, "a group balance return is in progress"));
         }
         self.require_not_frozen(account)?;
         let amount = amount.normalize();
         self.require_balance(account, amount)?;
         let shown = self.fund_wallet(WalletOwner::Group(group), amount, cents);
-        self.groups[group as usize].updated_at = self.now;
+        self.groups[group].updated_at = self.now;
         self.emit_group_event(group, EventName::GroupFunded, json!({ "amount_usd": amount }));
         Ok(Reply::GroupFunded(GroupFunded {
             success: true,
@@ -220,9 +217,9 @@ impl Engine {
     /// GROUP_NOT_FOUND; 2. a return on its way 409 GROUP_DEFUND_PENDING; 3. shows $0 400
     /// NO_BALANCE_TO_RETURN; 4. the upstream pause 502 UPSTREAM_ERROR (in
     /// [`Engine::request_return`]).
-    pub(crate) fn defund_group(&mut self, account: u32, group_id: &str) -> Response {
+    pub(crate) fn defund_group(&mut self, account: AccountIx, group_id: &str) -> Response {
         let group = self.group_of(account, group_id)?;
-        if self.groups[group as usize].defund.is_some() {
+        if self.groups[group].defund.is_some() {
             return Err(ApiError::new(ErrorCode::GroupDefundPending, "a group balance return is already in progress"));
         }
         let estimate = self.shown_balance(WalletOwner::Group(group));
@@ -241,14 +238,14 @@ impl Engine {
 
     pub(crate) fn list_group_esims(
         &self,
-        account: u32,
+        account: AccountIx,
         group_id: &str,
         limit: Option<u64>,
         offset: Option<u64>,
     ) -> Response {
         let group = self.group_of(account, group_id)?;
         let (limit, offset) = page(limit, offset)?;
-        let members = &self.groups[group as usize].members;
+        let members = &self.groups[group].members;
         let esims = members
             .iter()
             .skip(offset.min(usize::MAX as u64) as usize)
@@ -270,17 +267,17 @@ impl Engine {
     /// return on its way 409 MOVE_PENDING or DEFUND_PENDING; 6. no room 429 GROUP_FULL.
     /// A balance that shows $0 joins at once (decision 29); otherwise 7. the upstream
     /// pause 502 UPSTREAM_ERROR (in [`Engine::request_return`]), and the move waits.
-    pub(crate) fn add_group_esim(&mut self, account: u32, group_id: &str, iccid: &str) -> Response {
+    pub(crate) fn add_group_esim(&mut self, account: AccountIx, group_id: &str, iccid: &str) -> Response {
         let group = self.group_of(account, group_id)?;
         let sim = self.sim_of(account, iccid)?;
-        let esim = &self.esims[sim as usize];
+        let esim = &self.esims[sim];
         if esim.status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
         if let Some(current) = esim.group {
             return Err(ApiError::new(
                 ErrorCode::EsimAlreadyInGroup,
-                format!("the eSIM is already a member of group {}", self.groups[current as usize].id),
+                format!("the eSIM is already a member of group {}", self.groups[current].id),
             ));
         }
         match esim.pending {
@@ -318,10 +315,10 @@ impl Engine {
     }
 
     /// The eSIM becomes a member (immediately, or when its pending move settles).
-    pub(crate) fn join_group(&mut self, sim: u32, group: u32, returned: Option<Decimal>) {
-        self.esims[sim as usize].group = Some(group);
-        self.groups[group as usize].members.insert(sim);
-        let record = &self.groups[group as usize];
+    pub(crate) fn join_group(&mut self, sim: EsimIx, group: GroupIx, returned: Option<Decimal>) {
+        self.esims[sim].group = Some(group);
+        self.groups[group].members.insert(sim);
+        let record = &self.groups[group];
         let mut extra = json!({ "group_id": record.id, "group_name": record.name });
         if let Some(returned) = returned {
             extra["returned_usd"] = json!(returned);
@@ -329,19 +326,19 @@ impl Engine {
         self.emit_esim_event(sim, EventName::EsimGroupAssigned, extra);
     }
 
-    pub(crate) fn remove_group_esim(&mut self, account: u32, group_id: &str, iccid: &str) -> Response {
+    pub(crate) fn remove_group_esim(&mut self, account: AccountIx, group_id: &str, iccid: &str) -> Response {
         let group = self.group_of(account, group_id)?;
         let sim = self.sim_of(account, iccid)?;
-        if self.esims[sim as usize].group != Some(group) {
+        if self.esims[sim].group != Some(group) {
             return Err(ApiError::new(
                 ErrorCode::EsimNotFound,
                 format!("eSIM {iccid} is not a member of group {group_id}"),
             ));
         }
-        self.groups[group as usize].members.remove(&sim);
-        self.esims[sim as usize].group = None;
+        self.groups[group].members.remove(&sim);
+        self.esims[sim].group = None;
         self.wallet_standalone_again(sim);
-        let name = self.groups[group as usize].name.clone();
+        let name = self.groups[group].name.clone();
         self.emit_esim_event(sim, EventName::EsimGroupRemoved, json!({ "group_id": group_id, "group_name": name }));
         Ok(Reply::GroupMemberRemoved(GroupMemberChange {
             success: true,
@@ -353,8 +350,8 @@ impl Engine {
         }))
     }
 
-    pub(crate) fn emit_group_low(&mut self, group: u32, account_underfunded: bool) {
-        let record = &self.groups[group as usize];
+    pub(crate) fn emit_group_low(&mut self, group: GroupIx, account_underfunded: bool) {
+        let record = &self.groups[group];
         let extra = json!({
             "suggested_amount_usd": record.refill_amount,
             "threshold_usd": record.low_balance_threshold,
@@ -364,26 +361,27 @@ impl Engine {
     }
 
     /// A card charge ended: the held-back group.balance_low events go out now.
-    pub(crate) fn release_waiting_group_events(&mut self, account: u32, charge_failed: bool) {
-        let waiting: Vec<u32> = self.accounts[account as usize]
+    pub(crate) fn release_waiting_group_events(&mut self, account: AccountIx, charge_failed: bool) {
+        let waiting: Vec<GroupIx> = self.accounts[account]
             .groups
             .iter()
             .copied()
-            .filter(|&g| self.groups[g as usize].low_event_waiting_until.is_some())
+            .filter(|&g| self.groups[g].low_event_waiting_until.is_some())
             .collect();
         for group in waiting {
-            self.groups[group as usize].low_event_waiting_until = None;
-            let underfunded =
-                charge_failed || self.reseller_balance(account) < self.groups[group as usize].refill_amount;
+            self.groups[group].low_event_waiting_until = None;
+            let underfunded = charge_failed || self.reseller_balance(account) < self.groups[group].refill_amount;
             self.emit_group_low(group, underfunded);
         }
     }
 
     /// About 30 minutes passed without a credit: the event goes out, underfunded.
-    pub(crate) fn group_low_deadline(&mut self, group: u32) {
-        let due = self.groups[group as usize].low_event_waiting_until.is_some_and(|at| at <= self.now);
+    pub(crate) fn group_low_deadline(&mut self, group: GroupIx) {
+        // Stale when the wait ended first (a credit, a failed charge, a fund or a defund
+        // of the group released or dropped the event) or a later wait replaced it.
+        let due = self.groups[group].low_event_waiting_until.is_some_and(|at| at <= self.now);
         if due {
-            self.groups[group as usize].low_event_waiting_until = None;
+            self.groups[group].low_event_waiting_until = None;
             self.emit_group_low(group, true);
         }
     }

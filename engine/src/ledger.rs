@@ -7,6 +7,7 @@
 //! always zero: the `World` slot goes negative by exactly what came in from outside.
 //! That is DESIGN.md rule 6 as an identity, checked by the simulation after every step.
 
+use crate::state::AccountIx;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
@@ -98,7 +99,7 @@ impl Reason {
 /// A slot's owner (the reseller account index) and kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotInfo {
-    pub account: u32,
+    pub account: AccountIx,
     pub kind: SlotKind,
 }
 
@@ -130,7 +131,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    fn open(&mut self, account: u32, kind: SlotKind) -> Slot {
+    fn open(&mut self, account: AccountIx, kind: SlotKind) -> Slot {
         let slot = self.balances.len() as Slot;
         self.balances.push(Decimal::ZERO);
         self.info.push(SlotInfo { account, kind });
@@ -138,8 +139,8 @@ impl Ledger {
     }
 
     /// Opens the fixed slots of a new reseller account (`account` must be the next index).
-    pub fn open_account(&mut self, account: u32) -> AccountSlots {
-        assert_eq!(account as usize, self.flows.len(), "accounts are opened in order");
+    pub fn open_account(&mut self, account: AccountIx) -> AccountSlots {
+        assert_eq!(account.0 as usize, self.flows.len(), "accounts are opened in order");
         self.flows.push([Decimal::ZERO; Reason::ALL.len()]);
         AccountSlots {
             world: self.open(account, SlotKind::World),
@@ -151,7 +152,7 @@ impl Ledger {
         }
     }
 
-    pub fn open_sim_wallet(&mut self, account: u32) -> WalletSlots {
+    pub fn open_sim_wallet(&mut self, account: AccountIx) -> WalletSlots {
         WalletSlots {
             credit: self.open(account, SlotKind::SimCredit),
             unreported: self.open(account, SlotKind::SimUnreported),
@@ -159,7 +160,7 @@ impl Ledger {
         }
     }
 
-    pub fn open_group_wallet(&mut self, account: u32) -> WalletSlots {
+    pub fn open_group_wallet(&mut self, account: AccountIx) -> WalletSlots {
         WalletSlots {
             credit: self.open(account, SlotKind::GroupCredit),
             unreported: self.open(account, SlotKind::GroupUnreported),
@@ -192,7 +193,7 @@ impl Ledger {
         self.balances[from as usize] = from_balance;
         self.balances[to as usize] += amount;
         let index = reason as usize;
-        self.flows[from_info.account as usize][index] += amount;
+        self.flows[from_info.account.0 as usize][index] += amount;
     }
 
     /// Moves everything a slot holds; returns the amount.
@@ -202,9 +203,9 @@ impl Ledger {
         amount
     }
 
-    pub fn flow(&self, account: u32, reason: Reason) -> Decimal {
+    pub fn flow(&self, account: AccountIx, reason: Reason) -> Decimal {
         let index = reason as usize;
-        self.flows[account as usize][index]
+        self.flows[account.0 as usize][index]
     }
 
     /// Every slot with its owner and balance, in slot order (for reports and checkers).
@@ -213,7 +214,7 @@ impl Ledger {
     }
 
     /// Sum of an account's balances by kind (for the conservation report).
-    pub fn totals_by_kind(&self, account: u32) -> Vec<(SlotKind, Decimal)> {
+    pub fn totals_by_kind(&self, account: AccountIx) -> Vec<(SlotKind, Decimal)> {
         let mut totals: std::collections::BTreeMap<SlotKind, Decimal> = Default::default();
         for (_, info, balance) in self.slots().filter(|(_, info, _)| info.account == account) {
             *totals.entry(info.kind).or_default() += balance;
@@ -235,21 +236,21 @@ mod tests {
     #[test]
     fn transfers_balance_and_record_flows() {
         let mut ledger = Ledger::default();
-        let slots = ledger.open_account(0);
+        let slots = ledger.open_account(AccountIx(0));
         ledger.transfer(slots.world, slots.reseller, Decimal::new(100, 0), Reason::TopUp);
         ledger.transfer(slots.reseller, slots.fees, Decimal::new(175, 2), Reason::ProvisioningFee);
         assert_eq!(ledger.balance(slots.world), Decimal::new(-100, 0));
         assert_eq!(ledger.balance(slots.reseller), Decimal::new(9825, 2));
         let sum: Decimal = ledger.slots().map(|(_, _, b)| b).sum();
         assert_eq!(sum, Decimal::ZERO);
-        assert_eq!(ledger.flow(0, Reason::ProvisioningFee), Decimal::new(175, 2));
+        assert_eq!(ledger.flow(AccountIx(0), Reason::ProvisioningFee), Decimal::new(175, 2));
     }
 
     #[test]
     #[should_panic(expected = "overdraw")]
     fn overdraw_is_a_bug() {
         let mut ledger = Ledger::default();
-        let slots = ledger.open_account(0);
+        let slots = ledger.open_account(AccountIx(0));
         ledger.transfer(slots.reseller, slots.fees, Decimal::ONE, Reason::ProvisioningFee);
     }
 }

@@ -21,7 +21,8 @@
 //!    ([`Command::DeliveryOutcome`]).
 //! 2. [`Engine::handle_timeout`]`(now)`: fires every timer due at or before `now`, each at
 //!    its own deadline. Stale calls are expected and harmless: a timer whose subject
-//!    moved on (a settled return, a terminated eSIM) fires as a no-op that says why.
+//!    moved on (a retry of a webhook disabled since, a held-back event already sent)
+//!    fires as a no-op that says why.
 //! 3. [`Engine::restart`]: after the shell restarted (or reloaded the durable state),
 //!    deliveries handed out before are handed out again; receivers de-duplicate.
 //!
@@ -80,20 +81,35 @@
 //! - Usage never takes a wallet below zero (rule 3).
 //!
 //! ## Layout
-//! `engine` (state, dispatch, timers, events), one module per resource (`account`,
-//! `esim`, `group`, `webhook`, `network`), `wallet` (every eSIM and group wallet rule),
-//! `ledger` and `money` (the money rules), `command`/`reply`/`error` (the interface),
-//! `rates` and `codes` (data and artefacts).
+//! - `engine`: the [`Engine`] state, its constructor, the inputs, outputs and getters
+//!   above, and the dispatch of reseller requests.
+//! - `config`: [`EngineConfig`], the spec's [`limits`] and [`InjectedBug`].
+//! - `effect`: [`Effect`] and [`Delivery`], what the shell must carry out.
+//! - `timer`: the `Timer`s, their scheduling and what each does when it fires.
+//! - `auth`: API key authentication; `idempotency`: stored answers of
+//!   `Idempotency-Key`s; `ids`: randomness, ids, hex and ICCID helpers.
+//! - `event`: event names, the envelope and emitting to observers and webhooks.
+//! - one module per resource (`account`, `esim`, `group`, `webhook`, `network`), and
+//!   `wallet` (every eSIM and group wallet rule); `state`: the records kept and their
+//!   index newtypes (`AccountIx`, `EsimIx`, `GroupIx`, `WebhookIx`, `DeliveryId`).
+//! - `ledger` and `money` (the money rules), `command`/`reply`/`error` (the interface),
+//!   `rates` and `codes` (data and artefacts), `report` (conservation report),
+//!   `secret` (key digests and sealed secrets), `time` (service time).
 #![forbid(unsafe_code)]
 
 pub mod account;
+mod auth;
 pub mod codes;
 pub mod command;
+pub mod config;
+pub mod effect;
 pub mod engine;
 pub mod error;
 pub mod esim;
 pub mod event;
 pub mod group;
+mod idempotency;
+mod ids;
 pub mod ledger;
 pub mod money;
 pub mod network;
@@ -103,6 +119,7 @@ pub mod report;
 pub mod secret;
 pub mod state;
 pub mod time;
+mod timer;
 pub mod wallet;
 pub mod webhook;
 

@@ -32,8 +32,8 @@ impl Engine {
         }
     }
 
-    fn any_sim(&self, iccid: &str) -> Result<u32, ApiError> {
-        crate::engine::iccid_number(iccid)
+    fn any_sim(&self, iccid: &str) -> Result<EsimIx, ApiError> {
+        crate::ids::iccid_number(iccid)
             .and_then(|n| self.iccid_index.get(&n))
             .copied()
             .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))
@@ -43,7 +43,7 @@ impl Engine {
     fn install(&mut self, iccid: &str) -> Response {
         let sim = self.any_sim(iccid)?;
         let now = self.now;
-        let esim = &mut self.esims[sim as usize];
+        let esim = &mut self.esims[sim];
         if esim.status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
@@ -61,7 +61,7 @@ impl Engine {
                 json!({ "activated_at": now.to_rfc3339(), "euicc_state": "ENABLED", "status": status }),
             );
         }
-        let esim = &self.esims[sim as usize];
+        let esim = &self.esims[sim];
         Ok(Reply::Installed(Installed {
             success: true,
             iccid: iccid.to_string(),
@@ -72,8 +72,8 @@ impl Engine {
     }
 
     /// Why data cannot flow for this SIM right now, if it cannot.
-    fn data_blocked(&self, sim: u32) -> Option<&'static str> {
-        let esim = &self.esims[sim as usize];
+    fn data_blocked(&self, sim: EsimIx) -> Option<&'static str> {
+        let esim = &self.esims[sim];
         if esim.status == EsimStatus::Terminated {
             return Some("terminated");
         }
@@ -83,11 +83,11 @@ impl Engine {
         if !esim.data_enabled {
             return Some("data_disabled");
         }
-        if self.accounts[esim.account as usize].frozen {
+        if self.accounts[esim.account].frozen {
             return Some("account_frozen");
         }
         let paused = match esim.group {
-            Some(group) => self.groups[group as usize].wallet.paused,
+            Some(group) => self.groups[group].wallet.paused,
             None => esim.wallet.paused || esim.pending.is_some(),
         };
         if paused {
@@ -128,7 +128,7 @@ impl Engine {
         if let Some(reason) = self.data_blocked(sim) {
             return stopped(reason);
         }
-        let owner = match self.esims[sim as usize].group {
+        let owner = match self.esims[sim].group {
             Some(group) => WalletOwner::Group(group),
             None => WalletOwner::Sim(sim),
         };

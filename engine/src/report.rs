@@ -3,6 +3,7 @@
 
 use crate::engine::Engine;
 use crate::ledger::{Reason, SlotKind};
+use crate::state::AccountIx;
 use crate::time::Millis;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -125,9 +126,9 @@ pub struct ConservationReport {
 impl Engine {
     /// The report for one account (by id) or all accounts.
     pub fn conservation_report(&self, account_id: Option<&str>) -> Option<ConservationReport> {
-        let indexes: Vec<u32> = match account_id {
+        let indexes: Vec<AccountIx> = match account_id {
             Some(id) => vec![*self.account_index.get(id)?],
-            None => (0..self.accounts.len() as u32).collect(),
+            None => (0..self.accounts.len() as u32).map(AccountIx).collect(),
         };
         let accounts: Vec<AccountLines> = indexes.into_iter().map(|a| self.account_lines(a)).collect();
         let mut total = AccountLines { account_id: "TOTAL".into(), ..Default::default() };
@@ -138,10 +139,10 @@ impl Engine {
         Some(ConservationReport { generated_at: Millis::to_rfc3339(self.now), accounts, total, conserved })
     }
 
-    fn account_lines(&self, account: u32) -> AccountLines {
+    fn account_lines(&self, account: AccountIx) -> AccountLines {
         let flow = |reason| self.ledger.flow(account, reason);
         let mut lines = AccountLines {
-            account_id: self.accounts[account as usize].id.clone(),
+            account_id: self.accounts[account].id.clone(),
             top_ups_usd: flow(Reason::TopUp),
             auto_refills_usd: flow(Reason::AutoRefill),
             provisioning_fees_usd: flow(Reason::ProvisioningFee),
@@ -251,7 +252,7 @@ impl Engine {
         let mut violations = Vec::new();
         let mut sums = vec![Decimal::ZERO; self.accounts.len()];
         for (slot, info, balance) in self.ledger.slots() {
-            sums[info.account as usize] += balance;
+            sums[info.account.0 as usize] += balance;
             if info.kind != SlotKind::World && balance < Decimal::ZERO {
                 violations
                     .push(format!("slot {slot} ({:?} of account {}) is negative: {balance}", info.kind, info.account));
@@ -262,8 +263,8 @@ impl Engine {
                 violations.push(format!("account {account}: ledger sums to {sum}, not 0"));
             }
             let slots = self.accounts[account].slots;
-            let topups =
-                self.ledger.flow(account as u32, Reason::TopUp) + self.ledger.flow(account as u32, Reason::AutoRefill);
+            let topups = self.ledger.flow(AccountIx(account as u32), Reason::TopUp)
+                + self.ledger.flow(AccountIx(account as u32), Reason::AutoRefill);
             if self.ledger.balance(slots.world) != -topups {
                 violations.push(format!(
                     "account {account}: outside world holds {} but top-ups total {topups}",

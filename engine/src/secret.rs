@@ -33,13 +33,13 @@ impl KeyDigest {
 
 impl std::fmt::Debug for KeyDigest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KeyDigest({})", crate::engine::hex(&self.0[..8]))
+        write!(f, "KeyDigest({})", crate::ids::hex(&self.0[..8]))
     }
 }
 
 impl Serialize for KeyDigest {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&crate::engine::hex(&self.0))
+        serializer.serialize_str(&crate::ids::hex(&self.0))
     }
 }
 

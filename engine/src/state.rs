@@ -11,6 +11,75 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+/// An index newtype: the position of a record in its engine list, serialized as the
+/// bare number (so the state digest and snapshots do not change), and usable as an
+/// index of that list only.
+macro_rules! index_newtype {
+    ($(#[$doc:meta])* $name:ident($inner:ty) indexes $record:ty) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+        impl std::ops::Index<$name> for Vec<$record> {
+            type Output = $record;
+            fn index(&self, ix: $name) -> &$record {
+                &self[ix.0 as usize]
+            }
+        }
+        impl std::ops::IndexMut<$name> for Vec<$record> {
+            fn index_mut(&mut self, ix: $name) -> &mut $record {
+                &mut self[ix.0 as usize]
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+index_newtype!(
+    /// An account: its position in `Engine::accounts`.
+    AccountIx(u32) indexes Account
+);
+index_newtype!(
+    /// An eSIM: its position in `Engine::esims`.
+    EsimIx(u32) indexes Esim
+);
+index_newtype!(
+    /// A group: its position in `Engine::groups`.
+    GroupIx(u32) indexes Group
+);
+index_newtype!(
+    /// A webhook: its position in `Engine::webhooks`.
+    WebhookIx(u32) indexes Webhook
+);
+
+/// A webhook delivery: the key of `Engine::pending_deliveries`, and the number the
+/// shell reports an outcome with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DeliveryId(pub u64);
+
+/// Serializes a struct as the tuple of its fields, in order: records that were tuples
+/// keep their serialized form (so the state digest and snapshots do not change).
+macro_rules! serde_as_tuple {
+    ($name:ident { $($field:ident: $ty:ty),+ $(,)? }) => {
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                ($(&self.$field,)+).serialize(serializer)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let ($($field,)+) = <($($ty,)+)>::deserialize(deserializer)?;
+                Ok($name { $($field),+ })
+            }
+        }
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EsimStatus {
     Pending,
@@ -83,7 +152,7 @@ pub enum PendingReturn {
     /// eSIM defund: the exact credit taken off the SIM.
     Defund { amount: Decimal, settles_at: Millis },
     /// Adding a funded standalone eSIM to a group.
-    Move { group: u32, amount: Decimal, settles_at: Millis },
+    Move { group: GroupIx, amount: Decimal, settles_at: Millis },
 }
 
 impl PendingReturn {
@@ -98,7 +167,7 @@ impl PendingReturn {
 pub struct Esim {
     pub id: String,
     pub iccid: String,
-    pub account: u32,
+    pub account: AccountIx,
     pub lpa_string: String,
     pub status: EsimStatus,
     /// What the network says now (the live state).
@@ -116,7 +185,7 @@ pub struct Esim {
     pub wallet: Wallet,
     /// The upstream wallet exists once the SIM was first funded.
     pub wallet_created: bool,
-    pub group: Option<u32>,
+    pub group: Option<GroupIx>,
     pub pending: Option<PendingReturn>,
 }
 
@@ -129,8 +198,17 @@ pub struct AutoRefill {
     pub recent_charges: Vec<Millis>,
     /// A charge is on its way (the card settles after a short delay).
     pub charge_in_flight: Option<Decimal>,
-    pub last_error: Option<(String, String, Millis)>,
+    pub last_error: Option<RefillError>,
 }
+
+/// Why the last auto-refill charge failed (decision 19).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefillError {
+    pub code: String,
+    pub message: String,
+    pub at: Millis,
+}
+serde_as_tuple!(RefillError { code: String, message: String, at: Millis });
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Account {
@@ -146,11 +224,11 @@ pub struct Account {
     #[serde(flatten)]
     pub balance_alarm: CrossingAlarm,
     /// eSIM indexes in provisioning order.
-    pub esims: Vec<u32>,
+    pub esims: Vec<EsimIx>,
     /// Group indexes in creation order.
-    pub groups: Vec<u32>,
+    pub groups: Vec<GroupIx>,
     /// Webhook indexes (deleted ones are removed).
-    pub webhooks: Vec<u32>,
+    pub webhooks: Vec<WebhookIx>,
     pub max_groups: u32,
     pub max_group_size: u32,
     pub auto_refill: AutoRefill,
@@ -159,21 +237,29 @@ pub struct Account {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Group {
     pub id: String,
-    pub account: u32,
+    pub account: AccountIx,
     pub name: String,
     pub low_balance_threshold: Decimal,
     pub refill_amount: Decimal,
     pub wallet: Wallet,
     /// Member eSIM indexes.
-    pub members: BTreeSet<u32>,
+    pub members: BTreeSet<EsimIx>,
     /// Moves on their way in (they count against the size limit).
     pub incoming_moves: u32,
-    pub defund: Option<(Decimal, Millis)>,
+    pub defund: Option<GroupDefund>,
     /// group.balance_low is held back until this deadline while a card charge is on its way.
     pub low_event_waiting_until: Option<Millis>,
     pub created_at: Millis,
     pub updated_at: Millis,
 }
+
+/// A group defund on its way (decision 32): the exact credit taken off the group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupDefund {
+    pub amount: Decimal,
+    pub settles_at: Millis,
+}
+serde_as_tuple!(GroupDefund { amount: Decimal, settles_at: Millis });
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Subscription {
@@ -193,7 +279,7 @@ impl Subscription {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Webhook {
     pub id: String,
-    pub account: u32,
+    pub account: AccountIx,
     pub url: String,
     pub events: Vec<String>,
     pub subscription: Subscription,
@@ -210,7 +296,7 @@ pub struct Webhook {
 /// A delivery the engine is responsible for until it succeeds or is given up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryState {
-    pub webhook: u32,
+    pub webhook: WebhookIx,
     pub event_id: String,
     pub event: EventName,
     pub body: String,
@@ -225,7 +311,7 @@ pub struct DeliveryState {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub digest: crate::secret::KeyDigest,
-    pub account: u32,
+    pub account: AccountIx,
     pub revoked: bool,
 }
 
@@ -244,6 +330,15 @@ pub struct IdempotencyEntry {
     pub expires_at: Millis,
 }
 
+/// A stored answer in its account's expiry queue: with its expiry, which tells a key
+/// stored again after it expired from the entry it replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredKey {
+    pub expires_at: Millis,
+    pub key: String,
+}
+serde_as_tuple!(StoredKey { expires_at: Millis, key: String });
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Faults {
     pub upstream_pause_fails: bool,
@@ -253,21 +348,11 @@ pub struct Faults {
 /// Which wallet a report timer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WalletOwner {
-    Sim(u32),
-    Group(u32),
+    Sim(EsimIx),
+    Group(GroupIx),
 }
 
-/// Everything the engine waits for. Fired in deadline order, ties by scheduling order.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Timer {
-    Report(WalletOwner),
-    SettleReturn(u32),
-    SettleGroupDefund(u32),
-    RetryDelivery(u64),
-    CardSettles(u32),
-    GroupLowDeadline(u32),
-    ExpireIdempotency(u32, String),
-}
+pub use crate::timer::Timer;
 
 /// Serializes a map whose keys are not strings as a list of `[key, value]` pairs, so
 /// that JSON (digest, snapshots) can hold it.
@@ -289,5 +374,32 @@ pub mod map_as_pairs {
         D: Deserializer<'de>,
     {
         Ok(Vec::<(K, V)>::deserialize(deserializer)?.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records that were tuples serialize as those tuples did: the state digest and
+    /// every snapshot stay byte-identical.
+    #[test]
+    fn named_records_serialize_as_their_tuples() {
+        let at = Millis(1_234);
+        let amount = Decimal::new(1_999, 2);
+        let same = |named: String, tuple: String| assert_eq!(named, tuple);
+        same(
+            serde_json::to_string(&GroupDefund { amount, settles_at: at }).unwrap(),
+            serde_json::to_string(&(amount, at)).unwrap(),
+        );
+        let error = RefillError { code: "card_declined".into(), message: "declined".into(), at };
+        same(
+            serde_json::to_string(&error).unwrap(),
+            serde_json::to_string(&("card_declined", "declined", at)).unwrap(),
+        );
+        let stored = StoredKey { expires_at: at, key: "k".into() };
+        same(serde_json::to_string(&stored).unwrap(), serde_json::to_string(&(at, "k")).unwrap());
+        let back: StoredKey = serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
+        assert_eq!(back, stored);
     }
 }

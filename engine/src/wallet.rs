@@ -91,7 +91,7 @@ pub(crate) enum Return {
     /// An eSIM or group defund (decisions 8, 9, 32).
     Defund,
     /// A funded standalone eSIM joins this group once its balance is back (decision 30).
-    MoveInto(u32),
+    MoveInto(GroupIx),
 }
 
 impl WalletOwner {
@@ -107,22 +107,22 @@ impl WalletOwner {
 impl Engine {
     pub(crate) fn wallet(&self, owner: WalletOwner) -> &Wallet {
         match owner {
-            WalletOwner::Sim(sim) => &self.esims[sim as usize].wallet,
-            WalletOwner::Group(group) => &self.groups[group as usize].wallet,
+            WalletOwner::Sim(sim) => &self.esims[sim].wallet,
+            WalletOwner::Group(group) => &self.groups[group].wallet,
         }
     }
 
     fn wallet_mut(&mut self, owner: WalletOwner) -> &mut Wallet {
         match owner {
-            WalletOwner::Sim(sim) => &mut self.esims[sim as usize].wallet,
-            WalletOwner::Group(group) => &mut self.groups[group as usize].wallet,
+            WalletOwner::Sim(sim) => &mut self.esims[sim].wallet,
+            WalletOwner::Group(group) => &mut self.groups[group].wallet,
         }
     }
 
-    fn wallet_account(&self, owner: WalletOwner) -> u32 {
+    fn wallet_account(&self, owner: WalletOwner) -> AccountIx {
         match owner {
-            WalletOwner::Sim(sim) => self.esims[sim as usize].account,
-            WalletOwner::Group(group) => self.groups[group as usize].account,
+            WalletOwner::Sim(sim) => self.esims[sim].account,
+            WalletOwner::Group(group) => self.groups[group].account,
         }
     }
 
@@ -130,7 +130,7 @@ impl Engine {
     fn low_threshold(&self, owner: WalletOwner) -> Decimal {
         match owner {
             WalletOwner::Sim(_) => money::low_balance_threshold_usd(),
-            WalletOwner::Group(group) => self.groups[group as usize].low_balance_threshold,
+            WalletOwner::Group(group) => self.groups[group].low_balance_threshold,
         }
     }
 
@@ -139,13 +139,13 @@ impl Engine {
     pub(crate) fn shown_balance(&self, owner: WalletOwner) -> Decimal {
         let pending = match owner {
             WalletOwner::Sim(sim) => {
-                let esim = &self.esims[sim as usize];
+                let esim = &self.esims[sim];
                 if esim.group.is_some() {
                     return Decimal::ZERO;
                 }
                 esim.pending.as_ref().map_or(Decimal::ZERO, PendingReturn::amount)
             }
-            WalletOwner::Group(group) => self.groups[group as usize].defund.map_or(Decimal::ZERO, |(amount, _)| amount),
+            WalletOwner::Group(group) => self.groups[group].defund.map_or(Decimal::ZERO, |defund| defund.amount),
         };
         money::displayed(self.ledger.balance(self.wallet(owner).slots.credit) + pending)
     }
@@ -160,7 +160,7 @@ impl Engine {
         assert!(credit <= amount, "the credit never exceeds the amount");
         assert!(amount - credit < Decimal::new(1, 2), "dust is under a cent");
         let account = self.wallet_account(owner);
-        let slots = self.accounts[account as usize].slots;
+        let slots = self.accounts[account].slots;
         let wallet = self.wallet(owner).slots;
         let reason = match owner {
             WalletOwner::Sim(_) => Reason::EsimFund,
@@ -168,7 +168,7 @@ impl Engine {
         };
         self.ledger.transfer(slots.reseller, wallet.credit, credit, reason);
         self.ledger.transfer(slots.reseller, slots.dust, amount - credit, Reason::ConversionDust);
-        self.accounts[account as usize].lifetime_usage += amount;
+        self.accounts[account].lifetime_usage += amount;
         self.after_reseller_debit(account);
 
         let pause_until = self.now.plus_ms(self.config.reporting_pause_ms);
@@ -179,9 +179,9 @@ impl Engine {
         record.reporting_paused_until = pause_until;
         record.alarm.rearm(exact, threshold, owner.rearm());
         match owner {
-            WalletOwner::Sim(sim) => self.esims[sim as usize].wallet_created = true,
+            WalletOwner::Sim(sim) => self.esims[sim].wallet_created = true,
             // A fund answers a held-back group.balance_low: nothing left to wait for.
-            WalletOwner::Group(group) => self.groups[group as usize].low_event_waiting_until = None,
+            WalletOwner::Group(group) => self.groups[group].low_event_waiting_until = None,
         }
         self.shown_balance(owner)
     }
@@ -195,19 +195,19 @@ impl Engine {
             return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
         }
         match owner {
-            WalletOwner::Sim(sim) => assert!(self.esims[sim as usize].pending.is_none(), "one return at a time"),
-            WalletOwner::Group(group) => assert!(self.groups[group as usize].defund.is_none(), "one return at a time"),
+            WalletOwner::Sim(sim) => assert!(self.esims[sim].pending.is_none(), "one return at a time"),
+            WalletOwner::Group(group) => assert!(self.groups[group].defund.is_none(), "one return at a time"),
         }
         let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
         let account = self.wallet_account(owner);
-        let returns = self.accounts[account as usize].slots.returns_pending;
+        let returns = self.accounts[account].slots.returns_pending;
         let credit = self.wallet(owner).slots.credit;
         let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
         assert!(!money::displayed(amount).is_zero(), "a return carries at least a cent");
         self.wallet_mut(owner).paused = true;
         match (owner, why) {
             (WalletOwner::Sim(sim), Return::Defund) => {
-                let esim = &mut self.esims[sim as usize];
+                let esim = &mut self.esims[sim];
                 // Emptied by the reseller's choice: no low or depleted event for it until
                 // a fund (decision 65).
                 esim.wallet.alarm.disarm();
@@ -215,13 +215,13 @@ impl Engine {
                 self.schedule(settles_at, Timer::SettleReturn(sim));
             }
             (WalletOwner::Sim(sim), Return::MoveInto(group)) => {
-                self.esims[sim as usize].pending = Some(PendingReturn::Move { group, amount, settles_at });
-                self.groups[group as usize].incoming_moves += 1;
+                self.esims[sim].pending = Some(PendingReturn::Move { group, amount, settles_at });
+                self.groups[group].incoming_moves += 1;
                 self.schedule(settles_at, Timer::SettleReturn(sim));
             }
             (WalletOwner::Group(group), Return::Defund) => {
-                let record = &mut self.groups[group as usize];
-                record.defund = Some((amount, settles_at));
+                let record = &mut self.groups[group];
+                record.defund = Some(GroupDefund { amount, settles_at });
                 record.low_event_waiting_until = None;
                 self.schedule(settles_at, Timer::SettleGroupDefund(group));
             }
@@ -232,18 +232,18 @@ impl Engine {
 
     /// A standalone eSIM joining a group with a balance that shows $0: the sub-cent
     /// credit goes to dust at once (decision 29).
-    pub(crate) fn drop_sub_cent_credit(&mut self, sim: u32) {
-        let account = self.esims[sim as usize].account;
-        let dust = self.accounts[account as usize].slots.dust;
-        let credit = self.esims[sim as usize].wallet.slots.credit;
+    pub(crate) fn drop_sub_cent_credit(&mut self, sim: EsimIx) {
+        let account = self.esims[sim].account;
+        let dust = self.accounts[account].slots.dust;
+        let credit = self.esims[sim].wallet.slots.credit;
         assert!(money::displayed(self.ledger.balance(credit)).is_zero(), "only a balance that shows $0");
         self.ledger.transfer_all(credit, dust, Reason::MoveDust);
     }
 
     /// A member leaves its group: its own wallet, at $0 since it joined, stays silent
     /// until it is funded.
-    pub(crate) fn wallet_standalone_again(&mut self, sim: u32) {
-        let esim = &mut self.esims[sim as usize];
+    pub(crate) fn wallet_standalone_again(&mut self, sim: EsimIx) {
+        let esim = &mut self.esims[sim];
         assert!(esim.group.is_none() && esim.pending.is_none(), "a standalone eSIM with nothing on its way");
         assert!(self.ledger.balance(esim.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
         esim.wallet.alarm.disarm();
@@ -251,10 +251,10 @@ impl Engine {
 
     /// Terminate: whatever the wallet still holds is forfeited (a pending return still
     /// completes, decision 60). Returns the exact amount forfeited.
-    pub(crate) fn forfeit_wallet(&mut self, sim: u32) -> Decimal {
-        let account = self.esims[sim as usize].account;
-        let forfeited = self.accounts[account as usize].slots.forfeited;
-        let credit = self.esims[sim as usize].wallet.slots.credit;
+    pub(crate) fn forfeit_wallet(&mut self, sim: EsimIx) -> Decimal {
+        let account = self.esims[sim].account;
+        let forfeited = self.accounts[account].slots.forfeited;
+        let credit = self.esims[sim].wallet.slots.credit;
         self.ledger.transfer_all(credit, forfeited, Reason::Forfeit)
     }
 
@@ -268,29 +268,31 @@ impl Engine {
     pub(crate) fn settle_return(&mut self, owner: WalletOwner) {
         let (amount, pending) = match owner {
             WalletOwner::Sim(sim) => {
-                let esim = &self.esims[sim as usize];
+                let esim = &self.esims[sim];
                 if esim.wallet.report_scheduled && esim.pending.is_some() {
                     // The report timer fires on this sync boundary; this one, scheduled
                     // after it, follows it.
                     let report_due = self.report_due(owner);
                     if let Some(PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. }) =
-                        &mut self.esims[sim as usize].pending
+                        &mut self.esims[sim].pending
                     {
                         *settles_at = report_due;
                     }
                     self.schedule(report_due, Timer::SettleReturn(sim));
                     return;
                 }
-                let Some(pending) = self.esims[sim as usize].pending.take() else { return };
+                // One return at a time, and only its settlement timer ends it.
+                let pending = self.esims[sim].pending.take().expect("a settle timer finds its return");
                 (pending.amount(), Some(pending))
             }
             WalletOwner::Group(group) => {
-                let Some((amount, _)) = self.groups[group as usize].defund.take() else { return };
-                (amount, None)
+                // One defund at a time, and only its settlement timer ends it.
+                let defund = self.groups[group].defund.take().expect("a settle timer finds its defund");
+                (defund.amount, None)
             }
         };
         let account = self.wallet_account(owner);
-        let slots = self.accounts[account as usize].slots;
+        let slots = self.accounts[account].slots;
         let returned = money::displayed(amount);
         assert!(returned <= amount && amount - returned < Decimal::new(1, 2), "the rest is under a cent");
         self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
@@ -308,13 +310,13 @@ impl Engine {
                 self.emit_esim_event(sim, EventName::EsimDefunded, json!({ "returned_usd": returned }));
             }
             (WalletOwner::Sim(sim), Some(PendingReturn::Move { group, .. })) => {
-                self.groups[group as usize].incoming_moves -= 1;
-                if self.esims[sim as usize].status != EsimStatus::Terminated {
+                self.groups[group].incoming_moves -= 1;
+                if self.esims[sim].status != EsimStatus::Terminated {
                     self.join_group(sim, group, Some(returned));
                 }
             }
             (WalletOwner::Group(group), _) => {
-                let record = &mut self.groups[group as usize];
+                let record = &mut self.groups[group];
                 // At $0 by the reseller's choice: silent until the next fund.
                 record.wallet.alarm.disarm();
                 record.updated_at = now;
@@ -363,6 +365,8 @@ impl Engine {
         let wallet = self.wallet_mut(owner);
         wallet.report_scheduled = false;
         if now < wallet.reporting_paused_until {
+            // A fund after this timer was set paused reporting again: expected, it waits
+            // for the first sync cycle after the new pause.
             self.schedule_report(owner);
             return;
         }
@@ -376,8 +380,8 @@ impl Engine {
     /// esim.balance_low once per crossing below $5, esim.balance_depleted at $0, as the
     /// pipeline reports (decision 15); never for a member, a pending return or a
     /// terminated eSIM.
-    fn check_esim_alarms(&mut self, sim: u32) {
-        let esim = &self.esims[sim as usize];
+    fn check_esim_alarms(&mut self, sim: EsimIx) {
+        let esim = &self.esims[sim];
         if esim.status == EsimStatus::Terminated || esim.group.is_some() || esim.pending.is_some() {
             return;
         }
@@ -385,7 +389,7 @@ impl Engine {
         let exact = self.ledger.balance(esim.wallet.slots.credit);
         let shown = money::displayed(exact);
         let threshold = self.low_threshold(owner);
-        let alarms = self.esims[sim as usize].wallet.alarm.observe(exact, threshold, owner.rearm());
+        let alarms = self.esims[sim].wallet.alarm.observe(exact, threshold, owner.rearm());
         if alarms.low {
             self.emit_esim_event(
                 sim,
@@ -401,8 +405,8 @@ impl Engine {
     /// The group low-balance loop, run on every change of the group balance by usage and
     /// of its threshold: group.balance_low once per crossing (held back while an
     /// auto-refill charge for the refill is on its way), group.balance_depleted at 0.
-    pub(crate) fn check_group_alarms(&mut self, group: u32) {
-        let record = &self.groups[group as usize];
+    pub(crate) fn check_group_alarms(&mut self, group: GroupIx) {
+        let record = &self.groups[group];
         if record.defund.is_some() {
             return;
         }
@@ -411,12 +415,12 @@ impl Engine {
         let refill = record.refill_amount;
         let exact = self.ledger.balance(record.wallet.slots.credit);
         let threshold = self.low_threshold(owner);
-        let alarms = self.groups[group as usize].wallet.alarm.observe(exact, threshold, owner.rearm());
+        let alarms = self.groups[group].wallet.alarm.observe(exact, threshold, owner.rearm());
         if alarms.low {
             let underfunded = self.reseller_balance(account) < refill;
-            if underfunded && self.accounts[account as usize].auto_refill.enabled && self.start_auto_refill(account) {
+            if underfunded && self.accounts[account].auto_refill.enabled && self.start_auto_refill(account) {
                 let deadline = self.now.plus_ms(self.config.group_low_wait_ms);
-                self.groups[group as usize].low_event_waiting_until = Some(deadline);
+                self.groups[group].low_event_waiting_until = Some(deadline);
                 self.schedule(deadline, Timer::GroupLowDeadline(group));
             } else {
                 self.emit_group_low(group, underfunded);

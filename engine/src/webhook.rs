@@ -23,7 +23,7 @@ const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. 
 pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
     mac.update(body);
-    crate::engine::hex(&mac.finalize().into_bytes())
+    crate::ids::hex(&mac.finalize().into_bytes())
 }
 
 /// Wait before retry number `attempt + 1` after `attempt` failed attempts.
@@ -176,15 +176,15 @@ impl Engine {
         Ok(Subscription::Events(set))
     }
 
-    fn webhook_of(&self, account: u32, webhook_id: &str) -> Result<u32, ApiError> {
+    fn webhook_of(&self, account: AccountIx, webhook_id: &str) -> Result<WebhookIx, ApiError> {
         match self.webhook_index.get(webhook_id) {
-            Some(&w) if self.webhooks[w as usize].account == account && !self.webhooks[w as usize].deleted => Ok(w),
+            Some(&w) if self.webhooks[w].account == account && !self.webhooks[w].deleted => Ok(w),
             _ => Err(ApiError::new(ErrorCode::NotFound, format!("no webhook {webhook_id}"))),
         }
     }
 
-    fn webhook_record(&self, webhook: u32) -> WebhookRecord {
-        let w = &self.webhooks[webhook as usize];
+    fn webhook_record(&self, webhook: WebhookIx) -> WebhookRecord {
+        let w = &self.webhooks[webhook];
         WebhookRecord {
             id: w.id.clone(),
             url: w.url.clone(),
@@ -197,16 +197,16 @@ impl Engine {
         }
     }
 
-    pub(crate) fn list_webhooks(&self, account: u32) -> Response {
+    pub(crate) fn list_webhooks(&self, account: AccountIx) -> Response {
         Ok(Reply::WebhookList(WebhookList {
-            webhooks: self.accounts[account as usize].webhooks.iter().map(|&w| self.webhook_record(w)).collect(),
+            webhooks: self.accounts[account].webhooks.iter().map(|&w| self.webhook_record(w)).collect(),
             available_events: EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect(),
         }))
     }
 
     pub(crate) fn create_webhook(
         &mut self,
-        account: u32,
+        account: AccountIx,
         url: String,
         events: Vec<String>,
         signing_secret: SealedSecret,
@@ -214,14 +214,14 @@ impl Engine {
         assert!(!signing_secret.is_unset(), "the shell seals a new secret into every webhook creation");
         let url = self.check_url(&url)?;
         let subscription = Self::check_events(&events)?;
-        if self.accounts[account as usize].webhooks.len() >= limits::MAX_WEBHOOKS {
+        if self.accounts[account].webhooks.len() >= limits::MAX_WEBHOOKS {
             return Err(ApiError::new(
                 ErrorCode::WebhookLimitReached,
                 format!("at most {} webhooks per account", limits::MAX_WEBHOOKS),
             ));
         }
         let id = self.random_id("wh_", 8);
-        let webhook = self.webhooks.len() as u32;
+        let webhook = WebhookIx(self.webhooks.len() as u32);
         self.webhooks.push(Webhook {
             id: id.clone(),
             account,
@@ -237,7 +237,7 @@ impl Engine {
             deleted: false,
         });
         self.webhook_index.insert(id, webhook);
-        self.accounts[account as usize].webhooks.push(webhook);
+        self.accounts[account].webhooks.push(webhook);
         // The shell, which drew the secret, shows it in the answer (once).
         Ok(Reply::WebhookCreated(WebhookCreated {
             webhook: self.webhook_record(webhook),
@@ -247,13 +247,13 @@ impl Engine {
         }))
     }
 
-    pub(crate) fn get_webhook(&self, account: u32, webhook_id: &str) -> Response {
+    pub(crate) fn get_webhook(&self, account: AccountIx, webhook_id: &str) -> Response {
         Ok(Reply::Webhook(self.webhook_record(self.webhook_of(account, webhook_id)?)))
     }
 
     pub(crate) fn update_webhook(
         &mut self,
-        account: u32,
+        account: AccountIx,
         webhook_id: &str,
         url: Option<String>,
         events: Option<Vec<String>>,
@@ -262,7 +262,7 @@ impl Engine {
         let webhook = self.webhook_of(account, webhook_id)?;
         let url = url.map(|u| self.check_url(&u)).transpose()?;
         let subscription = events.as_deref().map(Self::check_events).transpose()?;
-        let record = &mut self.webhooks[webhook as usize];
+        let record = &mut self.webhooks[webhook];
         if let Some(url) = url {
             record.url = url;
         }
@@ -279,31 +279,31 @@ impl Engine {
         Ok(Reply::Webhook(self.webhook_record(webhook)))
     }
 
-    pub(crate) fn delete_webhook(&mut self, account: u32, webhook_id: &str) -> Response {
+    pub(crate) fn delete_webhook(&mut self, account: AccountIx, webhook_id: &str) -> Response {
         let webhook = self.webhook_of(account, webhook_id)?;
-        self.webhooks[webhook as usize].deleted = true;
-        self.webhooks[webhook as usize].active = false;
-        self.accounts[account as usize].webhooks.retain(|&w| w != webhook);
+        self.webhooks[webhook].deleted = true;
+        self.webhooks[webhook].active = false;
+        self.accounts[account].webhooks.retain(|&w| w != webhook);
         Ok(Reply::Success(Success { success: true }))
     }
 
-    pub(crate) fn test_webhook(&mut self, account: u32, webhook_id: &str) -> Response {
+    pub(crate) fn test_webhook(&mut self, account: AccountIx, webhook_id: &str) -> Response {
         let webhook = self.webhook_of(account, webhook_id)?;
         let event = Event {
             id: self.random_id("evt_", 12),
-            account,
+            account: account.0,
             name: EventName::Test,
             created_at: self.now,
             data: serde_json::json!({ "webhook_id": webhook_id, "message": "This is a test event." }),
         };
         let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
         let delivery_id = self.start_delivery(webhook, &event, body, true);
-        Ok(Reply::WebhookTestDispatched { delivery_id })
+        Ok(Reply::WebhookTestDispatched { delivery_id: delivery_id.0 })
     }
 
     /// Hands a first attempt to the shell.
-    pub(crate) fn start_delivery(&mut self, webhook: u32, event: &Event, body: String, test: bool) -> u64 {
-        let id = self.next_delivery_id;
+    pub(crate) fn start_delivery(&mut self, webhook: WebhookIx, event: &Event, body: String, test: bool) -> DeliveryId {
+        let id = DeliveryId(self.next_delivery_id);
         self.next_delivery_id += 1;
         self.deliveries.insert(
             id,
@@ -322,11 +322,11 @@ impl Engine {
         id
     }
 
-    fn push_delivery_effect(&mut self, id: u64) {
+    fn push_delivery_effect(&mut self, id: DeliveryId) {
         let state = &self.deliveries[&id];
-        let webhook = &self.webhooks[state.webhook as usize];
+        let webhook = &self.webhooks[state.webhook];
         let delivery = Delivery {
-            delivery_id: id,
+            delivery_id: id.0,
             webhook_id: webhook.id.clone(),
             url: webhook.url.clone(),
             event_id: state.event_id.clone(),
@@ -342,15 +342,15 @@ impl Engine {
     /// Deliveries handed out whose outcome never came back (the shell restarted):
     /// hand them out again. Receivers de-duplicate by event id.
     pub(crate) fn redeliver_in_flight(&mut self) {
-        let ids: Vec<u64> = self.deliveries.iter().filter(|(_, d)| d.in_flight).map(|(id, _)| *id).collect();
+        let ids: Vec<DeliveryId> = self.deliveries.iter().filter(|(_, d)| d.in_flight).map(|(id, _)| *id).collect();
         for id in ids {
             self.push_delivery_effect(id);
         }
     }
 
-    pub(crate) fn record_delivery_outcome(&mut self, id: u64, result: DeliveryResult) -> Response {
+    pub(crate) fn record_delivery_outcome(&mut self, id: DeliveryId, result: DeliveryResult) -> Response {
         let Some(state) = self.deliveries.get_mut(&id).filter(|d| d.in_flight) else {
-            return Err(ApiError::new(ErrorCode::NotFound, format!("no delivery {id} awaits an outcome")));
+            return Err(ApiError::new(ErrorCode::NotFound, format!("no delivery {} awaits an outcome", id.0)));
         };
         state.in_flight = false;
         let (webhook, test, attempt, first) = (state.webhook, state.test, state.attempt, state.first_attempt_at);
@@ -365,7 +365,7 @@ impl Engine {
             return Ok(Reply::WebhookTest(WebhookTestResult { success, status, error }));
         }
         let now = self.now;
-        let record = &mut self.webhooks[webhook as usize];
+        let record = &mut self.webhooks[webhook];
         if !record.active || record.deleted {
             // Disabled (by failures or by the reseller) or deleted while this attempt was
             // out: its outcome changes nothing, so an auto-disabled webhook keeps its
@@ -397,10 +397,14 @@ impl Engine {
         Ok(Reply::Success(Success { success: true }))
     }
 
-    pub(crate) fn retry_delivery(&mut self, id: u64) {
+    pub(crate) fn retry_delivery(&mut self, id: DeliveryId) {
+        // Stale when the webhook hit its failure limit while this retry waited: its
+        // waiting retries were dropped then.
         let Some(state) = self.deliveries.get(&id) else { return };
-        let webhook = &self.webhooks[state.webhook as usize];
+        let webhook = &self.webhooks[state.webhook];
         if !webhook.active || webhook.deleted {
+            // Disabled by the reseller or deleted while this retry waited: nothing more
+            // goes to it.
             self.deliveries.remove(&id);
             return;
         }

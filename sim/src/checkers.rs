@@ -9,7 +9,7 @@
 
 use crate::world::{decimal, Fact, Idempotency, StepLog};
 use esim_engine::ledger::SlotKind;
-use esim_engine::state::{EsimStatus, EuiccState, WalletOwner};
+use esim_engine::state::{EsimIx, EsimStatus, EuiccState, GroupIx, WalletOwner};
 use esim_engine::{money, Engine, EventName, Millis};
 use rust_decimal::Decimal;
 use serde_json::Value;
@@ -143,7 +143,7 @@ fn sim_exact(engine: &Engine, sim: u32) -> Option<Decimal> {
 
 fn group_exact(engine: &Engine, group: u32) -> Option<Decimal> {
     let record = engine.groups().get(group as usize)?;
-    let pending = record.defund.map_or(Decimal::ZERO, |(amount, _)| amount);
+    let pending = record.defund.map_or(Decimal::ZERO, |defund| defund.amount);
     Some(engine.ledger().balance(record.wallet.slots.credit) + pending)
 }
 
@@ -231,17 +231,17 @@ pub struct ReturnsExact {
 impl ReturnsExact {
     fn shown_now(engine: &Engine, owner: WalletOwner) -> Option<Decimal> {
         match owner {
-            WalletOwner::Sim(sim) => sim_exact(engine, sim).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
+            WalletOwner::Sim(sim) => sim_exact(engine, sim.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
             WalletOwner::Group(group) => {
-                group_exact(engine, group).filter(|e| *e >= Decimal::ZERO).map(money::displayed)
+                group_exact(engine, group.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed)
             }
         }
     }
 
     fn still_pending(engine: &Engine, owner: WalletOwner) -> bool {
         match owner {
-            WalletOwner::Sim(sim) => engine.esims().get(sim as usize).is_some_and(|e| e.pending.is_some()),
-            WalletOwner::Group(group) => engine.groups().get(group as usize).is_some_and(|g| g.defund.is_some()),
+            WalletOwner::Sim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.pending.is_some()),
+            WalletOwner::Group(group) => engine.groups().get(group.0 as usize).is_some_and(|g| g.defund.is_some()),
         }
     }
 
@@ -251,10 +251,10 @@ impl ReturnsExact {
             WalletOwner::Sim(sim) => (
                 &[EventName::EsimDefunded, EventName::EsimGroupAssigned],
                 "iccid",
-                &engine.esims().get(sim as usize)?.iccid,
+                &engine.esims().get(sim.0 as usize)?.iccid,
             ),
             WalletOwner::Group(group) => {
-                (&[EventName::GroupDefunded], "group_id", &engine.groups().get(group as usize)?.id)
+                (&[EventName::GroupDefunded], "group_id", &engine.groups().get(group.0 as usize)?.id)
             }
         };
         log.events
@@ -540,13 +540,13 @@ impl Checker for MembersHoldNoWallet {
             if esim.status == EsimStatus::Terminated {
                 return Err(format!("terminated eSIM {} is still a member", esim.iccid));
             }
-            if !engine.groups().get(group as usize).is_some_and(|g| g.members.contains(&(index as u32))) {
+            if !engine.groups().get(group.0 as usize).is_some_and(|g| g.members.contains(&EsimIx(index as u32))) {
                 return Err(format!("eSIM {} names group {group}, which does not list it", esim.iccid));
             }
         }
         for (index, group) in engine.groups().iter().enumerate() {
             for &member in &group.members {
-                if engine.esims().get(member as usize).and_then(|e| e.group) != Some(index as u32) {
+                if engine.esims().get(member.0 as usize).and_then(|e| e.group) != Some(GroupIx(index as u32)) {
                     return Err(format!("group {} lists eSIM {member}, which is not its member", group.id));
                 }
             }
@@ -663,7 +663,7 @@ pub struct EventDelivery {
 impl EventDelivery {
     /// Deliveries the engine still owns, as (event id, webhook).
     fn engine_owes(engine: &Engine) -> BTreeSet<(&str, u32)> {
-        engine.pending_deliveries().values().map(|d| (d.event_id.as_str(), d.webhook)).collect()
+        engine.pending_deliveries().values().map(|d| (d.event_id.as_str(), d.webhook.0)).collect()
     }
 }
 
@@ -1339,7 +1339,7 @@ mod tests {
         let mut world = seen(&mut checker, None);
         let lines = ["receiver w1 hold", "provision alice as s2"];
         run(&mut checker, &mut world, &lines).unwrap();
-        let held: Vec<u64> = world.engine().pending_deliveries().keys().copied().collect();
+        let held: Vec<u64> = world.engine().pending_deliveries().keys().map(|id| id.0).collect();
         assert!(!held.is_empty(), "the held delivery is still the engine's");
         world.apply(&"crash".parse::<Op>().unwrap());
         let again: Vec<u64> = world.log().deliveries.iter().filter(|d| d.handed_out).map(|d| d.delivery_id).collect();

@@ -315,7 +315,7 @@ impl Generator {
                     .iter()
                     .find(|s| s.name == sim)
                     .and_then(|s| engine.esims()[s.engine as usize].group)
-                    .and_then(|g| world.groups().iter().find(|r| r.engine == g))
+                    .and_then(|g| world.groups().iter().find(|r| r.engine == g.0))
                     .map(|g| g.name.clone());
                 let group = match member_of {
                     Some(group) if self.chance(90) => group,

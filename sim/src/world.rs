@@ -10,7 +10,7 @@
 
 use crate::op::{Call, Op, Receiver};
 use bytes::Bytes;
-use esim_engine::state::WalletOwner;
+use esim_engine::state::{EsimIx, GroupIx, WalletOwner};
 use esim_engine::{
     AdminOp, Command, DeliveryResult, Effect, Engine, EngineConfig, Event, EventName, InjectedBug, Millis, ResellerOp,
     ResellerRequest,
@@ -953,7 +953,11 @@ impl World {
             Kind::Defund | Kind::Add => {
                 let (Some(account), Some(sim)) = (account, self.sim_by_id(text("iccid"))) else { return };
                 if let Some(estimate) = money("estimated_return_usd") {
-                    self.log.facts.push(Fact::ReturnRequested { account, owner: WalletOwner::Sim(sim), estimate });
+                    self.log.facts.push(Fact::ReturnRequested {
+                        account,
+                        owner: WalletOwner::Sim(EsimIx(sim)),
+                        estimate,
+                    });
                 }
             }
             Kind::FundGroup => {
@@ -970,7 +974,11 @@ impl World {
                 else {
                     return;
                 };
-                self.log.facts.push(Fact::ReturnRequested { account, owner: WalletOwner::Group(group), estimate });
+                self.log.facts.push(Fact::ReturnRequested {
+                    account,
+                    owner: WalletOwner::Group(GroupIx(group)),
+                    estimate,
+                });
             }
             Kind::CreateGroup { bind } => {
                 let (Some(id), Some(owner)) = (text("id"), caller) else { return };

@@ -1,0 +1,79 @@
+//! What is fixed when the engine is created: its settings, the limits of the spec,
+//! and the test-only switch for known bugs.
+
+use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+
+/// Settings fixed when the engine is created (stored in the journal header).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    pub seed: u64,
+    /// Reporting pause after every fund call (spec: about 15 minutes).
+    pub reporting_pause_ms: i64,
+    /// Time for a defund, move or group defund to settle (spec: about 15 minutes).
+    pub settle_delay_ms: i64,
+    /// Length of an upstream sync cycle: reported usage moves on cycle boundaries.
+    pub sync_interval_ms: i64,
+    /// Time for a simulated card charge to settle.
+    pub card_settle_ms: i64,
+    /// How long group.balance_low waits for an auto-refill credit (spec: about 30 minutes).
+    pub group_low_wait_ms: i64,
+    /// Accept `http://` and private webhook targets (local development only).
+    pub allow_insecure_webhooks: bool,
+    /// eSIM profiles in stock on a new service.
+    pub initial_inventory: u64,
+    /// Requests per minute per API key.
+    pub rate_limit_per_minute: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            seed: 0,
+            reporting_pause_ms: 15 * Millis::MINUTE,
+            settle_delay_ms: 15 * Millis::MINUTE,
+            sync_interval_ms: Millis::MINUTE,
+            card_settle_ms: 2 * Millis::MINUTE,
+            group_low_wait_ms: 30 * Millis::MINUTE,
+            allow_insecure_webhooks: false,
+            initial_inventory: 100_000,
+            rate_limit_per_minute: 100,
+        }
+    }
+}
+
+/// Limits of the spec, as named constants.
+pub mod limits {
+    pub const PAGE_DEFAULT: u64 = 50;
+    pub const PAGE_MAX: u64 = 100;
+    pub const MAX_GROUPS: u32 = 10;
+    pub const MAX_GROUP_SIZE: u32 = 500;
+    pub const MAX_WEBHOOKS: usize = 5;
+    pub const WEBHOOK_DISABLE_AT: u32 = 10;
+    pub const AUTO_REFILL_MAX_PER_DAY: usize = 10;
+    pub const IDEMPOTENCY_TTL_MS: i64 = 24 * crate::Millis::HOUR;
+    /// Stored answers per account at most: past it the oldest is dropped first, so
+    /// requests with fresh keys cannot grow the state without bound.
+    pub const IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX: usize = 10_000;
+    /// Longest `Idempotency-Key`.
+    pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
+    pub const RATE_WINDOW_MS: i64 = crate::Millis::MINUTE;
+    /// Webhook retries: 30 s, 1 min, 2 min, ... doubling, each wait capped at 6 hours,
+    /// given up 3 days after the first attempt.
+    pub const RETRY_BASE_MS: i64 = 30 * crate::Millis::SECOND;
+    pub const RETRY_MAX_WAIT_MS: i64 = 6 * crate::Millis::HOUR;
+    pub const RETRY_WINDOW_MS: i64 = 3 * crate::Millis::DAY;
+    /// Longest free-text field (labels, references, names, URLs).
+    pub const MAX_TEXT_LEN: usize = 256;
+    /// Largest single usage report from a device, in MB.
+    pub const MAX_USAGE_MB: i64 = 1_000_000;
+}
+
+/// Known bugs a test can switch on to prove that the simulation catches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// An eSIM defund or move settlement credits one cent more than it returns.
+    SettlementPaysOneCentMore,
+    /// Every eSIM fund panics (a bug in the engine: the server must end, not limp on).
+    PanicOnFund,
+}
