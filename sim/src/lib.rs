@@ -32,7 +32,8 @@
 //!
 //! ## Layout
 //! `op` (the steps and their text form), `world` (the service and everything around
-//! it), `generate` (the seeded random world), `checkers` (the invariants), `shrink`,
+//! it, in parts: `request`, `oracle`, `observe`, `receiver`, `crash`, `json`), `generate`
+//! (the seeded random world), `checkers` (the invariants), `shrink`,
 //! `runner` (one seed: run, replay, violation reports), `script` (scenario scripts),
 //! `report` (summary table and files).
 #![forbid(unsafe_code)]

@@ -1,0 +1,41 @@
+//! A crash or restart of the service process: held deliveries die with their
+//! connections, and a crash rebuilds the engine from the journal's bytes alone.
+
+use super::observe::Fact;
+use super::World;
+use esim_engine::Millis;
+use esim_transport::journal::{self, SegmentBuffer, SegmentHeader};
+use esim_transport::ClockMode;
+
+impl World {
+    /// The service process stops and starts again (see [`Op::Restart`](crate::op::Op::Restart)).
+    /// Connections die with it: deliveries the receivers were holding are never answered,
+    /// and the restarted service hands them out again (the next `drain` answers them).
+    pub(super) fn restart(&mut self, rebuild: bool) {
+        self.journal.extend(self.service.drain_journal());
+        let rebuilt = rebuild.then(|| {
+            let before = self.service.engine().state_digest();
+            let header = SegmentHeader {
+                version: journal::FORMAT_VERSION,
+                config: self.config.clone(),
+                clock: ClockMode::Virtual,
+                start: Millis::VIRTUAL_EPOCH,
+                first_index: 0,
+            };
+            let mut segment = SegmentBuffer::new(&header);
+            segment.append(&self.journal);
+            match journal::replay_segment(segment.bytes()) {
+                Ok((mut engine, _, _)) => {
+                    engine.inject_bug_for_test(self.bug);
+                    let after = engine.state_digest();
+                    self.service.replace_engine(engine);
+                    Ok((before, after))
+                }
+                Err(error) => Err(error.to_string()),
+            }
+        });
+        self.log.facts.push(Fact::Restarted { rebuild: rebuilt });
+        self.held.clear();
+        self.service.restart();
+    }
+}
