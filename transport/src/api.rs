@@ -14,6 +14,9 @@ use serde_json::{Map, Value};
 
 /// Largest request body accepted (413 above it).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// One sandbox clock advance at most: a leap year (decision 67); a longer jump is
+/// several calls.
+pub const CLOCK_ADVANCE_MAX_SECONDS: i64 = 366 * 24 * 3600;
 
 /// What a request asks for, once parsed.
 #[derive(Debug, Clone, PartialEq)]
@@ -369,8 +372,10 @@ fn try_route(
         E::Clock => Routed::ClockRead,
         E::AdvanceClock => {
             let seconds = body.required_decimal("seconds")?;
-            if seconds <= Decimal::ZERO || seconds > Decimal::from(366 * 24 * 3600) {
-                return Err(ApiError::validation("seconds must be above 0 and at most one year"));
+            if seconds <= Decimal::ZERO || seconds > Decimal::from(CLOCK_ADVANCE_MAX_SECONDS) {
+                return Err(ApiError::validation(format!(
+                    "seconds must be above 0 and at most one year ({CLOCK_ADVANCE_MAX_SECONDS})"
+                )));
             }
             let ms = (seconds * Decimal::from(1000)).trunc();
             Routed::ClockAdvance { ms: ms.to_string().parse().unwrap_or(1).max(1) }
