@@ -234,7 +234,6 @@ pub async fn serve(
         shown_ms: shown_ms.clone(),
         to_owner: to_owner.clone(),
     });
-    let deliveries = tokio::runtime::Handle::current();
     let state = Owner {
         service,
         journal: Some(journal),
@@ -245,9 +244,8 @@ pub async fn serve(
         sender,
         shown_ms,
         waiting_tests: BTreeMap::new(),
-        deliveries,
     };
-    let mut owner = spawn_owner(owner_task(state, inbox))?;
+    let mut owner = tokio::spawn(owner_task(state, inbox));
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -288,8 +286,9 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             ended = &mut owner => {
                 let why = match ended {
-                    Ok(OwnerEnd::Panicked) | Err(_) => "the engine's owner task panicked (a bug)",
-                    Ok(OwnerEnd::Returned) => "the engine's owner task ended",
+                    Err(error) if error.is_panic() => "the engine's owner task panicked (a bug)".to_string(),
+                    Err(error) => format!("the engine's owner task failed: {error}"),
+                    Ok(()) => "the engine's owner task ended".to_string(),
                 };
                 tracing::error!(%why, "stopping: no request can be applied any more");
                 return Err(std::io::Error::other(why));
@@ -304,30 +303,8 @@ pub async fn serve(
     }
     connections.abort_all();
     let _ = to_owner.send(Message::Stop).await;
-    match owner.await {
-        Ok(OwnerEnd::Returned) => Ok(()),
-        _ => Err(std::io::Error::other("the engine's owner task panicked (a bug)")),
-    }
-}
-
-/// How the owner task's thread ended.
-enum OwnerEnd {
-    Returned,
-    Panicked,
-}
-
-/// Runs the owner task on a thread of its own (a current-thread runtime with its own
-/// blocking pool for appends): it never waits in the workers' run queues behind
-/// connection tasks, so a finished append is answered and the next group handed over
-/// at once. The receiver tells how it ended; a panic was printed by the panic hook.
-fn spawn_owner(task: impl Future<Output = ()> + Send + 'static) -> std::io::Result<oneshot::Receiver<OwnerEnd>> {
-    let (done, ended) = oneshot::channel();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    std::thread::Builder::new().name("esim-owner".into()).spawn(move || {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(task)));
-        let _ = done.send(if outcome.is_ok() { OwnerEnd::Returned } else { OwnerEnd::Panicked });
-    })?;
-    Ok(ended)
+    owner.await.map_err(std::io::Error::other)?;
+    Ok(())
 }
 
 async fn handle(
@@ -442,8 +419,6 @@ struct Owner {
     sender: Sender,
     shown_ms: Arc<AtomicI64>,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
-    /// The server's runtime, where deliveries run (not the owner's thread).
-    deliveries: tokio::runtime::Handle,
 }
 
 async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
@@ -595,7 +570,7 @@ impl Owner {
         for delivery in group.deliveries {
             let sender = self.sender.clone();
             let to_owner = self.to_owner.clone();
-            self.deliveries.spawn(async move {
+            tokio::spawn(async move {
                 let result = sender.send(&delivery).await;
                 let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
             });
