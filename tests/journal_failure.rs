@@ -52,20 +52,29 @@ impl JournalSink for FlakyDisk {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_journal_answers_503_for_changes_and_keeps_serving_reads() {
-    let config = EngineConfig { seed: 1, ..EngineConfig::default() };
-    let engine = Engine::new(config, Millis::VIRTUAL_EPOCH);
-    let failing = Arc::new(AtomicBool::new(false));
-    let sink = FlakyDisk::new(&engine, &failing, 0);
-    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
+/// The real server on 127.0.0.1 over `sink`: its client, its stop switch and its task.
+async fn serve_on(
+    engine: Engine,
+    sink: FlakyDisk,
+) -> (common::TestServer, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let secrets = esim_transport::secrets::Secrets::seeded(engine.config().seed);
+    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, secrets);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(server::serve(listener, service, Box::new(sink), ServerOptions::new(1, true), async {
         let _ = stopped.await;
     }));
-    let server = common::TestServer::attach(base);
+    (common::TestServer::attach(base), stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_journal_answers_503_for_changes_and_keeps_serving_reads() {
+    let config = EngineConfig { seed: 1, ..EngineConfig::default() };
+    let engine = Engine::new(config, Millis::VIRTUAL_EPOCH);
+    let failing = Arc::new(AtomicBool::new(false));
+    let sink = FlakyDisk::new(&engine, &failing, 0);
+    let (server, stop, task) = serve_on(engine, sink).await;
     let (_, key) = server.account(50.0).await;
     let iccid = server.provision(&key, None).await;
     assert_eq!(server.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 10}))).await.status, 200);
@@ -95,14 +104,8 @@ async fn a_failed_append_acknowledges_nothing_applied_after_it() {
     let failing = Arc::new(AtomicBool::new(false));
     let sink = FlakyDisk::new(&engine, &failing, 3);
     let (durable, failures) = (sink.durable.clone(), sink.failures.clone());
-    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(2));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve(listener, service, Box::new(sink), ServerOptions::new(1, true), async {
-        let _ = stopped.await;
-    }));
-    let server = Arc::new(common::TestServer::attach(base));
+    let (server, stop, task) = serve_on(engine, sink).await;
+    let server = Arc::new(server);
     let (_, key) = server.account(1000.0).await;
     let iccid = server.provision(&key, None).await;
 
