@@ -380,6 +380,8 @@ impl Engine {
             return Ok(Reply::Success(Success { success: true }));
         }
         record.failure_count += 1;
+        // Only an active webhook counts failures, and it is disabled at the limit.
+        assert!(record.failure_count <= limits::WEBHOOK_DISABLE_AT, "failures beyond the disable limit");
         record.last_failure_at = Some(now);
         if record.failure_count >= limits::WEBHOOK_DISABLE_AT {
             record.active = false;
