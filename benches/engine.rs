@@ -126,7 +126,7 @@ impl Bench {
                 match kind {
                     0 => {
                         let fund = ResellerOp::Fund { iccid: iccid.clone(), amount: Decimal::new(1, 2) };
-                        (Some(key.clone()), reseller("", fund))
+                        (Some(key.clone()), unadmitted(fund))
                     }
                     1 => (
                         None,
@@ -137,7 +137,7 @@ impl Bench {
                             operator: None,
                         }),
                     ),
-                    _ => (Some(key.clone()), reseller("", ResellerOp::GetEsim { iccid: iccid.clone() })),
+                    _ => (Some(key.clone()), unadmitted(ResellerOp::GetEsim { iccid: iccid.clone() })),
                 }
             })
             .collect();
@@ -202,6 +202,11 @@ impl Bench {
 
 fn reseller(key: &str, op: ResellerOp) -> Command {
     Command::Reseller(ResellerRequest { key_digest: KeyDigest::of(key), idempotency_key: None, op })
+}
+
+/// A reseller command before admission: its digest is filled in the timed loop.
+fn unadmitted(op: ResellerOp) -> Command {
+    Command::Reseller(ResellerRequest { key_digest: KeyDigest::default(), idempotency_key: None, op })
 }
 
 fn drain(service: &mut Service) {

@@ -106,31 +106,36 @@ async fn a_failed_append_acknowledges_nothing_applied_after_it() {
     let (durable, failures) = (sink.durable.clone(), sink.failures.clone());
     let (server, stop, task) = serve_on(engine, sink).await;
     let server = Arc::new(server);
-    let (_, key) = server.account(1000.0).await;
+    let (_, key) = server.account(100_000.0).await;
     let iccid = server.provision(&key, None).await;
 
-    // 16 clients fund $1 each, 40 times; meanwhile the disk fails one append at a time,
-    // four times (so the group applied during the failed append meets a sound disk).
+    // 16 clients fund $1 each until the disk has failed one append at a time, four times
+    // (so the group applied during a failed append meets a sound disk). The clients keep
+    // the appends coming, so every episode meets one; a bound on each wait keeps a broken
+    // server from hanging the test.
+    let done = Arc::new(AtomicBool::new(false));
     let flipper = {
-        let failing = failing.clone();
-        let failures = failures.clone();
+        let (failing, failures, done) = (failing.clone(), failures.clone(), done.clone());
         tokio::spawn(async move {
             for episode in 1..=4 {
                 tokio::time::sleep(Duration::from_millis(30)).await;
                 failing.store(true, Ordering::SeqCst);
+                let started = std::time::Instant::now();
                 while failures.load(Ordering::SeqCst) < episode {
+                    assert!(started.elapsed() < Duration::from_secs(20), "no append met the failing disk");
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 failing.store(false, Ordering::SeqCst);
             }
+            done.store(true, Ordering::SeqCst);
         })
     };
     let mut clients = Vec::new();
     for _ in 0..16 {
-        let (server, key, iccid) = (server.clone(), key.clone(), iccid.clone());
+        let (server, key, iccid, done) = (server.clone(), key.clone(), iccid.clone(), done.clone());
         clients.push(tokio::spawn(async move {
             let mut statuses = Vec::new();
-            for _ in 0..40 {
+            while !done.load(Ordering::SeqCst) && statuses.len() < 5_000 {
                 let reply = server.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 1}))).await;
                 statuses.push(reply.status);
             }
@@ -159,7 +164,7 @@ async fn a_failed_append_acknowledges_nothing_applied_after_it() {
     }
     assert_eq!(last.status, 200);
     let balance = server.api("GET", "/wallet/balance", &key, None).await;
-    let expected = 1000.0 - 1.75 - (acknowledged + 1) as f64;
+    let expected = 100_000.0 - 1.75 - (acknowledged + 1) as f64;
     assert_eq!(balance.body["balance_usd"].as_f64(), Some(expected), "every acknowledged fund, and none other");
     let live = server.digest().await;
     assert_eq!(live, durable.lock().unwrap().state_digest(), "the live state is the durable one");
