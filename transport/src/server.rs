@@ -9,8 +9,9 @@
 
 use crate::admission::{Admission, Admitted};
 use crate::api::{error_response, MAX_BODY_BYTES};
+use crate::commit::{Committer, Failure};
 use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
-use crate::journal::EncodedSnapshot;
+use crate::journal::{EncodedSnapshot, SnapshotEncoder};
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
@@ -44,40 +45,24 @@ const PENDING_MAX: usize = 4_096;
 /// room again.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Runs a journal operation on tokio's blocking pool when the journal waits on a disk
-/// (the probe while changes are refused; appends go through [`Appending`]).
-async fn on_journal<T: Send + 'static>(
-    journal: Box<dyn JournalSink>,
-    operation: impl FnOnce(&mut dyn JournalSink) -> T + Send + 'static,
-) -> (Box<dyn JournalSink>, T) {
-    if !journal.blocks() {
-        let mut journal = journal;
-        let result = operation(journal.as_mut());
-        return (journal, result);
-    }
-    tokio::task::spawn_blocking(move || {
-        let mut journal = journal;
-        let result = operation(journal.as_mut());
-        (journal, result)
-    })
-    .await
-    .expect("a journal operation does not panic")
-}
-
 /// Where journal entries go before a response is sent: a small trait, so that a
 /// replicated log can back it later without touching the engine or the server.
 pub trait JournalSink: Send + 'static {
     /// Makes the entries durable; only then are their responses sent.
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()>;
-    /// When a snapshot is due: the snapshot of `engine`, which has applied every
-    /// appended entry and then `pending_entries` more (those the owner task hands over
-    /// next), to write once they are appended.
-    fn snapshot(&self, _engine: &Engine, _pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
+    /// When a snapshot is due: how to encode one (the owner task encodes it from its
+    /// engine and hands it over with the entries it covers).
+    fn snapshot_offer(&self) -> Option<SnapshotEncoder> {
         None
     }
-    /// Writes a snapshot from [`JournalSink::snapshot`] after its entries were appended.
+    /// Writes a snapshot from a [`JournalSink::snapshot_offer`] right after the entries
+    /// it covers were appended.
     fn write_snapshot(&mut self, _snapshot: EncodedSnapshot) -> std::io::Result<()> {
         Ok(())
+    }
+    /// Entries in the journal so far (a snapshot's position counts from here).
+    fn next_index(&self) -> u64 {
+        0
     }
     /// After a failed append: the durable state to continue from.
     fn reload(&mut self) -> Result<Engine, String>;
@@ -90,8 +75,8 @@ pub trait JournalSink: Send + 'static {
     fn probe(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-    /// Appends wait on a disk (or a network): the owner task runs them on tokio's
-    /// blocking pool and applies the next requests meanwhile.
+    /// Appends wait on a disk (or a network): they run on the journal's own thread
+    /// while the owner task applies the next requests ([`crate::commit`]).
     fn blocks(&self) -> bool {
         true
     }
@@ -116,8 +101,11 @@ impl JournalSink for crate::journal::FileJournal {
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
         self.append_entries(entries).map_err(std::io::Error::from)
     }
-    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
-        self.snapshot_due().then(|| self.encode_snapshot(engine, pending_entries))
+    fn snapshot_offer(&self) -> Option<SnapshotEncoder> {
+        self.snapshot_due().then(|| self.snapshot_encoder())
+    }
+    fn next_index(&self) -> u64 {
+        crate::journal::FileJournal::next_index(self)
     }
     fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> std::io::Result<()> {
         self.write_encoded_snapshot(snapshot)
@@ -234,18 +222,22 @@ pub async fn serve(
         shown_ms: shown_ms.clone(),
         to_owner: to_owner.clone(),
     });
+    let releaser =
+        Releaser { sender, to_owner: to_owner.clone(), shown_ms, runtime: tokio::runtime::Handle::current() };
+    let (failed, failures) = mpsc::unbounded_channel();
+    let on_durable = {
+        let releaser = releaser.clone();
+        Box::new(move |group: Group| releaser.release(group))
+    };
     let state = Owner {
         service,
-        journal: Some(journal),
-        appending: None,
+        committer: Committer::start(journal, on_durable, failed),
         pending: Group::default(),
         clock,
-        to_owner: to_owner.clone(),
-        sender,
-        shown_ms,
+        releaser,
         waiting_tests: BTreeMap::new(),
     };
-    let mut owner = tokio::spawn(owner_task(state, inbox));
+    let mut owner = tokio::spawn(owner_task(state, inbox, failures));
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -383,6 +375,8 @@ struct Group {
     deliveries: Vec<Delivery>,
     /// Webhook tests applied in this group (answered when their delivery returns).
     tests: Vec<u64>,
+    /// The service time shown once this group is released.
+    shown_ms: i64,
 }
 
 impl Group {
@@ -395,33 +389,55 @@ impl Group {
     }
 }
 
-/// The append in flight on the blocking pool, and the group it makes durable.
-struct Appending {
-    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>)>,
-    group: Group,
+/// Releases a durable group: sends its answers, hands out its deliveries (on the owner
+/// task or on the journal's thread).
+#[derive(Clone)]
+struct Releaser {
+    sender: Sender,
+    to_owner: mpsc::Sender<Message>,
+    shown_ms: Arc<AtomicI64>,
+    runtime: tokio::runtime::Handle,
 }
 
-/// The one owner of the engine: applies requests in order, journals, answers.
+impl Releaser {
+    fn release(&self, group: Group) {
+        self.shown_ms.store(group.shown_ms, Ordering::Relaxed);
+        for answer in group.answers {
+            let _ = answer.reply.send(answer.response);
+        }
+        for delivery in group.deliveries {
+            let sender = self.sender.clone();
+            let to_owner = self.to_owner.clone();
+            self.runtime.spawn(async move {
+                let result = sender.send(&delivery).await;
+                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
+            });
+        }
+    }
+}
+
+/// The one owner of the engine: applies requests in order, hands them to the journal,
+/// answers.
 ///
-/// Pipelined group commit: while one group's entries are written and synced on the
-/// blocking pool, the next requests are applied into the next group, which is handed
-/// over as a whole when the append returns. Nothing is released before it is durable:
-/// a group's answers (reads too, as they may show its changes) and deliveries wait for
-/// its append, and groups are released in order.
+/// Pipelined group commit ([`crate::commit`]): each applied batch is handed to the
+/// journal's thread at once, which appends everything handed over since its last append
+/// in one write and sync while the owner task applies the next requests. Nothing is
+/// released before it is durable: a group's answers (reads too, as they may show earlier
+/// changes) and deliveries wait for its append, and groups are released in order.
 struct Owner {
     service: Service,
-    /// `None` while an append has it.
-    journal: Option<Box<dyn JournalSink>>,
-    appending: Option<Appending>,
+    committer: Committer<Group>,
     pending: Group,
     clock: WallClock,
-    to_owner: mpsc::Sender<Message>,
-    sender: Sender,
-    shown_ms: Arc<AtomicI64>,
+    releaser: Releaser,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
 }
 
-async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
+async fn owner_task(
+    mut owner: Owner,
+    mut inbox: mpsc::Receiver<Message>,
+    mut failures: mpsc::UnboundedReceiver<Failure<Group>>,
+) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
     owner.service.restart();
     let clock = owner.clock;
@@ -435,15 +451,11 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
             ClockMode::Wall => owner.service.poll_timeout().map(|d| clock.until(d)),
             ClockMode::Virtual => None,
         };
-        // Back-pressure: the inbox waits while a full group waits for the disk.
-        let accepting = !stopping && owner.pending.requests() < PENDING_MAX;
+        // Back-pressure: the inbox waits while many requests wait for the disk.
+        let accepting = !stopping && owner.committer.waiting_requests() < PENDING_MAX;
         tokio::select! {
-            joined = async { (&mut owner.appending.as_mut().expect("guarded").task).await }, if owner.appending.is_some() => {
-                let (journal, appended) = joined.expect("a journal append does not panic");
-                let group = owner.appending.take().expect("guarded").group;
-                owner.journal = Some(journal);
-                owner.appended(group, appended);
-            }
+            biased;
+            Some(failure) = failures.recv() => owner.append_failed(failure),
             message = inbox.recv(), if accepting => {
                 batch.clear();
                 match message {
@@ -457,21 +469,21 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
                         Err(_) => break,
                     }
                 }
-                owner.probe_if_refusing().await;
+                owner.probe_if_refusing(&mut failures).await;
                 owner.apply(&mut batch);
             }
+            _ = owner.committer.released(), if !accepting => {}
             _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => {
-                owner.probe_if_refusing().await;
+                owner.probe_if_refusing(&mut failures).await;
                 owner.apply(&mut batch);
             }
         }
-        if owner.appending.is_none() {
-            owner.hand_over();
-        }
-        if stopping && owner.appending.is_none() && owner.pending.is_empty() {
+        owner.hand_over();
+        if stopping && owner.pending.is_empty() && owner.committer.idle() {
             break;
         }
     }
+    owner.committer.finish().await;
 }
 
 impl Owner {
@@ -509,88 +521,38 @@ impl Owner {
         }
     }
 
-    /// With no append in flight: releases the pending group at once when it has no
-    /// entries, or hands its entries (and a due snapshot) to the journal.
+    /// Hands the pending group to the journal; one without entries is released at once
+    /// when nothing handed over before it waits for the disk.
     fn hand_over(&mut self) {
         if self.pending.is_empty() {
             return;
         }
         let mut group = std::mem::take(&mut self.pending);
-        if group.entries.is_empty() {
-            self.release(group);
+        group.shown_ms = self.service.shown_now().0;
+        if group.entries.is_empty() && self.committer.idle() {
+            self.releaser.release(group);
             return;
         }
-        let mut journal = self.journal.take().expect("no append is in flight");
-        // The engine is exactly at the end of these entries: a due snapshot is taken now.
-        let snapshot = match journal.snapshot(self.service.engine(), group.entries.len() as u64) {
-            Some(Err(error)) => {
-                tracing::warn!(%error, "snapshot failed; the journal still holds everything");
-                None
-            }
-            Some(Ok(snapshot)) => Some(snapshot),
-            None => None,
-        };
         let entries = std::mem::take(&mut group.entries);
-        let work = move |journal: &mut dyn JournalSink| {
-            let appended = journal.append(&entries);
-            if let (Ok(()), Some(snapshot)) = (&appended, snapshot) {
-                if let Err(error) = journal.write_snapshot(snapshot) {
-                    tracing::warn!(%error, "snapshot failed; the journal still holds everything");
-                }
-            }
-            appended
-        };
-        if !journal.blocks() {
-            let appended = work(journal.as_mut());
-            self.journal = Some(journal);
-            self.appended(group, appended);
-            return;
-        }
-        let task = tokio::task::spawn_blocking(move || {
-            let appended = work(journal.as_mut());
-            (journal, appended)
-        });
-        self.appending = Some(Appending { task, group });
+        let requests = group.requests();
+        self.committer.hand(self.service.engine(), entries, requests, group);
     }
 
-    /// The end of an append: releases its group, or goes back to the durable state.
-    fn appended(&mut self, group: Group, appended: std::io::Result<()>) {
-        match appended {
-            Ok(()) => self.release(group),
-            Err(error) => self.append_failed(group, error),
-        }
-    }
-
-    /// Sends a durable group's answers and hands out its deliveries.
-    fn release(&mut self, group: Group) {
-        self.shown_ms.store(self.service.shown_now().0, Ordering::Relaxed);
-        for answer in group.answers {
-            let _ = answer.reply.send(answer.response);
-        }
-        for delivery in group.deliveries {
-            let sender = self.sender.clone();
-            let to_owner = self.to_owner.clone();
-            tokio::spawn(async move {
-                let result = sender.send(&delivery).await;
-                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
-            });
-        }
-    }
-
-    /// Nothing of the failed group, nor of the group applied after it, is acknowledged;
-    /// the journal was cut back to its last durable record. Go back to the durable state
+    /// Nothing of the failed groups, nor of any applied after them, is acknowledged; the
+    /// journal was cut back to its last durable record. Go back to the durable state
     /// once, then refuse changes (reads go on) until the journal takes writes again: a
     /// full disk costs one reload per episode, not one per batch.
-    fn append_failed(&mut self, failed: Group, error: std::io::Error) {
-        let journal = self.journal.as_mut().expect("the append returned the journal");
-        let reason = match journal.wedged() {
+    fn append_failed(&mut self, failure: Failure<Group>) {
+        let later = self.committer.take_back(&failure);
+        let Failure { error, wedged, reloaded, groups, .. } = failure;
+        let reason = match wedged {
             Some(why) => format!(
                 "the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"
             ),
             None => format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs()),
         };
         tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
-        match journal.reload() {
+        match reloaded {
             Ok(engine) => self.service.replace_engine(engine),
             Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
         }
@@ -598,8 +560,8 @@ impl Owner {
         // The answers saw changes that are not durable: each request is answered again
         // from the durable state (its changes now refused, 503; its reads served). Their
         // deliveries are dropped (the durable state hands out its own).
-        let later = std::mem::take(&mut self.pending);
-        for group in [failed, later] {
+        let pending = std::mem::take(&mut self.pending);
+        for group in groups.into_iter().chain(later).chain([pending]) {
             for answer in group.answers {
                 let response = match answer.request {
                     Some(request) => self.answer_again(&request),
@@ -629,18 +591,17 @@ impl Owner {
 
     /// While changes are refused: probes the journal for room (before each batch, and
     /// every [`PROBE_INTERVAL`] without one) and accepts changes again when it has some.
-    async fn probe_if_refusing(&mut self) {
-        if self.service.refusing_changes().is_none() || self.appending.is_some() {
+    /// Failures reported meanwhile are handled first: every batch of the failed episode
+    /// is answered from the durable state before a change is accepted again.
+    async fn probe_if_refusing(&mut self, failures: &mut mpsc::UnboundedReceiver<Failure<Group>>) {
+        if self.service.refusing_changes().is_none() {
             return;
         }
-        let Some(journal) = self.journal.take() else { return };
-        if journal.wedged().is_some() {
-            self.journal = Some(journal);
-            return;
+        let probed = self.committer.probe().await;
+        while let Ok(failure) = failures.try_recv() {
+            self.append_failed(failure);
         }
-        let (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
-        self.journal = Some(journal);
-        if probed.is_ok() {
+        if probed.is_ok() && self.committer.idle() {
             tracing::info!("the journal takes writes again: changes are accepted");
             self.service.refuse_changes(None);
             // Outcomes of deliveries that came back meanwhile were not recorded: hand
