@@ -148,11 +148,28 @@ struct Figures {
     p99_ms: f64,
     limited: u64,
     failed: u64,
+    /// CPU time of the process (server and load) over wall time: how many of the two
+    /// cores the scenario kept busy.
+    cores_busy: f64,
+}
+
+/// CPU time (user and system) of this process so far, from `/proc/self/stat` (Linux;
+/// zero elsewhere).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may hold spaces, in parentheses).
+    let Some(after) = stat.rsplit_once(')').map(|(_, rest)| rest) else { return 0.0 };
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name, in
+    // clock ticks (USER_HZ: 100 on Linux).
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |t| t.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+    ticks / 100.0
 }
 
 async fn measure(base: &str, kind: Kind, accounts: &[(String, String)], seconds: u64) -> Figures {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
+    let cpu_started = cpu_seconds();
     let mut tasks = Vec::new();
     for connection in 0..CONNECTIONS {
         // Each connection cycles over its own share of the accounts.
@@ -169,6 +186,7 @@ async fn measure(base: &str, kind: Kind, accounts: &[(String, String)], seconds:
         failed += outcome.failed;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cores_busy = (cpu_seconds() - cpu_started) / elapsed;
     latencies.sort_unstable();
     let percentile = |p: f64| {
         latencies
@@ -183,6 +201,7 @@ async fn measure(base: &str, kind: Kind, accounts: &[(String, String)], seconds:
         p99_ms: percentile(0.99),
         limited,
         failed,
+        cores_busy,
     }
 }
 
@@ -270,17 +289,18 @@ fn main() {
         };
         let hello_figures = median(0);
         println!("{CONNECTIONS} connections, {ROUNDS} interleaved rounds of {seconds} s, median round, 127.0.0.1, one process (server and load share the 2 cores)");
-        println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | vs hello-world |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | cores busy | vs hello-world |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
         for (index, name) in ["hyper hello-world", "GET /esim/{iccid}", "POST /esim/{iccid}/fund (in memory)", "POST /esim/{iccid}/fund (durable, group commit)"].iter().enumerate() {
             let figures = median(index);
             println!(
-                "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} |",
+                "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",
                 figures.rps,
                 figures.p50_ms,
                 figures.p99_ms,
                 figures.limited,
                 figures.failed,
+                figures.cores_busy,
                 figures.rps / hello_figures.rps
             );
         }
