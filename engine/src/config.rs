@@ -1,5 +1,5 @@
 //! What is fixed when the engine is created: its settings, the limits of the spec,
-//! and the test-only switch for known bugs.
+//! and (with the `test-switches` feature only) the known bugs a test can switch on.
 
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
@@ -69,7 +69,10 @@ pub mod limits {
     pub const MAX_USAGE_MB: i64 = 1_000_000;
 }
 
-/// Known bugs a test can switch on to prove that the simulation catches them.
+/// Known bugs a test can switch on to prove that the simulation catches them. Only in
+/// builds with the `test-switches` feature (tests and the simulation's self-tests): a
+/// production build has no bug to switch on (decision 84).
+#[cfg(feature = "test-switches")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InjectedBug {
     /// An eSIM defund or move settlement credits one cent more than it returns.

@@ -5,7 +5,9 @@
 //! `idempotency`, authentication in `auth`, ids and randomness in `ids`.
 
 pub use crate::auth::constant_time_eq;
-pub use crate::config::{limits, EngineConfig, InjectedBug};
+#[cfg(feature = "test-switches")]
+pub use crate::config::InjectedBug;
+pub use crate::config::{limits, EngineConfig};
 pub use crate::effect::{Delivery, Effect};
 
 use crate::command::{Command, ResellerOp, ResellerRequest};
@@ -61,6 +63,7 @@ pub struct Engine {
     #[serde(skip)]
     pub(crate) events: VecDeque<Event>,
     /// A deliberately broken rule, switched on only by tests of the checkers.
+    #[cfg(feature = "test-switches")]
     #[serde(skip)]
     pub(crate) injected_bug: Option<InjectedBug>,
 }
@@ -92,12 +95,13 @@ impl Engine {
             idempotency_order: BTreeMap::new(),
             effects: VecDeque::new(),
             events: VecDeque::new(),
+            #[cfg(feature = "test-switches")]
             injected_bug: None,
         }
     }
 
     /// Test-only switch: turn on a known bug (see [`InjectedBug`]).
-    #[doc(hidden)]
+    #[cfg(feature = "test-switches")]
     pub fn inject_bug_for_test(&mut self, bug: Option<InjectedBug>) {
         self.injected_bug = bug;
     }
@@ -272,7 +276,7 @@ impl Engine {
     }
 
     /// Test hook: the ledger, to corrupt it and see the checkers fire.
-    #[doc(hidden)]
+    #[cfg(feature = "test-switches")]
     pub fn ledger_mut_for_test(&mut self) -> &mut Ledger {
         &mut self.ledger
     }

@@ -348,8 +348,10 @@ impl Engine {
     /// ESIM_ALREADY_TERMINATED; 4. a group member 409 ESIM_IN_GROUP; 5. a return on its
     /// way 409 DEFUND_PENDING or MOVE_PENDING; 6. frozen 403 ACCOUNT_SUSPENDED; 7. the
     /// reseller balance 402 INSUFFICIENT_BALANCE. Then [`Engine::fund_wallet`]. (Before
-    /// all of them, the test-only panic switch of decision 79.)
+    /// all of them, in builds with the `test-switches` feature only, the panic switch of
+    /// decision 79.)
     pub(crate) fn fund(&mut self, account: AccountIx, iccid: &str, amount: Decimal) -> Response {
+        #[cfg(feature = "test-switches")]
         if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
             panic!("injected engine bug: a fund panics (test switch)");
         }

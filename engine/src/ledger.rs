@@ -223,7 +223,7 @@ impl Ledger {
     }
 
     /// Test and checker hook: overwrite a balance to prove the checkers fire.
-    #[doc(hidden)]
+    #[cfg(feature = "test-switches")]
     pub fn corrupt_for_test(&mut self, slot: Slot, balance: Decimal) {
         self.balances[slot as usize] = balance;
     }

@@ -4,7 +4,7 @@
 //! decide which error wins; so eSIM and group wallets cannot drift apart unnoticed.
 //! Money still moves only through [`crate::ledger::Ledger::transfer`].
 
-use crate::engine::{Engine, InjectedBug};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EventName;
 use crate::ledger::Reason;
@@ -297,7 +297,10 @@ impl Engine {
         assert!(returned <= amount && amount - returned < Decimal::new(1, 2), "the rest is under a cent");
         self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
         self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
-        if matches!(owner, WalletOwner::Sim(_)) && self.injected_bug == Some(InjectedBug::SettlementPaysOneCentMore) {
+        #[cfg(feature = "test-switches")]
+        if matches!(owner, WalletOwner::Sim(_))
+            && self.injected_bug == Some(crate::engine::InjectedBug::SettlementPaysOneCentMore)
+        {
             // Deliberately broken rule, for the simulation's own tests only.
             let balance = self.ledger.balance(slots.reseller);
             self.ledger.corrupt_for_test(slots.reseller, balance + Decimal::new(1, 2));
