@@ -124,7 +124,9 @@ impl EuiccState {
 }
 
 /// The upstream view of one wallet (a standalone SIM's or a group's) and the state of
-/// its reporting pipeline and low-balance notifications.
+/// its reporting pipeline and low-balance notifications. Whether its data is paused is
+/// not kept here: its holder knows (a return on its way), and writes it as the wallet's
+/// `paused` field (see [`WalletForm`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Wallet {
     pub slots: WalletSlots,
@@ -136,14 +138,22 @@ pub struct Wallet {
     /// Flattened: the state digest and snapshots keep the two flags as they were.
     #[serde(flatten)]
     pub alarm: CrossingAlarm,
-    /// Data paused while a return is on its way (defund, move, group defund).
-    pub paused: bool,
 }
 
 impl Wallet {
     pub fn new(slots: WalletSlots, alarm: CrossingAlarm) -> Self {
-        Wallet { slots, reporting_paused_until: Millis(i64::MIN), report_scheduled: false, alarm, paused: false }
+        Wallet { slots, reporting_paused_until: Millis(i64::MIN), report_scheduled: false, alarm }
     }
+}
+
+/// A wallet as the state (digest, snapshots) writes it: its fields, then `paused` (data
+/// paused while a return is on its way), the flag the wallet kept before its holder's
+/// state said it. The serialized form is unchanged.
+#[derive(Serialize, Deserialize)]
+struct WalletForm<W> {
+    #[serde(flatten)]
+    wallet: W,
+    paused: bool,
 }
 
 /// A balance on its way back to the reseller balance.
@@ -163,7 +173,70 @@ impl PendingReturn {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Where an eSIM's money is, in one value instead of four flags that had to agree (its
+/// upstream wallet made, its group, a return on its way, its data paused for it). Each
+/// variant is a state the rules reach; what the flags could also say (a member with a
+/// return on its way, a return from a wallet never funded, data paused with nothing on
+/// its way) cannot be written.
+#[derive(Clone, Debug)]
+pub enum Funding {
+    /// Standalone and never funded: no upstream wallet yet, so a defund is
+    /// WALLET_NOT_READY (decision 10).
+    NoWallet,
+    /// Standalone with its own upstream wallet, made by its first fund.
+    Wallet,
+    /// Standalone, its wallet's whole credit on its way back (a defund, or a move into a
+    /// group: decisions 8 and 30); its data is paused until the return settles.
+    Returning(PendingReturn),
+    /// A group member: it spends the group's wallet, its own holds nothing (decision 28).
+    /// `own_wallet` does not follow from the membership: an eSIM funded before it joined
+    /// keeps its upstream wallet for when it leaves, one provisioned into the group has
+    /// none (so a defund after it leaves is NO_BALANCE_TO_RETURN, or WALLET_NOT_READY).
+    Member { group: GroupIx, own_wallet: bool },
+}
+
+impl Funding {
+    /// The group it is a member of.
+    pub fn group(&self) -> Option<GroupIx> {
+        match self {
+            Funding::Member { group, .. } => Some(*group),
+            _ => None,
+        }
+    }
+
+    /// The return on its way.
+    pub fn pending(&self) -> Option<&PendingReturn> {
+        match self {
+            Funding::Returning(pending) => Some(pending),
+            _ => None,
+        }
+    }
+
+    /// The upstream wallet exists: it was funded once (decision 10).
+    pub fn has_wallet(&self) -> bool {
+        match self {
+            Funding::NoWallet => false,
+            Funding::Wallet | Funding::Returning(_) => true,
+            Funding::Member { own_wallet, .. } => *own_wallet,
+        }
+    }
+
+    /// Standalone, with nothing on its way: what a fund, a defund, a move into a group
+    /// or a join starts from.
+    pub fn is_settled_standalone(&self) -> bool {
+        matches!(self, Funding::NoWallet | Funding::Wallet)
+    }
+
+    /// Leaves its group (removed, or terminated), keeping its own wallet if it had one;
+    /// the group it left.
+    pub fn leave_group(&mut self) -> Option<GroupIx> {
+        let Funding::Member { group, own_wallet } = *self else { return None };
+        *self = if own_wallet { Funding::Wallet } else { Funding::NoWallet };
+        Some(group)
+    }
+}
+
+#[derive(Clone, Debug)]
 pub struct Esim {
     pub id: String,
     pub iccid: String,
@@ -183,10 +256,100 @@ pub struct Esim {
     pub data_enabled: bool,
     pub throttle: String,
     pub wallet: Wallet,
-    /// The upstream wallet exists once the SIM was first funded.
-    pub wallet_created: bool,
-    pub group: Option<GroupIx>,
-    pub pending: Option<PendingReturn>,
+    pub funding: Funding,
+}
+
+/// An eSIM as the state writes it: the fields it had when its funding was four flags
+/// (`wallet.paused`, `wallet_created`, `group`, `pending`), so that the state digest and
+/// snapshots are unchanged; reading refuses a combination no rule makes.
+impl Serialize for Esim {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let funding = &self.funding;
+        let mut record = serializer.serialize_struct("Esim", 18)?;
+        record.serialize_field("id", &self.id)?;
+        record.serialize_field("iccid", &self.iccid)?;
+        record.serialize_field("account", &self.account)?;
+        record.serialize_field("lpa_string", &self.lpa_string)?;
+        record.serialize_field("status", &self.status)?;
+        record.serialize_field("euicc_network", &self.euicc_network)?;
+        record.serialize_field("euicc_cached", &self.euicc_cached)?;
+        record.serialize_field("end_user_reference", &self.end_user_reference)?;
+        record.serialize_field("label", &self.label)?;
+        record.serialize_field("created_at", &self.created_at)?;
+        record.serialize_field("activated_at", &self.activated_at)?;
+        record.serialize_field("terminated_at", &self.terminated_at)?;
+        record.serialize_field("data_enabled", &self.data_enabled)?;
+        record.serialize_field("throttle", &self.throttle)?;
+        let paused = funding.pending().is_some();
+        record.serialize_field("wallet", &WalletForm { wallet: &self.wallet, paused })?;
+        record.serialize_field("wallet_created", &funding.has_wallet())?;
+        record.serialize_field("group", &funding.group())?;
+        record.serialize_field("pending", &funding.pending())?;
+        record.end()
+    }
+}
+
+/// The fields of a written eSIM (see `impl Serialize for Esim`).
+#[derive(Deserialize)]
+struct EsimForm {
+    id: String,
+    iccid: String,
+    account: AccountIx,
+    lpa_string: String,
+    status: EsimStatus,
+    euicc_network: EuiccState,
+    euicc_cached: EuiccState,
+    end_user_reference: Option<String>,
+    label: Option<String>,
+    created_at: Millis,
+    activated_at: Option<Millis>,
+    terminated_at: Option<Millis>,
+    data_enabled: bool,
+    throttle: String,
+    wallet: WalletForm<Wallet>,
+    wallet_created: bool,
+    group: Option<GroupIx>,
+    pending: Option<PendingReturn>,
+}
+
+impl<'de> Deserialize<'de> for Esim {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let form = EsimForm::deserialize(deserializer)?;
+        let paused = form.wallet.paused;
+        let funding = match (form.wallet_created, form.group, form.pending) {
+            (false, None, None) if !paused => Funding::NoWallet,
+            (true, None, None) if !paused => Funding::Wallet,
+            (true, None, Some(pending)) if paused => Funding::Returning(pending),
+            (own_wallet, Some(group), None) if !paused => Funding::Member { group, own_wallet },
+            (wallet_created, group, pending) => {
+                return Err(serde::de::Error::custom(format!(
+                    "eSIM {}: no rule makes wallet_created {wallet_created}, group {group:?}, a pending return {} \
+                     and data paused {paused}",
+                    form.iccid,
+                    pending.is_some()
+                )))
+            }
+        };
+        Ok(Esim {
+            id: form.id,
+            iccid: form.iccid,
+            account: form.account,
+            lpa_string: form.lpa_string,
+            status: form.status,
+            euicc_network: form.euicc_network,
+            euicc_cached: form.euicc_cached,
+            end_user_reference: form.end_user_reference,
+            label: form.label,
+            created_at: form.created_at,
+            activated_at: form.activated_at,
+            terminated_at: form.terminated_at,
+            data_enabled: form.data_enabled,
+            throttle: form.throttle,
+            wallet: form.wallet.wallet,
+            funding,
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -234,7 +397,7 @@ pub struct Account {
     pub auto_refill: AutoRefill,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct Group {
     pub id: String,
     pub account: AccountIx,
@@ -251,6 +414,74 @@ pub struct Group {
     pub low_event_waiting_until: Option<Millis>,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+/// A group as the state writes it: its wallet's `paused` is its defund on its way (the
+/// flag the wallet kept before), so that the state digest and snapshots are unchanged.
+impl Serialize for Group {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut record = serializer.serialize_struct("Group", 12)?;
+        record.serialize_field("id", &self.id)?;
+        record.serialize_field("account", &self.account)?;
+        record.serialize_field("name", &self.name)?;
+        record.serialize_field("low_balance_threshold", &self.low_balance_threshold)?;
+        record.serialize_field("refill_amount", &self.refill_amount)?;
+        let paused = self.defund.is_some();
+        record.serialize_field("wallet", &WalletForm { wallet: &self.wallet, paused })?;
+        record.serialize_field("members", &self.members)?;
+        record.serialize_field("incoming_moves", &self.incoming_moves)?;
+        record.serialize_field("defund", &self.defund)?;
+        record.serialize_field("low_event_waiting_until", &self.low_event_waiting_until)?;
+        record.serialize_field("created_at", &self.created_at)?;
+        record.serialize_field("updated_at", &self.updated_at)?;
+        record.end()
+    }
+}
+
+/// The fields of a written group (see `impl Serialize for Group`).
+#[derive(Deserialize)]
+struct GroupForm {
+    id: String,
+    account: AccountIx,
+    name: String,
+    low_balance_threshold: Decimal,
+    refill_amount: Decimal,
+    wallet: WalletForm<Wallet>,
+    members: BTreeSet<EsimIx>,
+    incoming_moves: u32,
+    defund: Option<GroupDefund>,
+    low_event_waiting_until: Option<Millis>,
+    created_at: Millis,
+    updated_at: Millis,
+}
+
+impl<'de> Deserialize<'de> for Group {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let form = GroupForm::deserialize(deserializer)?;
+        if form.wallet.paused != form.defund.is_some() {
+            return Err(serde::de::Error::custom(format!(
+                "group {}: data paused {} with a defund on its way {}",
+                form.id,
+                form.wallet.paused,
+                form.defund.is_some()
+            )));
+        }
+        Ok(Group {
+            id: form.id,
+            account: form.account,
+            name: form.name,
+            low_balance_threshold: form.low_balance_threshold,
+            refill_amount: form.refill_amount,
+            wallet: form.wallet.wallet,
+            members: form.members,
+            incoming_moves: form.incoming_moves,
+            defund: form.defund,
+            low_event_waiting_until: form.low_event_waiting_until,
+            created_at: form.created_at,
+            updated_at: form.updated_at,
+        })
+    }
 }
 
 /// A group defund on its way (decision 32): the exact credit taken off the group.
@@ -401,5 +632,69 @@ mod tests {
         same(serde_json::to_string(&stored).unwrap(), serde_json::to_string(&(at, "k")).unwrap());
         let back: StoredKey = serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
         assert_eq!(back, stored);
+    }
+
+    fn esim(funding: Funding) -> Esim {
+        let mut ledger = crate::ledger::Ledger::default();
+        ledger.open_account(AccountIx(0));
+        Esim {
+            id: "e".into(),
+            iccid: "8944100000000000017".into(),
+            account: AccountIx(0),
+            lpa_string: "LPA:1$x$y".into(),
+            status: EsimStatus::Active,
+            euicc_network: EuiccState::Enabled,
+            euicc_cached: EuiccState::Enabled,
+            end_user_reference: None,
+            label: Some("l".into()),
+            created_at: Millis(1),
+            activated_at: Some(Millis(2)),
+            terminated_at: None,
+            data_enabled: true,
+            throttle: "NO_LIMIT".into(),
+            wallet: Wallet::new(ledger.open_sim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
+            funding,
+        }
+    }
+
+    /// The funding of an eSIM is written as the four flags it replaced, in their places
+    /// (`paused` last in the wallet, then `wallet_created`, `group`, `pending`), and read
+    /// back as the same state: the state digest and snapshots stay byte-identical.
+    #[test]
+    fn funding_is_written_as_the_flags_it_replaced() {
+        let wallet = r#""wallet":{"slots":{"credit":6,"unreported":7,"reported":8},"reporting_paused_until":-9223372036854775808,"report_scheduled":false,"low_armed":false,"depleted_sent":false,"#;
+        let head = r#"{"id":"e","iccid":"8944100000000000017","account":0,"lpa_string":"LPA:1$x$y","status":"Active","euicc_network":"Enabled","euicc_cached":"Enabled","end_user_reference":null,"label":"l","created_at":1,"activated_at":2,"terminated_at":null,"data_enabled":true,"throttle":"NO_LIMIT","#;
+        let pending = PendingReturn::Move { group: GroupIx(3), amount: Decimal::new(1_999, 2), settles_at: Millis(9) };
+        let cases = [
+            (Funding::NoWallet, r#""paused":false},"wallet_created":false,"group":null,"pending":null}"#),
+            (Funding::Wallet, r#""paused":false},"wallet_created":true,"group":null,"pending":null}"#),
+            (
+                Funding::Returning(pending),
+                r#""paused":true},"wallet_created":true,"group":null,"pending":{"Move":{"group":3,"amount":19.99,"settles_at":9}}}"#,
+            ),
+            (
+                Funding::Member { group: GroupIx(3), own_wallet: false },
+                r#""paused":false},"wallet_created":false,"group":3,"pending":null}"#,
+            ),
+            (
+                Funding::Member { group: GroupIx(3), own_wallet: true },
+                r#""paused":false},"wallet_created":true,"group":3,"pending":null}"#,
+            ),
+        ];
+        for (funding, tail) in cases {
+            let text = serde_json::to_string(&esim(funding)).unwrap();
+            assert_eq!(text, format!("{head}{wallet}{tail}"));
+            let back: Esim = serde_json::from_str(&text).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        }
+        // What no rule makes is refused: a return from a wallet never funded, a member
+        // with a return on its way, data paused with nothing on its way.
+        for tail in [
+            r#""paused":true},"wallet_created":false,"group":null,"pending":{"Defund":{"amount":1,"settles_at":9}}}"#,
+            r#""paused":true},"wallet_created":true,"group":3,"pending":{"Defund":{"amount":1,"settles_at":9}}}"#,
+            r#""paused":true},"wallet_created":true,"group":null,"pending":null}"#,
+        ] {
+            assert!(serde_json::from_str::<Esim>(&format!("{head}{wallet}{tail}")).is_err(), "{tail}");
+        }
     }
 }
