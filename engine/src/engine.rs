@@ -69,6 +69,7 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// A new service at `start`, with an empty state and the inventory of `config`.
     pub fn new(config: EngineConfig, start: Millis) -> Engine {
         Engine {
             rng: ChaCha20Rng::seed_from_u64(config.seed),
@@ -108,18 +109,23 @@ impl Engine {
 
     // ----- read-only views (for observers: the simulation's checkers, reports) -----
 
+    /// Every account, by index (for observers: reports, the simulation's checkers).
     pub fn accounts(&self) -> &[Account] {
         &self.accounts
     }
 
+    /// Every eSIM, by index, terminated ones included (for observers).
     pub fn esims(&self) -> &[Esim] {
         &self.esims
     }
 
+    /// Every group, by index (for observers).
     pub fn groups(&self) -> &[Group] {
         &self.groups
     }
 
+    /// Every webhook, by index, deleted ones included (for observers and the sealing-key
+    /// check at start).
     pub fn webhooks(&self) -> &[Webhook] {
         &self.webhooks
     }
@@ -134,6 +140,7 @@ impl Engine {
         self.shown_balance(WalletOwner::Sim(EsimIx(sim)))
     }
 
+    /// The settings it was created with (the journal header keeps them).
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -281,6 +288,7 @@ impl Engine {
         &mut self.ledger
     }
 
+    /// The ledger: every balance and flow (for reports and the conservation checkers).
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }

@@ -80,15 +80,21 @@ macro_rules! serde_as_tuple {
     };
 }
 
+/// An eSIM's status as the API shows it (decision 13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EsimStatus {
+    /// Provisioned, never installed (and back here on enable if never installed).
     Pending,
+    /// Installed at least once, data enabled.
     Active,
+    /// Data disabled by the reseller.
     Suspended,
+    /// Terminated for good: nothing changes it again.
     Terminated,
 }
 
 impl EsimStatus {
+    /// The API's text (`pending`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EsimStatus::Pending => "pending",
@@ -97,6 +103,7 @@ impl EsimStatus {
             EsimStatus::Terminated => "terminated",
         }
     }
+    /// The status of the API's text (the `status` filter of the list).
     pub fn parse(text: &str) -> Option<EsimStatus> {
         [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated]
             .into_iter()
@@ -104,15 +111,21 @@ impl EsimStatus {
     }
 }
 
+/// The profile's state on the device, as the network reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EuiccState {
+    /// Made, not downloaded yet.
     Released,
+    /// Downloaded to a device.
     Downloaded,
+    /// Installed on a device.
     Installed,
+    /// Installed and enabled: data can flow.
     Enabled,
 }
 
 impl EuiccState {
+    /// The API's text (`RELEASED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EuiccState::Released => "RELEASED",
@@ -126,9 +139,10 @@ impl EuiccState {
 /// The upstream view of one wallet (a standalone SIM's or a group's) and the state of
 /// its reporting pipeline and low-balance notifications. Whether its data is paused is
 /// not kept here: its holder knows (a return on its way), and writes it as the wallet's
-/// `paused` field (see [`WalletForm`]).
+/// `paused` field (see `WalletForm`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Wallet {
+    /// Its ledger slots: where its money is.
     pub slots: WalletSlots,
     /// Reporting is paused until then (set by every fund call).
     pub reporting_paused_until: Millis,
@@ -141,6 +155,7 @@ pub struct Wallet {
 }
 
 impl Wallet {
+    /// A wallet with nothing charged, reporting not paused.
     pub fn new(slots: WalletSlots, alarm: CrossingAlarm) -> Self {
         Wallet { slots, reporting_paused_until: Millis(i64::MIN), report_scheduled: false, alarm }
     }
@@ -160,12 +175,25 @@ struct WalletForm<W> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum PendingReturn {
     /// eSIM defund: the exact credit taken off the SIM.
-    Defund { amount: Decimal, settles_at: Millis },
+    Defund {
+        /// The exact credit on its way.
+        amount: Decimal,
+        /// When it settles, or the report it waits for (DESIGN rule 5).
+        settles_at: Millis,
+    },
     /// Adding a funded standalone eSIM to a group.
-    Move { group: GroupIx, amount: Decimal, settles_at: Millis },
+    Move {
+        /// The group it joins when the credit is back.
+        group: GroupIx,
+        /// The exact credit on its way.
+        amount: Decimal,
+        /// When it settles, or the report it waits for (DESIGN rule 5).
+        settles_at: Millis,
+    },
 }
 
 impl PendingReturn {
+    /// The exact amount on its way.
     pub fn amount(&self) -> Decimal {
         match self {
             PendingReturn::Defund { amount, .. } | PendingReturn::Move { amount, .. } => *amount,
@@ -192,7 +220,12 @@ pub enum Funding {
     /// `own_wallet` does not follow from the membership: an eSIM funded before it joined
     /// keeps its upstream wallet for when it leaves, one provisioned into the group has
     /// none (so a defund after it leaves is NO_BALANCE_TO_RETURN, or WALLET_NOT_READY).
-    Member { group: GroupIx, own_wallet: bool },
+    Member {
+        /// The group whose wallet it spends.
+        group: GroupIx,
+        /// It was funded before it joined.
+        own_wallet: bool,
+    },
 }
 
 impl Funding {
@@ -236,26 +269,40 @@ impl Funding {
     }
 }
 
+/// One provisioned eSIM: its profile, its switches, its wallet and where its money is.
 #[derive(Clone, Debug)]
 pub struct Esim {
+    /// The API's `id` (uuid).
     pub id: String,
+    /// The 19-digit ICCID (decision 22): how the API names it.
     pub iccid: String,
+    /// The account that provisioned it; no other account sees it.
     pub account: AccountIx,
+    /// The activation code (decision 23).
     pub lpa_string: String,
+    /// What the API shows (decision 13).
     pub status: EsimStatus,
     /// What the network says now (the live state).
     pub euicc_network: EuiccState,
     /// What we last read from the network (served when a network read fails).
     pub euicc_cached: EuiccState,
+    /// The reseller's reference for its customer, echoed in events.
     pub end_user_reference: Option<String>,
+    /// The reseller's label, echoed in events.
     pub label: Option<String>,
+    /// When it was provisioned.
     pub created_at: Millis,
+    /// Its first install (decision 13: `active` from then on).
     pub activated_at: Option<Millis>,
+    /// When it was terminated.
     pub terminated_at: Option<Millis>,
     /// The reseller's data switch (enable/disable).
     pub data_enabled: bool,
+    /// The speed limit (`NO_LIMIT` or `SPEED_<n>_KBPS`).
     pub throttle: String,
+    /// Its own upstream wallet (its slots exist from provisioning, funded or not).
     pub wallet: Wallet,
+    /// Where its money is (no wallet yet, its own, on its way back, or a group's).
     pub funding: Funding,
 }
 
@@ -352,36 +399,53 @@ impl<'de> Deserialize<'de> for Esim {
     }
 }
 
+/// The operator's auto-refill of a reseller balance (decision 34).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AutoRefill {
+    /// Off after a failed charge or the daily limit, until the operator turns it on.
     pub enabled: bool,
+    /// What one charge adds to the reseller balance.
     pub amount: Decimal,
+    /// How the simulated card answers.
     pub card: CardBehavior,
     /// Times of the charges started in the last 24 hours (bounded by the daily limit).
     pub recent_charges: Vec<Millis>,
     /// A charge is on its way (the card settles after a short delay).
     pub charge_in_flight: Option<Decimal>,
+    /// The last failed charge, shown in the account record (decision 19).
     pub last_error: Option<RefillError>,
 }
 
 /// Why the last auto-refill charge failed (decision 19).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RefillError {
+    /// The machine code (`card_declined`, ...).
     pub code: String,
+    /// The human text.
     pub message: String,
+    /// When the charge failed.
     pub at: Millis,
 }
 serde_as_tuple!(RefillError { code: String, message: String, at: Millis });
 
+/// A reseller account.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Account {
+    /// The API's `id`.
     pub id: String,
+    /// Who to contact; also how a restart finds the demo account (decision 62).
     pub contact_email: String,
+    /// The company, when given.
     pub company_name: Option<String>,
+    /// When the operator created it.
     pub created_at: Millis,
+    /// An operator freeze: no new spend and no data (decision 20).
     pub frozen: bool,
+    /// Its fixed ledger slots.
     pub slots: AccountSlots,
+    /// Every top-up ever, manual and auto-refill (the account record's `lifetime_topup_usd`).
     pub lifetime_topup: Decimal,
+    /// Every fee and fund ever (the account record's `lifetime_usage_usd`).
     pub lifetime_usage: Decimal,
     /// balance.low / balance.depleted of the reseller balance, once per crossing.
     #[serde(flatten)]
@@ -392,27 +456,40 @@ pub struct Account {
     pub groups: Vec<GroupIx>,
     /// Webhook indexes (deleted ones are removed).
     pub webhooks: Vec<WebhookIx>,
+    /// Groups it may have (spec default 10).
     pub max_groups: u32,
+    /// eSIMs a group may hold (spec default 500).
     pub max_group_size: u32,
+    /// Its auto-refill settings and state.
     pub auto_refill: AutoRefill,
 }
 
+/// A shared-balance group: one wallet its members spend.
 #[derive(Clone, Debug)]
 pub struct Group {
+    /// The API's `id` (uuid).
     pub id: String,
+    /// The account that created it.
     pub account: AccountIx,
+    /// Unique per account, trimmed (decision 26).
     pub name: String,
+    /// `group.balance_low` below this (decision 33).
     pub low_balance_threshold: Decimal,
+    /// What the account should top up when the group runs low (`suggested_amount_usd`).
     pub refill_amount: Decimal,
+    /// The group's upstream wallet.
     pub wallet: Wallet,
     /// Member eSIM indexes.
     pub members: BTreeSet<EsimIx>,
     /// Moves on their way in (they count against the size limit).
     pub incoming_moves: u32,
+    /// A defund on its way: data of every member pauses until it settles (decision 32).
     pub defund: Option<GroupDefund>,
     /// group.balance_low is held back until this deadline while a card charge is on its way.
     pub low_event_waiting_until: Option<Millis>,
+    /// When it was created.
     pub created_at: Millis,
+    /// When it last changed (an update, a fund, a settled defund).
     pub updated_at: Millis,
 }
 
@@ -487,18 +564,24 @@ impl<'de> Deserialize<'de> for Group {
 /// A group defund on its way (decision 32): the exact credit taken off the group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupDefund {
+    /// The exact credit taken off the group.
     pub amount: Decimal,
+    /// When it settles (settlement waits for nothing else).
     pub settles_at: Millis,
 }
 serde_as_tuple!(GroupDefund { amount: Decimal, settles_at: Millis });
 
+/// Which events a webhook receives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Subscription {
+    /// `["*"]`: every subscribable event, now and later.
     All,
+    /// Exactly these events.
     Events(BTreeSet<EventName>),
 }
 
 impl Subscription {
+    /// Whether an event goes to this webhook (`test` only ever to the one tested).
     pub fn covers(&self, name: EventName) -> bool {
         match self {
             Subscription::All => name != EventName::Test,
@@ -507,31 +590,49 @@ impl Subscription {
     }
 }
 
+/// A registered webhook.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Webhook {
+    /// The API's `id`.
     pub id: String,
+    /// The account whose events it receives.
     pub account: AccountIx,
+    /// Where deliveries go (checked at registration, decision 35).
     pub url: String,
+    /// The event names as registered, shown back as given.
     pub events: Vec<String>,
+    /// What those names cover.
     pub subscription: Subscription,
     /// Sealed by the shell; opened only by the sender, to sign.
     pub signing_secret: crate::secret::SealedSecret,
+    /// Inactive webhooks receive nothing (decision 38).
     pub active: bool,
+    /// Consecutive failed attempts; at `WEBHOOK_DISABLE_AT` it turns inactive.
     pub failure_count: u32,
+    /// Its last delivery attempt.
     pub last_triggered_at: Option<Millis>,
+    /// Its last failed attempt.
     pub last_failure_at: Option<Millis>,
+    /// When it was registered.
     pub created_at: Millis,
+    /// Deleted: kept so indexes stay stable, invisible to the API.
     pub deleted: bool,
 }
 
 /// A delivery the engine is responsible for until it succeeds or is given up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryState {
+    /// The webhook it goes to.
     pub webhook: WebhookIx,
+    /// The event's envelope id (same for every attempt).
     pub event_id: String,
+    /// The event's name.
     pub event: EventName,
+    /// The exact envelope bytes, sent again on retries.
     pub body: String,
+    /// Attempts made so far (the next one's header is this plus 1).
     pub attempt: u32,
+    /// Retries stop 3 days after it (decision 38).
     pub first_attempt_at: Millis,
     /// Handed out and waiting for its outcome (otherwise waiting for a retry timer).
     pub in_flight: bool,
@@ -539,17 +640,25 @@ pub struct DeliveryState {
     pub test: bool,
 }
 
+/// An API key, as its digest only (decision 69).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KeyRecord {
+    /// SHA-256 of the key: the key itself never reaches the engine.
     pub digest: crate::secret::KeyDigest,
+    /// The account it authenticates.
     pub account: AccountIx,
+    /// Refused from now on; the record stays (revoking it again is not a 404).
     pub revoked: bool,
 }
 
+/// A stored answer of an `Idempotency-Key` (decision 40).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IdempotencyEntry {
+    /// SHA-256 of the request: the same key with another request is a conflict.
     pub fingerprint: [u8; 32],
+    /// The stored HTTP status.
     pub status: u16,
+    /// The stored body, replayed byte for byte.
     pub body: String,
     /// The LPA text of a provisioning's QR code, drawn again into `body` on a replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -558,6 +667,7 @@ pub struct IdempotencyEntry {
     /// stored body holds an empty `signing_secret` in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing_secret: Option<crate::secret::SealedSecret>,
+    /// When it is dropped.
     pub expires_at: Millis,
 }
 
@@ -565,21 +675,28 @@ pub struct IdempotencyEntry {
 /// stored again after it expired from the entry it replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredKey {
+    /// When the key's entry expires.
     pub expires_at: Millis,
+    /// The `Idempotency-Key`.
     pub key: String,
 }
 serde_as_tuple!(StoredKey { expires_at: Millis, key: String });
 
+/// Upstream faults switched on by the sandbox (and the simulation).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Faults {
+    /// Pausing data upstream fails: eSIM and group defunds and moves answer 502, nothing moved.
     pub upstream_pause_fails: bool,
+    /// Network reads fail: the eSIM detail falls back to the cached `euicc_state` (decision 63).
     pub network_read_fails: bool,
 }
 
 /// Which wallet a report timer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WalletOwner {
+    /// A standalone eSIM's own wallet.
     Sim(EsimIx),
+    /// A group's wallet.
     Group(GroupIx),
 }
 
@@ -591,6 +708,7 @@ pub mod map_as_pairs {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
+    /// Writes the map as `[key, value]` pairs.
     pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
         map: &BTreeMap<K, V>,
         serializer: S,
@@ -598,6 +716,7 @@ pub mod map_as_pairs {
         serializer.collect_seq(map.iter())
     }
 
+    /// Reads the map back from its pairs.
     pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
     where
         K: Deserialize<'de> + Ord,

@@ -31,7 +31,9 @@ pub enum Rearm {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[must_use]
 pub struct Alarms {
+    /// `esim.balance_low` or `group.balance_low` is due.
     pub low: bool,
+    /// `esim.balance_depleted` or `group.balance_depleted` is due.
     pub depleted: bool,
 }
 
