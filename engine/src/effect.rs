@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Effect {
     /// POST `body` to `url` with the headers of [`Delivery::headers`], then report the
-    /// outcome with [`Command::DeliveryOutcome`].
+    /// outcome with [`crate::Command::DeliveryOutcome`].
     Deliver(Delivery),
 }
 
@@ -17,7 +17,7 @@ pub enum Effect {
 /// and send it without reading the state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
-    /// Names the outcome the shell reports back ([`Command::DeliveryOutcome`]).
+    /// Names the outcome the shell reports back ([`crate::Command::DeliveryOutcome`]).
     pub delivery_id: u64,
     /// The webhook it goes to (for logs; the engine routes by `delivery_id`).
     pub webhook_id: String,
