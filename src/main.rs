@@ -282,7 +282,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         }
     };
     let clock = if args.clock == "virtual" { ClockMode::Virtual } else { ClockMode::Wall };
-    let (mut engine, header) = match (recovery.engine, recovery.header) {
+    let (engine, header) = match (recovery.engine, recovery.header) {
         (Some(engine), Some(mut header)) => {
             header.first_index = recovery.next_index;
             (engine, header)
@@ -314,9 +314,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut journal = FileJournal::open(&args.data_dir, header, SnapshotPolicy::default())
         .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?;
     let key = sealing_key(&args, Some(&engine))?;
-    if std::env::var_os(TEST_PANIC_ON_FUND).is_some_and(|v| v == "1") {
-        eprintln!("esim: {TEST_PANIC_ON_FUND}=1: every fund panics (a test of fail-fast)");
-        engine.inject_bug_for_test(Some(esim_engine::InjectedBug::PanicOnFund));
+    esim_engine::with_test_switches! {
+        let engine = panic_on_fund_if_asked(engine);
     }
     let mut service = Service::new(engine, admin_token, clock, Secrets::from_os(key));
     if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
@@ -362,9 +361,21 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     })
 }
 
-/// Test-only switch (the fail-fast test): with this environment variable at 1, every
-/// eSIM fund panics inside the engine, so a test can see the process end.
-const TEST_PANIC_ON_FUND: &str = "ESIM_TEST_PANIC_ON_FUND";
+esim_engine::with_test_switches! {
+    /// Test-only switch (the fail-fast test), compiled only into the builds of `cargo
+    /// test` (decision 84): with this environment variable at 1, every eSIM fund panics
+    /// inside the engine, so a test can see the process end.
+    const TEST_PANIC_ON_FUND: &str = "ESIM_TEST_PANIC_ON_FUND";
+
+    /// The engine with every fund panicking when [`TEST_PANIC_ON_FUND`] is 1.
+    fn panic_on_fund_if_asked(mut engine: Engine) -> Engine {
+        if std::env::var_os(TEST_PANIC_ON_FUND).is_some_and(|v| v == "1") {
+            eprintln!("esim: {TEST_PANIC_ON_FUND}=1: every fund panics (a test of fail-fast)");
+            engine.inject_bug_for_test(Some(esim_engine::InjectedBug::PanicOnFund));
+        }
+        engine
+    }
+}
 
 /// The contact of the demo account (how a restart knows it exists already).
 const DEMO_EMAIL: &str = "demo@reseller.example";

@@ -1,5 +1,5 @@
 //! What is fixed when the engine is created: its settings, the limits of the spec,
-//! and the test-only switch for known bugs.
+//! and (with the `test-switches` feature only) the known bugs a test can switch on.
 
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 /// Settings fixed when the engine is created (stored in the journal header).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineConfig {
+    /// Seeds the engine's RNG (ids, serials, matching ids): the same seed and inputs give
+    /// the same state, which replay and the simulation rely on.
     pub seed: u64,
     /// Reporting pause after every fund call (spec: about 15 minutes).
     pub reporting_pause_ms: i64,
@@ -44,24 +46,35 @@ impl Default for EngineConfig {
 
 /// Limits of the spec, as named constants.
 pub mod limits {
+    /// Page size of a list without `limit`.
     pub const PAGE_DEFAULT: u64 = 50;
+    /// Largest page: a bigger `limit` is clamped to it (decision 24).
     pub const PAGE_MAX: u64 = 100;
+    /// Groups per account (spec Limits); the operator may set another per account.
     pub const MAX_GROUPS: u32 = 10;
+    /// eSIMs per group, pending moves included (spec Limits).
     pub const MAX_GROUP_SIZE: u32 = 500;
+    /// Webhooks per account: the sixth answers 429 (decision 35).
     pub const MAX_WEBHOOKS: usize = 5;
+    /// Consecutive failed attempts after which a webhook turns inactive (decision 38).
     pub const WEBHOOK_DISABLE_AT: u32 = 10;
+    /// Auto-refill charges in 24 hours: the next one switches auto-refill off (decision 34).
     pub const AUTO_REFILL_MAX_PER_DAY: usize = 10;
+    /// How long an `Idempotency-Key` replays its stored answer (decision 40).
     pub const IDEMPOTENCY_TTL_MS: i64 = 24 * crate::Millis::HOUR;
     /// Stored answers per account at most: past it the oldest is dropped first, so
     /// requests with fresh keys cannot grow the state without bound.
     pub const IDEMPOTENCY_KEYS_PER_ACCOUNT_MAX: usize = 10_000;
     /// Longest `Idempotency-Key`.
     pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
+    /// Length of a rate-limit window (decision 41).
     pub const RATE_WINDOW_MS: i64 = crate::Millis::MINUTE;
     /// Webhook retries: 30 s, 1 min, 2 min, ... doubling, each wait capped at 6 hours,
     /// given up 3 days after the first attempt.
     pub const RETRY_BASE_MS: i64 = 30 * crate::Millis::SECOND;
+    /// Longest wait between two retries.
     pub const RETRY_MAX_WAIT_MS: i64 = 6 * crate::Millis::HOUR;
+    /// Retries stop this long after the first attempt.
     pub const RETRY_WINDOW_MS: i64 = 3 * crate::Millis::DAY;
     /// Longest free-text field (labels, references, names, URLs).
     pub const MAX_TEXT_LEN: usize = 256;
@@ -69,7 +82,10 @@ pub mod limits {
     pub const MAX_USAGE_MB: i64 = 1_000_000;
 }
 
-/// Known bugs a test can switch on to prove that the simulation catches them.
+/// Known bugs a test can switch on to prove that the simulation catches them. Only in
+/// builds with the `test-switches` feature (tests and the simulation's self-tests): a
+/// production build has no bug to switch on (decision 84).
+#[cfg(feature = "test-switches")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InjectedBug {
     /// An eSIM defund or move settlement credits one cent more than it returns.

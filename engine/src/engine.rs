@@ -5,7 +5,9 @@
 //! `idempotency`, authentication in `auth`, ids and randomness in `ids`.
 
 pub use crate::auth::constant_time_eq;
-pub use crate::config::{limits, EngineConfig, InjectedBug};
+#[cfg(feature = "test-switches")]
+pub use crate::config::InjectedBug;
+pub use crate::config::{limits, EngineConfig};
 pub use crate::effect::{Delivery, Effect};
 
 use crate::command::{Command, ResellerOp, ResellerRequest};
@@ -61,11 +63,13 @@ pub struct Engine {
     #[serde(skip)]
     pub(crate) events: VecDeque<Event>,
     /// A deliberately broken rule, switched on only by tests of the checkers.
+    #[cfg(feature = "test-switches")]
     #[serde(skip)]
     pub(crate) injected_bug: Option<InjectedBug>,
 }
 
 impl Engine {
+    /// A new service at `start`, with an empty state and the inventory of `config`.
     pub fn new(config: EngineConfig, start: Millis) -> Engine {
         Engine {
             rng: ChaCha20Rng::seed_from_u64(config.seed),
@@ -92,30 +96,36 @@ impl Engine {
             idempotency_order: BTreeMap::new(),
             effects: VecDeque::new(),
             events: VecDeque::new(),
+            #[cfg(feature = "test-switches")]
             injected_bug: None,
         }
     }
 
     /// Test-only switch: turn on a known bug (see [`InjectedBug`]).
-    #[doc(hidden)]
+    #[cfg(feature = "test-switches")]
     pub fn inject_bug_for_test(&mut self, bug: Option<InjectedBug>) {
         self.injected_bug = bug;
     }
 
     // ----- read-only views (for observers: the simulation's checkers, reports) -----
 
+    /// Every account, by index (for observers: reports, the simulation's checkers).
     pub fn accounts(&self) -> &[Account] {
         &self.accounts
     }
 
+    /// Every eSIM, by index, terminated ones included (for observers).
     pub fn esims(&self) -> &[Esim] {
         &self.esims
     }
 
+    /// Every group, by index (for observers).
     pub fn groups(&self) -> &[Group] {
         &self.groups
     }
 
+    /// Every webhook, by index, deleted ones included (for observers and the sealing-key
+    /// check at start).
     pub fn webhooks(&self) -> &[Webhook] {
         &self.webhooks
     }
@@ -130,6 +140,7 @@ impl Engine {
         self.shown_balance(WalletOwner::Sim(EsimIx(sim)))
     }
 
+    /// The settings it was created with (the journal header keeps them).
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -272,11 +283,12 @@ impl Engine {
     }
 
     /// Test hook: the ledger, to corrupt it and see the checkers fire.
-    #[doc(hidden)]
+    #[cfg(feature = "test-switches")]
     pub fn ledger_mut_for_test(&mut self) -> &mut Ledger {
         &mut self.ledger
     }
 
+    /// The ledger: every balance and flow (for reports and the conservation checkers).
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }

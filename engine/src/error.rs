@@ -6,24 +6,43 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
+    /// A field is missing, of the wrong type or out of range (400); the message names it.
     ValidationError,
+    /// The eSIM is terminated and never changes again (400).
     EsimAlreadyTerminated,
+    /// A defund of a wallet that shows $0 (400, decision 10).
     NoBalanceToReturn,
+    /// A defund before the first fund: no upstream wallet yet (400, decision 10).
     WalletNotReady,
+    /// Unknown or revoked API key (401).
     InvalidApiKey,
+    /// The reseller balance cannot pay for it (402).
     InsufficientBalance,
+    /// No eSIM with that ICCID on this account (404): another account's is just as unknown.
     EsimNotFound,
+    /// No such resource (404).
     NotFound,
+    /// No group with that id on this account (404).
     GroupNotFound,
+    /// Group names are unique per account (409, decision 26).
     GroupNameTaken,
+    /// A group defund is on its way (409).
     GroupDefundPending,
+    /// A second defund while one is on its way (409).
     DefundAlreadyPending,
+    /// Adding an eSIM that is already a group member (409).
     EsimAlreadyInGroup,
+    /// The eSIM's move into a group is on its way (409, decision 11).
     MovePending,
+    /// Over the per-key rate limit (429, with `Retry-After`).
     RateLimited,
+    /// The account has its maximum of groups (429).
     GroupLimitReached,
+    /// The group has its maximum of eSIMs, pending moves included (429).
     GroupFull,
+    /// The upstream network refused (502): nothing moved, worth a retry.
     UpstreamError,
+    /// The eSIM inventory is empty (503).
     NoEsimsAvailable,
     // Beyond the spec's table (recorded in docs/decisions.md).
     /// Fund on a group member (the spec names the code, not the status: 409).
@@ -46,13 +65,16 @@ pub enum ErrorCode {
     ServiceUnavailable,
     /// Routing: unknown path (404), wrong method (405), body too large (413).
     RouteNotFound,
+    /// Routing: a known path with another method (405).
     MethodNotAllowed,
+    /// Routing: a body over the limit (413).
     PayloadTooLarge,
     /// Transport: the request body did not arrive in time (408).
     RequestTimeout,
 }
 
 impl ErrorCode {
+    /// The HTTP status of the code (decision 45).
     pub fn http_status(self) -> u16 {
         use ErrorCode::*;
         match self {
@@ -193,19 +215,24 @@ impl ErrorCode {
 /// An error response: the spec's error body plus what the transport needs for headers.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 pub struct ApiError {
+    /// The machine code of the error body.
     pub code: ErrorCode,
+    /// The human text of the error body: says what to change.
     pub message: String,
     /// Seconds for a Retry-After header (429 RATE_LIMITED).
     pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
+    /// An error with this code and message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError { code, message: message.into(), retry_after_secs: None }
     }
+    /// A 400 VALIDATION_ERROR: the most common refusal, so it has a short form.
     pub fn validation(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::ValidationError, message)
     }
+    /// The HTTP status of the answer.
     pub fn status(&self) -> u16 {
         self.code.http_status()
     }

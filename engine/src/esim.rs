@@ -72,7 +72,7 @@ impl Engine {
 
     pub(crate) fn esim_item(&self, sim: EsimIx, euicc: Option<EuiccState>) -> EsimItem {
         let esim = &self.esims[sim];
-        let group = esim.group.map(|g| &self.groups[g]);
+        let group = esim.funding.group().map(|g| &self.groups[g]);
         EsimItem {
             id: esim.id.clone(),
             iccid: esim.iccid.clone(),
@@ -150,9 +150,10 @@ impl Engine {
             throttle: "NO_LIMIT".into(),
             // Armed only once the balance shows $5 or more (decision 56).
             wallet: Wallet::new(slots, CrossingAlarm::UNARMED),
-            wallet_created: false,
-            group,
-            pending: None,
+            funding: match group {
+                Some(group) => Funding::Member { group, own_wallet: false },
+                None => Funding::NoWallet,
+            },
         });
         let number = crate::ids::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
         let previous = self.iccid_index.insert(number, sim);
@@ -229,7 +230,7 @@ impl Engine {
         let esim = &self.esims[sim];
         // The live state comes from the network; when that read fails, the cached one.
         let euicc = if self.faults.network_read_fails { esim.euicc_cached } else { esim.euicc_network };
-        let group_total = esim.group.map(|g| {
+        let group_total = esim.funding.group().map(|g| {
             let group = &self.groups[g];
             self.ledger.balance(group.wallet.slots.reported).normalize()
         });
@@ -239,7 +240,7 @@ impl Engine {
             data_enabled: esim.data_enabled,
             throttle: esim.throttle.clone(),
             group_total_data_charged_usd: group_total,
-            pending: esim.pending.as_ref().map(|p| match p {
+            pending: esim.funding.pending().map(|p| match p {
                 PendingReturn::Defund { .. } => "defund_pending",
                 PendingReturn::Move { .. } => "move_pending",
             }),
@@ -255,7 +256,7 @@ impl Engine {
 
     /// Refuses a change while the eSIM's balance is on its way back or into a group.
     fn require_no_pending(&self, sim: EsimIx) -> Result<(), ApiError> {
-        match self.esims[sim].pending {
+        match self.esims[sim].funding.pending() {
             Some(PendingReturn::Defund { .. }) => Err(ApiError::new(
                 ErrorCode::DefundPending,
                 "a balance return for this eSIM is in progress; try again once it has settled",
@@ -271,7 +272,7 @@ impl Engine {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         self.require_no_pending(sim)?;
-        if let Some(group) = self.esims[sim].group {
+        if let Some(group) = self.esims[sim].funding.group() {
             // DESIGN rule 5: the same shape holds for a group defund.
             if self.groups[group].defund.is_some() {
                 return Err(ApiError::new(ErrorCode::GroupDefundPending, "the group's balance return is in progress"));
@@ -326,8 +327,7 @@ impl Engine {
         esim.status = EsimStatus::Terminated;
         esim.terminated_at = Some(now);
         esim.data_enabled = false;
-        let group = esim.group.take();
-        if let Some(group) = group {
+        if let Some(group) = esim.funding.leave_group() {
             // It leaves its group: subscribers tracking membership hear it first.
             let record = &mut self.groups[group];
             record.members.remove(&sim);
@@ -348,15 +348,17 @@ impl Engine {
     /// ESIM_ALREADY_TERMINATED; 4. a group member 409 ESIM_IN_GROUP; 5. a return on its
     /// way 409 DEFUND_PENDING or MOVE_PENDING; 6. frozen 403 ACCOUNT_SUSPENDED; 7. the
     /// reseller balance 402 INSUFFICIENT_BALANCE. Then [`Engine::fund_wallet`]. (Before
-    /// all of them, the test-only panic switch of decision 79.)
+    /// all of them, in builds with the `test-switches` feature only, the panic switch of
+    /// decision 79.)
     pub(crate) fn fund(&mut self, account: AccountIx, iccid: &str, amount: Decimal) -> Response {
+        #[cfg(feature = "test-switches")]
         if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
             panic!("injected engine bug: a fund panics (test switch)");
         }
         let sim = self.sim_of(account, iccid)?;
         let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
         self.require_not_terminated(sim)?;
-        if let Some(group) = self.esims[sim].group {
+        if let Some(group) = self.esims[sim].funding.group() {
             return Err(ApiError::new(
                 ErrorCode::EsimInGroup,
                 format!("the eSIM is a member of group {}; fund the group instead", self.groups[group].id),
@@ -384,21 +386,23 @@ impl Engine {
     pub(crate) fn defund(&mut self, account: AccountIx, iccid: &str) -> Response {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
-        let esim = &self.esims[sim];
-        if esim.group.is_some() {
-            return Err(ApiError::new(ErrorCode::EsimInGroup, "the eSIM is a group member; defund the group instead"));
-        }
-        match esim.pending {
-            Some(PendingReturn::Defund { .. }) => {
+        match &self.esims[sim].funding {
+            Funding::Member { .. } => {
+                return Err(ApiError::new(
+                    ErrorCode::EsimInGroup,
+                    "the eSIM is a group member; defund the group instead",
+                ))
+            }
+            Funding::Returning(PendingReturn::Defund { .. }) => {
                 return Err(ApiError::new(ErrorCode::DefundAlreadyPending, "a balance return is already in progress"))
             }
-            Some(PendingReturn::Move { .. }) => {
+            Funding::Returning(PendingReturn::Move { .. }) => {
                 return Err(ApiError::new(ErrorCode::MovePending, "a move of this eSIM into a group is in progress"))
             }
-            None => {}
-        }
-        if !esim.wallet_created {
-            return Err(ApiError::new(ErrorCode::WalletNotReady, "the eSIM has no wallet yet: it was never funded"));
+            Funding::NoWallet => {
+                return Err(ApiError::new(ErrorCode::WalletNotReady, "the eSIM has no wallet yet: it was never funded"))
+            }
+            Funding::Wallet => {}
         }
         let estimate = self.shown_balance(WalletOwner::Sim(sim));
         if estimate.is_zero() {

@@ -6,27 +6,49 @@ use crate::state::{AccountIx, WebhookIx};
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 
+/// Every event the service emits; its wire name is [`EventName::as_str`]. The enum, not
+/// the text, is kept in the state and compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum EventName {
+    /// An eSIM was provisioned.
     EsimProvisioned,
+    /// A profile was installed for the first time.
     EsimActivated,
+    /// An eSIM was terminated (with what its wallet forfeited).
     EsimTerminated,
+    /// Data was disabled by the reseller.
     EsimDataSuspended,
+    /// Data was enabled again.
     EsimDataResumed,
+    /// An eSIM wallet fell below $5, as the reporting pipeline saw it (decision 15).
     EsimBalanceLow,
+    /// An eSIM wallet reached $0 (decision 15).
     EsimBalanceDepleted,
+    /// An eSIM defund settled (decision 9).
     EsimDefunded,
+    /// The reseller balance fell below $5 (decision 16).
     BalanceLow,
+    /// The reseller balance reached $0 (decision 16).
     BalanceDepleted,
+    /// The reseller balance was topped up (manually or by auto-refill).
     BalanceToppedUp,
+    /// An auto-refill charge succeeded (decision 34).
     BalanceAutoRefillSucceeded,
+    /// An auto-refill charge failed, or the daily limit stopped it (decision 34).
     BalanceAutoRefillFailed,
+    /// A group balance fell below its threshold (decision 33).
     GroupBalanceLow,
+    /// A group was funded.
     GroupFunded,
+    /// A group balance reached $0.
     GroupBalanceDepleted,
+    /// A group defund settled (decision 32).
     GroupDefunded,
+    /// An eSIM joined a group (at once, or when its move settled).
     EsimGroupAssigned,
+    /// An eSIM left a group (removed, or terminated: decision 58).
     EsimGroupRemoved,
+    /// The probe of `POST /webhooks/{id}/test`: never subscribable (decision 39).
     Test,
 }
 
@@ -54,6 +76,7 @@ impl EventName {
         EventName::EsimGroupRemoved,
     ];
 
+    /// The wire name (`esim.provisioned`, ...).
     pub fn as_str(self) -> &'static str {
         use EventName::*;
         match self {
@@ -80,6 +103,7 @@ impl EventName {
         }
     }
 
+    /// The event of a wire name, `test` included; `None` for an unknown name.
     pub fn parse(name: &str) -> Option<EventName> {
         Self::SUBSCRIBABLE.into_iter().chain([EventName::Test]).find(|e| e.as_str() == name)
     }
@@ -88,10 +112,15 @@ impl EventName {
 /// One emitted event: the delivery envelope plus the account it belongs to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
+    /// The envelope `id` (`evt_...`): receivers de-duplicate retries by it.
     pub id: String,
+    /// The account it belongs to: only its webhooks receive it.
     pub account: u32,
+    /// What happened.
     pub name: EventName,
+    /// When it happened (service time).
     pub created_at: Millis,
+    /// The event's own fields (decision 17).
     pub data: serde_json::Value,
 }
 

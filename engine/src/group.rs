@@ -274,13 +274,13 @@ impl Engine {
         if esim.status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
-        if let Some(current) = esim.group {
+        if let Some(current) = esim.funding.group() {
             return Err(ApiError::new(
                 ErrorCode::EsimAlreadyInGroup,
                 format!("the eSIM is already a member of group {}", self.groups[current].id),
             ));
         }
-        match esim.pending {
+        match esim.funding.pending() {
             Some(PendingReturn::Move { .. }) => {
                 return Err(ApiError::new(ErrorCode::MovePending, "a move of this eSIM is already in progress"))
             }
@@ -316,7 +316,9 @@ impl Engine {
 
     /// The eSIM becomes a member (immediately, or when its pending move settles).
     pub(crate) fn join_group(&mut self, sim: EsimIx, group: GroupIx, returned: Option<Decimal>) {
-        self.esims[sim].group = Some(group);
+        let funding = &mut self.esims[sim].funding;
+        assert!(funding.is_settled_standalone(), "only a standalone eSIM with nothing on its way joins");
+        *funding = Funding::Member { group, own_wallet: funding.has_wallet() };
         self.groups[group].members.insert(sim);
         let record = &self.groups[group];
         let mut extra = json!({ "group_id": record.id, "group_name": record.name });
@@ -329,14 +331,14 @@ impl Engine {
     pub(crate) fn remove_group_esim(&mut self, account: AccountIx, group_id: &str, iccid: &str) -> Response {
         let group = self.group_of(account, group_id)?;
         let sim = self.sim_of(account, iccid)?;
-        if self.esims[sim].group != Some(group) {
+        if self.esims[sim].funding.group() != Some(group) {
             return Err(ApiError::new(
                 ErrorCode::EsimNotFound,
                 format!("eSIM {iccid} is not a member of group {group_id}"),
             ));
         }
         self.groups[group].members.remove(&sim);
-        self.esims[sim].group = None;
+        self.esims[sim].funding.leave_group();
         self.wallet_standalone_again(sim);
         let name = self.groups[group].name.clone();
         self.emit_esim_event(sim, EventName::EsimGroupRemoved, json!({ "group_id": group_id, "group_name": name }));

@@ -37,30 +37,45 @@ pub enum SlotKind {
     SimReported,
     /// The exact upstream credit of one group.
     GroupCredit,
+    /// Data charged to one group, used but not yet reported.
     GroupUnreported,
+    /// Data charged to one group and reported (its `total_data_charged_usd`).
     GroupReported,
 }
 
 /// Why money moved: the lines of the finance report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Reason {
+    /// A manual top-up (admin API).
     TopUp,
+    /// An auto-refill card charge that settled.
     AutoRefill,
+    /// The fee of one provisioned eSIM.
     ProvisioningFee,
+    /// An eSIM fund: its upstream credit.
     EsimFund,
+    /// A group fund: its upstream credit.
     GroupFund,
+    /// The part of a fund under one upstream retail cent (decision 1).
     ConversionDust,
+    /// Usage charged live to a wallet.
     DataCharge,
+    /// Usage the upstream pipeline reported (decision 7).
     DataReport,
+    /// A wallet's credit sent on its way back (defund, move, group defund).
     ReturnRequested,
+    /// A return that settled: its displayed amount back to the reseller balance.
     ReturnSettled,
+    /// The sub-cent rest of a settled return.
     ReturnDust,
+    /// What a terminated eSIM's wallet still held.
     Forfeit,
     /// A sub-cent credit left on a SIM that joins a group (members hold no wallet).
     MoveDust,
 }
 
 impl Reason {
+    /// Every reason, in report order (the index of `flows`).
     pub const ALL: [Reason; 13] = [
         Reason::TopUp,
         Reason::AutoRefill,
@@ -77,6 +92,7 @@ impl Reason {
         Reason::MoveDust,
     ];
 
+    /// The report line of the reason (`top_ups_usd`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Reason::TopUp => "top_ups",
@@ -99,29 +115,42 @@ impl Reason {
 /// A slot's owner (the reseller account index) and kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotInfo {
+    /// The reseller account whose sum the slot counts in.
     pub account: AccountIx,
+    /// What it holds.
     pub kind: SlotKind,
 }
 
 /// The fixed slots every reseller account has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountSlots {
+    /// Money from outside the service; the only slot below zero.
     pub world: Slot,
+    /// The reseller balance.
     pub reseller: Slot,
+    /// Returns on their way back.
     pub returns_pending: Slot,
+    /// Provisioning fees earned.
     pub fees: Slot,
+    /// What terminated eSIMs forfeited.
     pub forfeited: Slot,
+    /// Conversion dust and sub-cent rests.
     pub dust: Slot,
 }
 
 /// The three slots of a wallet (a SIM's or a group's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WalletSlots {
+    /// The exact upstream credit.
     pub credit: Slot,
+    /// Usage charged but not yet reported.
     pub unreported: Slot,
+    /// Usage reported.
     pub reported: Slot,
 }
 
+/// Every slot's balance and every account's flows by reason: the one place money moves,
+/// so conservation is an identity (see the module docs).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Ledger {
     balances: Vec<Decimal>,
@@ -152,6 +181,7 @@ impl Ledger {
         }
     }
 
+    /// The three slots of a new eSIM wallet.
     pub fn open_sim_wallet(&mut self, account: AccountIx) -> WalletSlots {
         WalletSlots {
             credit: self.open(account, SlotKind::SimCredit),
@@ -160,6 +190,7 @@ impl Ledger {
         }
     }
 
+    /// The three slots of a new group wallet.
     pub fn open_group_wallet(&mut self, account: AccountIx) -> WalletSlots {
         WalletSlots {
             credit: self.open(account, SlotKind::GroupCredit),
@@ -168,6 +199,7 @@ impl Ledger {
         }
     }
 
+    /// A slot's balance now.
     pub fn balance(&self, slot: Slot) -> Decimal {
         self.balances[slot as usize]
     }
@@ -203,6 +235,7 @@ impl Ledger {
         amount
     }
 
+    /// The sum moved for `reason` in `account` since it opened (the report's movement lines).
     pub fn flow(&self, account: AccountIx, reason: Reason) -> Decimal {
         let index = reason as usize;
         self.flows[account.0 as usize][index]
@@ -223,7 +256,7 @@ impl Ledger {
     }
 
     /// Test and checker hook: overwrite a balance to prove the checkers fire.
-    #[doc(hidden)]
+    #[cfg(feature = "test-switches")]
     pub fn corrupt_for_test(&mut self, slot: Slot, balance: Decimal) {
         self.balances[slot as usize] = balance;
     }

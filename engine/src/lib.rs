@@ -83,7 +83,8 @@
 //! ## Layout
 //! - `engine`: the [`Engine`] state, its constructor, the inputs, outputs and getters
 //!   above, and the dispatch of reseller requests.
-//! - `config`: [`EngineConfig`], the spec's [`limits`] and [`InjectedBug`].
+//! - `config`: [`EngineConfig`], the spec's [`limits`] and, with the `test-switches`
+//!   feature only, `InjectedBug` (decision 84).
 //! - `effect`: [`Effect`] and [`Delivery`], what the shell must carry out.
 //! - `timer`: the `Timer`s, their scheduling and what each does when it fires.
 //! - `auth`: API key authentication; `idempotency`: stored answers of
@@ -100,6 +101,10 @@
 pub mod account;
 mod auth;
 pub mod codes;
+// Not documented yet: the command and reply types are being reworked for speed in
+// another branch; their doc comments come after it lands (the API's fields are described
+// in the OpenAPI document meanwhile).
+#[allow(missing_docs)]
 pub mod command;
 pub mod config;
 pub mod effect;
@@ -114,6 +119,7 @@ pub mod ledger;
 pub mod money;
 pub mod network;
 pub mod rates;
+#[allow(missing_docs)] // See `command`.
 pub mod reply;
 pub mod report;
 pub mod secret;
@@ -124,12 +130,33 @@ pub mod wallet;
 pub mod webhook;
 
 pub use command::*;
-pub use engine::{limits, Delivery, Effect, Engine, EngineConfig, InjectedBug};
+#[cfg(feature = "test-switches")]
+pub use engine::InjectedBug;
+pub use engine::{limits, Delivery, Effect, Engine, EngineConfig};
 pub use error::{ApiError, ErrorCode};
 pub use event::{Event, EventName};
 pub use reply::{render, Reply, Response};
 pub use secret::{KeyDigest, SealedSecret};
 pub use time::Millis;
+
+/// Compiles the code it wraps only when the engine is built with its `test-switches`
+/// feature (the builds of `cargo test`), and to nothing otherwise: how a crate above the
+/// engine keeps its own test-only switch out of production builds (the `esim` binary's
+/// `ESIM_TEST_PANIC_ON_FUND`, decisions 79 and 84), since it cannot test the engine's
+/// features with `cfg`.
+#[cfg(feature = "test-switches")]
+#[macro_export]
+macro_rules! with_test_switches {
+    ($($code:tt)*) => { $($code)* };
+}
+
+/// Compiles the code it wraps only when the engine is built with its `test-switches`
+/// feature; this build has it off, so the code is left out (decision 84).
+#[cfg(not(feature = "test-switches"))]
+#[macro_export]
+macro_rules! with_test_switches {
+    ($($code:tt)*) => {};
+}
 
 /// The rates endpoint: the built-in table filtered by country and continent.
 pub(crate) fn rates_reply(country: Option<&str>, continent: Option<&str>) -> Reply {

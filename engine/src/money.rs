@@ -13,6 +13,7 @@ pub const RETAIL_CENT_MILLI_USD: i64 = 9;
 
 /// Smallest and largest amount of one eSIM or group fund call.
 pub const MIN_FUND_CENTS: i64 = 1;
+/// Largest amount of one fund call: $10,000.
 pub const MAX_FUND_CENTS: i64 = 1_000_000;
 
 /// The reseller and eSIM low-balance threshold of the `balance.low` and `esim.balance_low` events.

@@ -86,9 +86,11 @@ impl Engine {
         if self.accounts[esim.account].frozen {
             return Some("account_frozen");
         }
-        let paused = match esim.group {
-            Some(group) => self.groups[group].wallet.paused,
-            None => esim.wallet.paused || esim.pending.is_some(),
+        // Data pauses while a return of the wallet it spends is on its way.
+        let paused = match &esim.funding {
+            Funding::Member { group, .. } => self.groups[*group].defund.is_some(),
+            Funding::Returning(_) => true,
+            Funding::NoWallet | Funding::Wallet => false,
         };
         if paused {
             return Some("data_paused");
@@ -128,7 +130,7 @@ impl Engine {
         if let Some(reason) = self.data_blocked(sim) {
             return stopped(reason);
         }
-        let owner = match self.esims[sim].group {
+        let owner = match self.esims[sim].funding.group() {
             Some(group) => WalletOwner::Group(group),
             None => WalletOwner::Sim(sim),
         };

@@ -55,6 +55,7 @@ pub struct NetworkRate {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[schemars(description = "Rates of one country")]
 pub struct Country {
+    /// Country name, as the spec's table spells it.
     #[schemars(description = "Country name")]
     pub name: String,
     /// ISO 3166-1 alpha-2, upper case.
@@ -80,6 +81,8 @@ pub struct Country {
     /// is deterministic).
     #[schemars(description = "The network with that price")]
     pub cheapest_operator: String,
+    /// Every network of the country (1 to 4) with its prices, in the table's order; usage
+    /// picks one by operator name.
     #[schemars(description = "Networks of the country")]
     pub networks: Vec<NetworkRate>,
     /// URL-friendly name used by the `country` filter (e.g. "united-states",

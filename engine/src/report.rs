@@ -12,30 +12,52 @@ use std::fmt::Write;
 /// One account's lines (or the total of all accounts).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AccountLines {
+    /// The account's id, or `total`.
     pub account_id: String,
     // Money in from outside.
+    /// Manual top-ups.
     pub top_ups_usd: Decimal,
+    /// Auto-refill charges that settled.
     pub auto_refills_usd: Decimal,
     // Movements (what happened during the period).
+    /// Provisioning fees paid.
     pub provisioning_fees_usd: Decimal,
+    /// eSIM funds (their upstream credit).
     pub esim_funds_usd: Decimal,
+    /// Group funds (their upstream credit).
     pub group_funds_usd: Decimal,
+    /// Fund amounts under one retail cent, to dust.
     pub conversion_dust_usd: Decimal,
+    /// Usage charged to wallets.
     pub data_charged_usd: Decimal,
+    /// Balances sent back (defund, move, group defund).
     pub returns_requested_usd: Decimal,
+    /// Returns settled to the reseller balance.
     pub returns_settled_usd: Decimal,
+    /// Sub-cent rests of settled returns, to dust.
     pub return_dust_usd: Decimal,
+    /// Sub-cent credits of eSIMs that joined a group, to dust.
     pub move_dust_usd: Decimal,
+    /// Wallet credit forfeited by terminated eSIMs.
     pub forfeited_on_terminate_usd: Decimal,
     // Closing balances.
+    /// The reseller balance now.
     pub reseller_balance_usd: Decimal,
+    /// Exact credit of every eSIM wallet.
     pub sim_wallets_usd: Decimal,
+    /// Exact credit of every group.
     pub group_balances_usd: Decimal,
+    /// Returns on their way back.
     pub returns_pending_usd: Decimal,
+    /// Provisioning fees earned.
     pub fees_earned_usd: Decimal,
+    /// Usage charged, not yet reported.
     pub data_charged_unreported_usd: Decimal,
+    /// Usage reported.
     pub data_charged_reported_usd: Decimal,
+    /// Forfeited by terminated eSIMs.
     pub forfeited_usd: Decimal,
+    /// Conversion dust and sub-cent rests.
     pub dust_usd: Decimal,
     /// top-ups + auto-refills - every closing balance: exactly 0 when money is conserved.
     pub difference_usd: Decimal,
@@ -114,10 +136,15 @@ impl AccountLines {
     }
 }
 
+/// Money conservation per account and in total: what finance reads, and what the
+/// simulation requires to be exactly 0 (DESIGN.md rule 6).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConservationReport {
+    /// The service time it was made at (RFC 3339).
     pub generated_at: String,
+    /// One column of lines per account.
     pub accounts: Vec<AccountLines>,
+    /// All accounts summed.
     pub total: AccountLines,
     /// True when every difference is exactly zero.
     pub conserved: bool,
@@ -199,6 +226,7 @@ impl ConservationReport {
         serde_json::to_string_pretty(&copy).expect("reports serialize")
     }
 
+    /// One row per account and the total, in CSV.
     pub fn to_csv(&self) -> String {
         let mut out = AccountLines::COLUMNS.join(",");
         out.push('\n');
@@ -209,6 +237,7 @@ impl ConservationReport {
         out
     }
 
+    /// A Markdown table, one column per account (readable however many lines).
     pub fn to_markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
@@ -234,6 +263,7 @@ impl ConservationReport {
         out
     }
 
+    /// The report as `json`, `csv` or `md`; `None` for another format.
     pub fn render(&self, format: &str) -> Option<String> {
         match format {
             "json" => Some(self.to_json()),

@@ -80,15 +80,21 @@ macro_rules! serde_as_tuple {
     };
 }
 
+/// An eSIM's status as the API shows it (decision 13).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EsimStatus {
+    /// Provisioned, never installed (and back here on enable if never installed).
     Pending,
+    /// Installed at least once, data enabled.
     Active,
+    /// Data disabled by the reseller.
     Suspended,
+    /// Terminated for good: nothing changes it again.
     Terminated,
 }
 
 impl EsimStatus {
+    /// The API's text (`pending`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EsimStatus::Pending => "pending",
@@ -97,6 +103,7 @@ impl EsimStatus {
             EsimStatus::Terminated => "terminated",
         }
     }
+    /// The status of the API's text (the `status` filter of the list).
     pub fn parse(text: &str) -> Option<EsimStatus> {
         [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated]
             .into_iter()
@@ -104,15 +111,21 @@ impl EsimStatus {
     }
 }
 
+/// The profile's state on the device, as the network reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EuiccState {
+    /// Made, not downloaded yet.
     Released,
+    /// Downloaded to a device.
     Downloaded,
+    /// Installed on a device.
     Installed,
+    /// Installed and enabled: data can flow.
     Enabled,
 }
 
 impl EuiccState {
+    /// The API's text (`RELEASED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EuiccState::Released => "RELEASED",
@@ -124,9 +137,12 @@ impl EuiccState {
 }
 
 /// The upstream view of one wallet (a standalone SIM's or a group's) and the state of
-/// its reporting pipeline and low-balance notifications.
+/// its reporting pipeline and low-balance notifications. Whether its data is paused is
+/// not kept here: its holder knows (a return on its way), and writes it as the wallet's
+/// `paused` field (see `WalletForm`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Wallet {
+    /// Its ledger slots: where its money is.
     pub slots: WalletSlots,
     /// Reporting is paused until then (set by every fund call).
     pub reporting_paused_until: Millis,
@@ -136,26 +152,48 @@ pub struct Wallet {
     /// Flattened: the state digest and snapshots keep the two flags as they were.
     #[serde(flatten)]
     pub alarm: CrossingAlarm,
-    /// Data paused while a return is on its way (defund, move, group defund).
-    pub paused: bool,
 }
 
 impl Wallet {
+    /// A wallet with nothing charged, reporting not paused.
     pub fn new(slots: WalletSlots, alarm: CrossingAlarm) -> Self {
-        Wallet { slots, reporting_paused_until: Millis(i64::MIN), report_scheduled: false, alarm, paused: false }
+        Wallet { slots, reporting_paused_until: Millis(i64::MIN), report_scheduled: false, alarm }
     }
+}
+
+/// A wallet as the state (digest, snapshots) writes it: its fields, then `paused` (data
+/// paused while a return is on its way), the flag the wallet kept before its holder's
+/// state said it. The serialized form is unchanged.
+#[derive(Serialize, Deserialize)]
+struct WalletForm<W> {
+    #[serde(flatten)]
+    wallet: W,
+    paused: bool,
 }
 
 /// A balance on its way back to the reseller balance.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum PendingReturn {
     /// eSIM defund: the exact credit taken off the SIM.
-    Defund { amount: Decimal, settles_at: Millis },
+    Defund {
+        /// The exact credit on its way.
+        amount: Decimal,
+        /// When it settles, or the report it waits for (DESIGN rule 5).
+        settles_at: Millis,
+    },
     /// Adding a funded standalone eSIM to a group.
-    Move { group: GroupIx, amount: Decimal, settles_at: Millis },
+    Move {
+        /// The group it joins when the credit is back.
+        group: GroupIx,
+        /// The exact credit on its way.
+        amount: Decimal,
+        /// When it settles, or the report it waits for (DESIGN rule 5).
+        settles_at: Millis,
+    },
 }
 
 impl PendingReturn {
+    /// The exact amount on its way.
     pub fn amount(&self) -> Decimal {
         match self {
             PendingReturn::Defund { amount, .. } | PendingReturn::Move { amount, .. } => *amount,
@@ -163,62 +201,251 @@ impl PendingReturn {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Where an eSIM's money is, in one value instead of four flags that had to agree (its
+/// upstream wallet made, its group, a return on its way, its data paused for it). Each
+/// variant is a state the rules reach; what the flags could also say (a member with a
+/// return on its way, a return from a wallet never funded, data paused with nothing on
+/// its way) cannot be written.
+#[derive(Clone, Debug)]
+pub enum Funding {
+    /// Standalone and never funded: no upstream wallet yet, so a defund is
+    /// WALLET_NOT_READY (decision 10).
+    NoWallet,
+    /// Standalone with its own upstream wallet, made by its first fund.
+    Wallet,
+    /// Standalone, its wallet's whole credit on its way back (a defund, or a move into a
+    /// group: decisions 8 and 30); its data is paused until the return settles.
+    Returning(PendingReturn),
+    /// A group member: it spends the group's wallet, its own holds nothing (decision 28).
+    /// `own_wallet` does not follow from the membership: an eSIM funded before it joined
+    /// keeps its upstream wallet for when it leaves, one provisioned into the group has
+    /// none (so a defund after it leaves is NO_BALANCE_TO_RETURN, or WALLET_NOT_READY).
+    Member {
+        /// The group whose wallet it spends.
+        group: GroupIx,
+        /// It was funded before it joined.
+        own_wallet: bool,
+    },
+}
+
+impl Funding {
+    /// The group it is a member of.
+    pub fn group(&self) -> Option<GroupIx> {
+        match self {
+            Funding::Member { group, .. } => Some(*group),
+            _ => None,
+        }
+    }
+
+    /// The return on its way.
+    pub fn pending(&self) -> Option<&PendingReturn> {
+        match self {
+            Funding::Returning(pending) => Some(pending),
+            _ => None,
+        }
+    }
+
+    /// The upstream wallet exists: it was funded once (decision 10).
+    pub fn has_wallet(&self) -> bool {
+        match self {
+            Funding::NoWallet => false,
+            Funding::Wallet | Funding::Returning(_) => true,
+            Funding::Member { own_wallet, .. } => *own_wallet,
+        }
+    }
+
+    /// Standalone, with nothing on its way: what a fund, a defund, a move into a group
+    /// or a join starts from.
+    pub fn is_settled_standalone(&self) -> bool {
+        matches!(self, Funding::NoWallet | Funding::Wallet)
+    }
+
+    /// Leaves its group (removed, or terminated), keeping its own wallet if it had one;
+    /// the group it left.
+    pub fn leave_group(&mut self) -> Option<GroupIx> {
+        let Funding::Member { group, own_wallet } = *self else { return None };
+        *self = if own_wallet { Funding::Wallet } else { Funding::NoWallet };
+        Some(group)
+    }
+}
+
+/// One provisioned eSIM: its profile, its switches, its wallet and where its money is.
+#[derive(Clone, Debug)]
 pub struct Esim {
+    /// The API's `id` (uuid).
     pub id: String,
+    /// The 19-digit ICCID (decision 22): how the API names it.
     pub iccid: String,
+    /// The account that provisioned it; no other account sees it.
     pub account: AccountIx,
+    /// The activation code (decision 23).
     pub lpa_string: String,
+    /// What the API shows (decision 13).
     pub status: EsimStatus,
     /// What the network says now (the live state).
     pub euicc_network: EuiccState,
     /// What we last read from the network (served when a network read fails).
     pub euicc_cached: EuiccState,
+    /// The reseller's reference for its customer, echoed in events.
     pub end_user_reference: Option<String>,
+    /// The reseller's label, echoed in events.
     pub label: Option<String>,
+    /// When it was provisioned.
     pub created_at: Millis,
+    /// Its first install (decision 13: `active` from then on).
     pub activated_at: Option<Millis>,
+    /// When it was terminated.
     pub terminated_at: Option<Millis>,
     /// The reseller's data switch (enable/disable).
     pub data_enabled: bool,
+    /// The speed limit (`NO_LIMIT` or `SPEED_<n>_KBPS`).
     pub throttle: String,
+    /// Its own upstream wallet (its slots exist from provisioning, funded or not).
     pub wallet: Wallet,
-    /// The upstream wallet exists once the SIM was first funded.
-    pub wallet_created: bool,
-    pub group: Option<GroupIx>,
-    pub pending: Option<PendingReturn>,
+    /// Where its money is (no wallet yet, its own, on its way back, or a group's).
+    pub funding: Funding,
 }
 
+/// An eSIM as the state writes it: the fields it had when its funding was four flags
+/// (`wallet.paused`, `wallet_created`, `group`, `pending`), so that the state digest and
+/// snapshots are unchanged; reading refuses a combination no rule makes.
+impl Serialize for Esim {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let funding = &self.funding;
+        let mut record = serializer.serialize_struct("Esim", 18)?;
+        record.serialize_field("id", &self.id)?;
+        record.serialize_field("iccid", &self.iccid)?;
+        record.serialize_field("account", &self.account)?;
+        record.serialize_field("lpa_string", &self.lpa_string)?;
+        record.serialize_field("status", &self.status)?;
+        record.serialize_field("euicc_network", &self.euicc_network)?;
+        record.serialize_field("euicc_cached", &self.euicc_cached)?;
+        record.serialize_field("end_user_reference", &self.end_user_reference)?;
+        record.serialize_field("label", &self.label)?;
+        record.serialize_field("created_at", &self.created_at)?;
+        record.serialize_field("activated_at", &self.activated_at)?;
+        record.serialize_field("terminated_at", &self.terminated_at)?;
+        record.serialize_field("data_enabled", &self.data_enabled)?;
+        record.serialize_field("throttle", &self.throttle)?;
+        let paused = funding.pending().is_some();
+        record.serialize_field("wallet", &WalletForm { wallet: &self.wallet, paused })?;
+        record.serialize_field("wallet_created", &funding.has_wallet())?;
+        record.serialize_field("group", &funding.group())?;
+        record.serialize_field("pending", &funding.pending())?;
+        record.end()
+    }
+}
+
+/// The fields of a written eSIM (see `impl Serialize for Esim`).
+#[derive(Deserialize)]
+struct EsimForm {
+    id: String,
+    iccid: String,
+    account: AccountIx,
+    lpa_string: String,
+    status: EsimStatus,
+    euicc_network: EuiccState,
+    euicc_cached: EuiccState,
+    end_user_reference: Option<String>,
+    label: Option<String>,
+    created_at: Millis,
+    activated_at: Option<Millis>,
+    terminated_at: Option<Millis>,
+    data_enabled: bool,
+    throttle: String,
+    wallet: WalletForm<Wallet>,
+    wallet_created: bool,
+    group: Option<GroupIx>,
+    pending: Option<PendingReturn>,
+}
+
+impl<'de> Deserialize<'de> for Esim {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let form = EsimForm::deserialize(deserializer)?;
+        let paused = form.wallet.paused;
+        let funding = match (form.wallet_created, form.group, form.pending) {
+            (false, None, None) if !paused => Funding::NoWallet,
+            (true, None, None) if !paused => Funding::Wallet,
+            (true, None, Some(pending)) if paused => Funding::Returning(pending),
+            (own_wallet, Some(group), None) if !paused => Funding::Member { group, own_wallet },
+            (wallet_created, group, pending) => {
+                return Err(serde::de::Error::custom(format!(
+                    "eSIM {}: no rule makes wallet_created {wallet_created}, group {group:?}, a pending return {} \
+                     and data paused {paused}",
+                    form.iccid,
+                    pending.is_some()
+                )))
+            }
+        };
+        Ok(Esim {
+            id: form.id,
+            iccid: form.iccid,
+            account: form.account,
+            lpa_string: form.lpa_string,
+            status: form.status,
+            euicc_network: form.euicc_network,
+            euicc_cached: form.euicc_cached,
+            end_user_reference: form.end_user_reference,
+            label: form.label,
+            created_at: form.created_at,
+            activated_at: form.activated_at,
+            terminated_at: form.terminated_at,
+            data_enabled: form.data_enabled,
+            throttle: form.throttle,
+            wallet: form.wallet.wallet,
+            funding,
+        })
+    }
+}
+
+/// The operator's auto-refill of a reseller balance (decision 34).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AutoRefill {
+    /// Off after a failed charge or the daily limit, until the operator turns it on.
     pub enabled: bool,
+    /// What one charge adds to the reseller balance.
     pub amount: Decimal,
+    /// How the simulated card answers.
     pub card: CardBehavior,
     /// Times of the charges started in the last 24 hours (bounded by the daily limit).
     pub recent_charges: Vec<Millis>,
     /// A charge is on its way (the card settles after a short delay).
     pub charge_in_flight: Option<Decimal>,
+    /// The last failed charge, shown in the account record (decision 19).
     pub last_error: Option<RefillError>,
 }
 
 /// Why the last auto-refill charge failed (decision 19).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RefillError {
+    /// The machine code (`card_declined`, ...).
     pub code: String,
+    /// The human text.
     pub message: String,
+    /// When the charge failed.
     pub at: Millis,
 }
 serde_as_tuple!(RefillError { code: String, message: String, at: Millis });
 
+/// A reseller account.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Account {
+    /// The API's `id`.
     pub id: String,
+    /// Who to contact; also how a restart finds the demo account (decision 62).
     pub contact_email: String,
+    /// The company, when given.
     pub company_name: Option<String>,
+    /// When the operator created it.
     pub created_at: Millis,
+    /// An operator freeze: no new spend and no data (decision 20).
     pub frozen: bool,
+    /// Its fixed ledger slots.
     pub slots: AccountSlots,
+    /// Every top-up ever, manual and auto-refill (the account record's `lifetime_topup_usd`).
     pub lifetime_topup: Decimal,
+    /// Every fee and fund ever (the account record's `lifetime_usage_usd`).
     pub lifetime_usage: Decimal,
     /// balance.low / balance.depleted of the reseller balance, once per crossing.
     #[serde(flatten)]
@@ -229,45 +456,132 @@ pub struct Account {
     pub groups: Vec<GroupIx>,
     /// Webhook indexes (deleted ones are removed).
     pub webhooks: Vec<WebhookIx>,
+    /// Groups it may have (spec default 10).
     pub max_groups: u32,
+    /// eSIMs a group may hold (spec default 500).
     pub max_group_size: u32,
+    /// Its auto-refill settings and state.
     pub auto_refill: AutoRefill,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// A shared-balance group: one wallet its members spend.
+#[derive(Clone, Debug)]
 pub struct Group {
+    /// The API's `id` (uuid).
     pub id: String,
+    /// The account that created it.
     pub account: AccountIx,
+    /// Unique per account, trimmed (decision 26).
     pub name: String,
+    /// `group.balance_low` below this (decision 33).
     pub low_balance_threshold: Decimal,
+    /// What the account should top up when the group runs low (`suggested_amount_usd`).
     pub refill_amount: Decimal,
+    /// The group's upstream wallet.
     pub wallet: Wallet,
     /// Member eSIM indexes.
     pub members: BTreeSet<EsimIx>,
     /// Moves on their way in (they count against the size limit).
     pub incoming_moves: u32,
+    /// A defund on its way: data of every member pauses until it settles (decision 32).
     pub defund: Option<GroupDefund>,
     /// group.balance_low is held back until this deadline while a card charge is on its way.
     pub low_event_waiting_until: Option<Millis>,
+    /// When it was created.
     pub created_at: Millis,
+    /// When it last changed (an update, a fund, a settled defund).
     pub updated_at: Millis,
+}
+
+/// A group as the state writes it: its wallet's `paused` is its defund on its way (the
+/// flag the wallet kept before), so that the state digest and snapshots are unchanged.
+impl Serialize for Group {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut record = serializer.serialize_struct("Group", 12)?;
+        record.serialize_field("id", &self.id)?;
+        record.serialize_field("account", &self.account)?;
+        record.serialize_field("name", &self.name)?;
+        record.serialize_field("low_balance_threshold", &self.low_balance_threshold)?;
+        record.serialize_field("refill_amount", &self.refill_amount)?;
+        let paused = self.defund.is_some();
+        record.serialize_field("wallet", &WalletForm { wallet: &self.wallet, paused })?;
+        record.serialize_field("members", &self.members)?;
+        record.serialize_field("incoming_moves", &self.incoming_moves)?;
+        record.serialize_field("defund", &self.defund)?;
+        record.serialize_field("low_event_waiting_until", &self.low_event_waiting_until)?;
+        record.serialize_field("created_at", &self.created_at)?;
+        record.serialize_field("updated_at", &self.updated_at)?;
+        record.end()
+    }
+}
+
+/// The fields of a written group (see `impl Serialize for Group`).
+#[derive(Deserialize)]
+struct GroupForm {
+    id: String,
+    account: AccountIx,
+    name: String,
+    low_balance_threshold: Decimal,
+    refill_amount: Decimal,
+    wallet: WalletForm<Wallet>,
+    members: BTreeSet<EsimIx>,
+    incoming_moves: u32,
+    defund: Option<GroupDefund>,
+    low_event_waiting_until: Option<Millis>,
+    created_at: Millis,
+    updated_at: Millis,
+}
+
+impl<'de> Deserialize<'de> for Group {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let form = GroupForm::deserialize(deserializer)?;
+        if form.wallet.paused != form.defund.is_some() {
+            return Err(serde::de::Error::custom(format!(
+                "group {}: data paused {} with a defund on its way {}",
+                form.id,
+                form.wallet.paused,
+                form.defund.is_some()
+            )));
+        }
+        Ok(Group {
+            id: form.id,
+            account: form.account,
+            name: form.name,
+            low_balance_threshold: form.low_balance_threshold,
+            refill_amount: form.refill_amount,
+            wallet: form.wallet.wallet,
+            members: form.members,
+            incoming_moves: form.incoming_moves,
+            defund: form.defund,
+            low_event_waiting_until: form.low_event_waiting_until,
+            created_at: form.created_at,
+            updated_at: form.updated_at,
+        })
+    }
 }
 
 /// A group defund on its way (decision 32): the exact credit taken off the group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupDefund {
+    /// The exact credit taken off the group.
     pub amount: Decimal,
+    /// When it settles (settlement waits for nothing else).
     pub settles_at: Millis,
 }
 serde_as_tuple!(GroupDefund { amount: Decimal, settles_at: Millis });
 
+/// Which events a webhook receives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Subscription {
+    /// `["*"]`: every subscribable event, now and later.
     All,
+    /// Exactly these events.
     Events(BTreeSet<EventName>),
 }
 
 impl Subscription {
+    /// Whether an event goes to this webhook (`test` only ever to the one tested).
     pub fn covers(&self, name: EventName) -> bool {
         match self {
             Subscription::All => name != EventName::Test,
@@ -276,31 +590,49 @@ impl Subscription {
     }
 }
 
+/// A registered webhook.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Webhook {
+    /// The API's `id`.
     pub id: String,
+    /// The account whose events it receives.
     pub account: AccountIx,
+    /// Where deliveries go (checked at registration, decision 35).
     pub url: String,
+    /// The event names as registered, shown back as given.
     pub events: Vec<String>,
+    /// What those names cover.
     pub subscription: Subscription,
     /// Sealed by the shell; opened only by the sender, to sign.
     pub signing_secret: crate::secret::SealedSecret,
+    /// Inactive webhooks receive nothing (decision 38).
     pub active: bool,
+    /// Consecutive failed attempts; at `WEBHOOK_DISABLE_AT` it turns inactive.
     pub failure_count: u32,
+    /// Its last delivery attempt.
     pub last_triggered_at: Option<Millis>,
+    /// Its last failed attempt.
     pub last_failure_at: Option<Millis>,
+    /// When it was registered.
     pub created_at: Millis,
+    /// Deleted: kept so indexes stay stable, invisible to the API.
     pub deleted: bool,
 }
 
 /// A delivery the engine is responsible for until it succeeds or is given up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeliveryState {
+    /// The webhook it goes to.
     pub webhook: WebhookIx,
+    /// The event's envelope id (same for every attempt).
     pub event_id: String,
+    /// The event's name.
     pub event: EventName,
+    /// The exact envelope bytes, sent again on retries.
     pub body: String,
+    /// Attempts made so far (the next one's header is this plus 1).
     pub attempt: u32,
+    /// Retries stop 3 days after it (decision 38).
     pub first_attempt_at: Millis,
     /// Handed out and waiting for its outcome (otherwise waiting for a retry timer).
     pub in_flight: bool,
@@ -308,17 +640,25 @@ pub struct DeliveryState {
     pub test: bool,
 }
 
+/// An API key, as its digest only (decision 69).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KeyRecord {
+    /// SHA-256 of the key: the key itself never reaches the engine.
     pub digest: crate::secret::KeyDigest,
+    /// The account it authenticates.
     pub account: AccountIx,
+    /// Refused from now on; the record stays (revoking it again is not a 404).
     pub revoked: bool,
 }
 
+/// A stored answer of an `Idempotency-Key` (decision 40).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IdempotencyEntry {
+    /// SHA-256 of the request: the same key with another request is a conflict.
     pub fingerprint: [u8; 32],
+    /// The stored HTTP status.
     pub status: u16,
+    /// The stored body, replayed byte for byte.
     pub body: String,
     /// The LPA text of a provisioning's QR code, drawn again into `body` on a replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -327,6 +667,7 @@ pub struct IdempotencyEntry {
     /// stored body holds an empty `signing_secret` in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing_secret: Option<crate::secret::SealedSecret>,
+    /// When it is dropped.
     pub expires_at: Millis,
 }
 
@@ -334,21 +675,28 @@ pub struct IdempotencyEntry {
 /// stored again after it expired from the entry it replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredKey {
+    /// When the key's entry expires.
     pub expires_at: Millis,
+    /// The `Idempotency-Key`.
     pub key: String,
 }
 serde_as_tuple!(StoredKey { expires_at: Millis, key: String });
 
+/// Upstream faults switched on by the sandbox (and the simulation).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Faults {
+    /// Pausing data upstream fails: eSIM and group defunds and moves answer 502, nothing moved.
     pub upstream_pause_fails: bool,
+    /// Network reads fail: the eSIM detail falls back to the cached `euicc_state` (decision 63).
     pub network_read_fails: bool,
 }
 
 /// Which wallet a report timer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WalletOwner {
+    /// A standalone eSIM's own wallet.
     Sim(EsimIx),
+    /// A group's wallet.
     Group(GroupIx),
 }
 
@@ -360,6 +708,7 @@ pub mod map_as_pairs {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
+    /// Writes the map as `[key, value]` pairs.
     pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
         map: &BTreeMap<K, V>,
         serializer: S,
@@ -367,6 +716,7 @@ pub mod map_as_pairs {
         serializer.collect_seq(map.iter())
     }
 
+    /// Reads the map back from its pairs.
     pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
     where
         K: Deserialize<'de> + Ord,
@@ -401,5 +751,69 @@ mod tests {
         same(serde_json::to_string(&stored).unwrap(), serde_json::to_string(&(at, "k")).unwrap());
         let back: StoredKey = serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
         assert_eq!(back, stored);
+    }
+
+    fn esim(funding: Funding) -> Esim {
+        let mut ledger = crate::ledger::Ledger::default();
+        ledger.open_account(AccountIx(0));
+        Esim {
+            id: "e".into(),
+            iccid: "8944100000000000017".into(),
+            account: AccountIx(0),
+            lpa_string: "LPA:1$x$y".into(),
+            status: EsimStatus::Active,
+            euicc_network: EuiccState::Enabled,
+            euicc_cached: EuiccState::Enabled,
+            end_user_reference: None,
+            label: Some("l".into()),
+            created_at: Millis(1),
+            activated_at: Some(Millis(2)),
+            terminated_at: None,
+            data_enabled: true,
+            throttle: "NO_LIMIT".into(),
+            wallet: Wallet::new(ledger.open_sim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
+            funding,
+        }
+    }
+
+    /// The funding of an eSIM is written as the four flags it replaced, in their places
+    /// (`paused` last in the wallet, then `wallet_created`, `group`, `pending`), and read
+    /// back as the same state: the state digest and snapshots stay byte-identical.
+    #[test]
+    fn funding_is_written_as_the_flags_it_replaced() {
+        let wallet = r#""wallet":{"slots":{"credit":6,"unreported":7,"reported":8},"reporting_paused_until":-9223372036854775808,"report_scheduled":false,"low_armed":false,"depleted_sent":false,"#;
+        let head = r#"{"id":"e","iccid":"8944100000000000017","account":0,"lpa_string":"LPA:1$x$y","status":"Active","euicc_network":"Enabled","euicc_cached":"Enabled","end_user_reference":null,"label":"l","created_at":1,"activated_at":2,"terminated_at":null,"data_enabled":true,"throttle":"NO_LIMIT","#;
+        let pending = PendingReturn::Move { group: GroupIx(3), amount: Decimal::new(1_999, 2), settles_at: Millis(9) };
+        let cases = [
+            (Funding::NoWallet, r#""paused":false},"wallet_created":false,"group":null,"pending":null}"#),
+            (Funding::Wallet, r#""paused":false},"wallet_created":true,"group":null,"pending":null}"#),
+            (
+                Funding::Returning(pending),
+                r#""paused":true},"wallet_created":true,"group":null,"pending":{"Move":{"group":3,"amount":19.99,"settles_at":9}}}"#,
+            ),
+            (
+                Funding::Member { group: GroupIx(3), own_wallet: false },
+                r#""paused":false},"wallet_created":false,"group":3,"pending":null}"#,
+            ),
+            (
+                Funding::Member { group: GroupIx(3), own_wallet: true },
+                r#""paused":false},"wallet_created":true,"group":3,"pending":null}"#,
+            ),
+        ];
+        for (funding, tail) in cases {
+            let text = serde_json::to_string(&esim(funding)).unwrap();
+            assert_eq!(text, format!("{head}{wallet}{tail}"));
+            let back: Esim = serde_json::from_str(&text).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        }
+        // What no rule makes is refused: a return from a wallet never funded, a member
+        // with a return on its way, data paused with nothing on its way.
+        for tail in [
+            r#""paused":true},"wallet_created":false,"group":null,"pending":{"Defund":{"amount":1,"settles_at":9}}}"#,
+            r#""paused":true},"wallet_created":true,"group":3,"pending":{"Defund":{"amount":1,"settles_at":9}}}"#,
+            r#""paused":true},"wallet_created":true,"group":null,"pending":null}"#,
+        ] {
+            assert!(serde_json::from_str::<Esim>(&format!("{head}{wallet}{tail}")).is_err(), "{tail}");
+        }
     }
 }

@@ -11,14 +11,19 @@ use std::fmt;
 pub struct Millis(pub i64);
 
 impl Millis {
+    /// Milliseconds in a second: durations are written in these units, not as bare numbers.
     pub const SECOND: i64 = 1_000;
+    /// Milliseconds in a minute.
     pub const MINUTE: i64 = 60 * Self::SECOND;
+    /// Milliseconds in an hour.
     pub const HOUR: i64 = 60 * Self::MINUTE;
+    /// Milliseconds in a day.
     pub const DAY: i64 = 24 * Self::HOUR;
 
     /// 2026-01-01T00:00:00Z: where a virtual clock starts unless told otherwise.
     pub const VIRTUAL_EPOCH: Millis = Millis(1_767_225_600_000);
 
+    /// The time `ms` later (earlier when negative).
     pub fn plus_ms(self, ms: i64) -> Millis {
         Millis(self.0.saturating_add(ms))
     }
@@ -111,11 +116,14 @@ impl Serialize for Millis {
 /// Serializes a timestamp as RFC 3339 text (what API bodies carry).
 pub mod rfc3339 {
     use super::Millis;
+    /// Writes the timestamp as RFC 3339 text.
     pub fn serialize<S: serde::Serializer>(value: &Millis, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(value)
     }
+    /// The same for an optional timestamp (`null` when absent).
     pub mod option {
         use super::Millis;
+        /// Writes the timestamp as RFC 3339 text, or `null`.
         pub fn serialize<S: serde::Serializer>(value: &Option<Millis>, serializer: S) -> Result<S::Ok, S::Error> {
             match value {
                 Some(v) => serializer.collect_str(v),

@@ -4,7 +4,7 @@
 //! decide which error wins; so eSIM and group wallets cannot drift apart unnoticed.
 //! Money still moves only through [`crate::ledger::Ledger::transfer`].
 
-use crate::engine::{Engine, InjectedBug};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EventName;
 use crate::ledger::Reason;
@@ -31,7 +31,9 @@ pub enum Rearm {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[must_use]
 pub struct Alarms {
+    /// `esim.balance_low` or `group.balance_low` is due.
     pub low: bool,
+    /// `esim.balance_depleted` or `group.balance_depleted` is due.
     pub depleted: bool,
 }
 
@@ -138,13 +140,11 @@ impl Engine {
     /// (decisions 2 and 9). A group member's own wallet shows 0 (decision 28).
     pub(crate) fn shown_balance(&self, owner: WalletOwner) -> Decimal {
         let pending = match owner {
-            WalletOwner::Sim(sim) => {
-                let esim = &self.esims[sim];
-                if esim.group.is_some() {
-                    return Decimal::ZERO;
-                }
-                esim.pending.as_ref().map_or(Decimal::ZERO, PendingReturn::amount)
-            }
+            WalletOwner::Sim(sim) => match &self.esims[sim].funding {
+                Funding::Member { .. } => return Decimal::ZERO,
+                Funding::Returning(pending) => pending.amount(),
+                Funding::NoWallet | Funding::Wallet => Decimal::ZERO,
+            },
             WalletOwner::Group(group) => self.groups[group].defund.map_or(Decimal::ZERO, |defund| defund.amount),
         };
         money::displayed(self.ledger.balance(self.wallet(owner).slots.credit) + pending)
@@ -179,7 +179,12 @@ impl Engine {
         record.reporting_paused_until = pause_until;
         record.alarm.rearm(exact, threshold, owner.rearm());
         match owner {
-            WalletOwner::Sim(sim) => self.esims[sim].wallet_created = true,
+            WalletOwner::Sim(sim) => {
+                let funding = &mut self.esims[sim].funding;
+                assert!(funding.is_settled_standalone(), "only a standalone eSIM with nothing on its way is funded");
+                // Its first fund makes the upstream wallet (decision 10).
+                *funding = Funding::Wallet;
+            }
             // A fund answers a held-back group.balance_low: nothing left to wait for.
             WalletOwner::Group(group) => self.groups[group].low_event_waiting_until = None,
         }
@@ -195,7 +200,9 @@ impl Engine {
             return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
         }
         match owner {
-            WalletOwner::Sim(sim) => assert!(self.esims[sim].pending.is_none(), "one return at a time"),
+            WalletOwner::Sim(sim) => {
+                assert!(matches!(self.esims[sim].funding, Funding::Wallet), "one return at a time, of a funded wallet")
+            }
             WalletOwner::Group(group) => assert!(self.groups[group].defund.is_none(), "one return at a time"),
         }
         let settles_at = self.now.plus_ms(self.config.settle_delay_ms);
@@ -204,18 +211,19 @@ impl Engine {
         let credit = self.wallet(owner).slots.credit;
         let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
         assert!(!money::displayed(amount).is_zero(), "a return carries at least a cent");
-        self.wallet_mut(owner).paused = true;
+        // Data pauses while the return is on its way (`data_blocked`): the return's
+        // record below says it.
         match (owner, why) {
             (WalletOwner::Sim(sim), Return::Defund) => {
                 let esim = &mut self.esims[sim];
                 // Emptied by the reseller's choice: no low or depleted event for it until
                 // a fund (decision 65).
                 esim.wallet.alarm.disarm();
-                esim.pending = Some(PendingReturn::Defund { amount, settles_at });
+                esim.funding = Funding::Returning(PendingReturn::Defund { amount, settles_at });
                 self.schedule(settles_at, Timer::SettleReturn(sim));
             }
             (WalletOwner::Sim(sim), Return::MoveInto(group)) => {
-                self.esims[sim].pending = Some(PendingReturn::Move { group, amount, settles_at });
+                self.esims[sim].funding = Funding::Returning(PendingReturn::Move { group, amount, settles_at });
                 self.groups[group].incoming_moves += 1;
                 self.schedule(settles_at, Timer::SettleReturn(sim));
             }
@@ -244,7 +252,7 @@ impl Engine {
     /// until it is funded.
     pub(crate) fn wallet_standalone_again(&mut self, sim: EsimIx) {
         let esim = &mut self.esims[sim];
-        assert!(esim.group.is_none() && esim.pending.is_none(), "a standalone eSIM with nothing on its way");
+        assert!(esim.funding.is_settled_standalone(), "a standalone eSIM with nothing on its way");
         assert!(self.ledger.balance(esim.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
         esim.wallet.alarm.disarm();
     }
@@ -269,20 +277,25 @@ impl Engine {
         let (amount, pending) = match owner {
             WalletOwner::Sim(sim) => {
                 let esim = &self.esims[sim];
-                if esim.wallet.report_scheduled && esim.pending.is_some() {
+                if esim.wallet.report_scheduled && esim.funding.pending().is_some() {
                     // The report timer fires on this sync boundary; this one, scheduled
                     // after it, follows it.
                     let report_due = self.report_due(owner);
-                    if let Some(PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. }) =
-                        &mut self.esims[sim].pending
+                    if let Funding::Returning(
+                        PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. },
+                    ) = &mut self.esims[sim].funding
                     {
                         *settles_at = report_due;
                     }
                     self.schedule(report_due, Timer::SettleReturn(sim));
                     return;
                 }
-                // One return at a time, and only its settlement timer ends it.
-                let pending = self.esims[sim].pending.take().expect("a settle timer finds its return");
+                // One return at a time, and only its settlement timer ends it: the wallet
+                // is back to holding nothing on its way (and data resumes).
+                let Funding::Returning(pending) = std::mem::replace(&mut self.esims[sim].funding, Funding::Wallet)
+                else {
+                    panic!("a settle timer finds its return");
+                };
                 (pending.amount(), Some(pending))
             }
             WalletOwner::Group(group) => {
@@ -297,14 +310,16 @@ impl Engine {
         assert!(returned <= amount && amount - returned < Decimal::new(1, 2), "the rest is under a cent");
         self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
         self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
-        if matches!(owner, WalletOwner::Sim(_)) && self.injected_bug == Some(InjectedBug::SettlementPaysOneCentMore) {
+        #[cfg(feature = "test-switches")]
+        if matches!(owner, WalletOwner::Sim(_))
+            && self.injected_bug == Some(crate::engine::InjectedBug::SettlementPaysOneCentMore)
+        {
             // Deliberately broken rule, for the simulation's own tests only.
             let balance = self.ledger.balance(slots.reseller);
             self.ledger.corrupt_for_test(slots.reseller, balance + Decimal::new(1, 2));
         }
         self.after_reseller_credit(account);
         let now = self.now;
-        self.wallet_mut(owner).paused = false;
         match (owner, pending) {
             (WalletOwner::Sim(sim), Some(PendingReturn::Defund { .. })) => {
                 self.emit_esim_event(sim, EventName::EsimDefunded, json!({ "returned_usd": returned }));
@@ -382,7 +397,7 @@ impl Engine {
     /// terminated eSIM.
     fn check_esim_alarms(&mut self, sim: EsimIx) {
         let esim = &self.esims[sim];
-        if esim.status == EsimStatus::Terminated || esim.group.is_some() || esim.pending.is_some() {
+        if esim.status == EsimStatus::Terminated || !esim.funding.is_settled_standalone() {
             return;
         }
         let owner = WalletOwner::Sim(sim);

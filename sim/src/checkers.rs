@@ -137,7 +137,7 @@ impl Checker for NoNegativeSlot {
 /// The exact credit of an eSIM wallet: its credit slot plus a return on its way.
 fn sim_exact(engine: &Engine, sim: u32) -> Option<Decimal> {
     let esim = engine.esims().get(sim as usize)?;
-    let pending = esim.pending.as_ref().map_or(Decimal::ZERO, |p| p.amount());
+    let pending = esim.funding.pending().map_or(Decimal::ZERO, |p| p.amount());
     Some(engine.ledger().balance(esim.wallet.slots.credit) + pending)
 }
 
@@ -240,7 +240,7 @@ impl ReturnsExact {
 
     fn still_pending(engine: &Engine, owner: WalletOwner) -> bool {
         match owner {
-            WalletOwner::Sim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.pending.is_some()),
+            WalletOwner::Sim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.funding.pending().is_some()),
             WalletOwner::Group(group) => engine.groups().get(group.0 as usize).is_some_and(|g| g.defund.is_some()),
         }
     }
@@ -532,10 +532,10 @@ impl Checker for MembersHoldNoWallet {
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         let engine = ctx.engine;
         for (index, esim) in engine.esims().iter().enumerate() {
-            let Some(group) = esim.group else { continue };
+            let Some(group) = esim.funding.group() else { continue };
             let credit = engine.ledger().balance(esim.wallet.slots.credit);
-            if !credit.is_zero() || esim.pending.is_some() {
-                return Err(format!("member {} holds {credit} (pending: {:?})", esim.iccid, esim.pending.is_some()));
+            if !credit.is_zero() {
+                return Err(format!("member {} holds {credit}", esim.iccid));
             }
             if esim.status == EsimStatus::Terminated {
                 return Err(format!("terminated eSIM {} is still a member", esim.iccid));
@@ -546,7 +546,8 @@ impl Checker for MembersHoldNoWallet {
         }
         for (index, group) in engine.groups().iter().enumerate() {
             for &member in &group.members {
-                if engine.esims().get(member.0 as usize).and_then(|e| e.group) != Some(GroupIx(index as u32)) {
+                if engine.esims().get(member.0 as usize).and_then(|e| e.funding.group()) != Some(GroupIx(index as u32))
+                {
                     return Err(format!("group {} lists eSIM {member}, which is not its member", group.id));
                 }
             }

@@ -314,7 +314,7 @@ impl Generator {
                     .sims()
                     .iter()
                     .find(|s| s.name == sim)
-                    .and_then(|s| engine.esims()[s.engine as usize].group)
+                    .and_then(|s| engine.esims()[s.engine as usize].funding.group())
                     .and_then(|g| world.groups().iter().find(|r| r.engine == g.0))
                     .map(|g| g.name.clone());
                 let group = match member_of {

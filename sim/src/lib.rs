@@ -47,7 +47,15 @@ pub mod script;
 pub mod shrink;
 pub mod world;
 
+#[cfg(feature = "test-switches")]
 pub use esim_engine::InjectedBug;
+
+/// Without the `test-switches` feature (the service binary's build) the engine has no bug
+/// to switch on: this type has no value, so every `Option<InjectedBug>` of the harness is
+/// `None` and the harness keeps one signature in both builds (decision 84).
+#[cfg(not(feature = "test-switches"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {}
 pub use report::SimSummary;
 pub use runner::Violation;
 

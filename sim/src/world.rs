@@ -28,7 +28,8 @@ pub use receiver::Mode;
 pub use request::reached_by;
 
 use crate::op::Op;
-use esim_engine::{Command, Engine, EngineConfig, InjectedBug, Millis, ResellerOp, ResellerRequest};
+use crate::InjectedBug;
+use esim_engine::{Command, Engine, EngineConfig, Millis, ResellerOp, ResellerRequest};
 use esim_transport::{ClockMode, JournalEntry, Service};
 use oracle::IdempotencyOracle;
 use serde_json::Value;
@@ -111,8 +112,10 @@ pub struct World {
     log: StepLog,
     steps: usize,
     stats: WorldStats,
-    /// The engine's configuration and test switch (a crash rebuilds with them).
+    /// The engine's configuration and test switch (a crash rebuilds with them; only
+    /// builds with the `test-switches` feature have a bug to read).
     config: EngineConfig,
+    #[cfg_attr(not(feature = "test-switches"), allow(dead_code))]
     bug: Option<InjectedBug>,
     /// Every journal entry the service handed out since the world began, in order:
     /// what a crash rebuilds the engine from.
@@ -129,6 +132,7 @@ impl World {
         let secrets = esim_transport::secrets::Secrets::seeded(seed);
         let mut service = Service::new(engine, ADMIN_TOKEN.to_string(), ClockMode::Virtual, secrets);
         service.set_render_qr(false);
+        #[cfg(feature = "test-switches")]
         service.engine_mut().inject_bug_for_test(bug);
         World {
             now: service.now(Millis(0)),

@@ -1,6 +1,9 @@
 //! A small driver for engine tests: holds the engine and a virtual clock, and keeps
 //! every emitted event so tests can assert on them.
 #![allow(dead_code)]
+// Shared by several test crates: `unreachable_pub` (engine/Cargo.toml) is for the
+// library's API.
+#![allow(unreachable_pub)]
 
 use esim_engine::*;
 use rust_decimal::Decimal;

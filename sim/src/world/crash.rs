@@ -25,7 +25,9 @@ impl World {
             let mut segment = SegmentBuffer::new(&header);
             segment.append(&self.journal);
             match journal::replay_segment(segment.bytes()) {
+                #[cfg_attr(not(feature = "test-switches"), allow(unused_mut))]
                 Ok((mut engine, _, _)) => {
+                    #[cfg(feature = "test-switches")]
                     engine.inject_bug_for_test(self.bug);
                     let after = engine.state_digest();
                     self.service.replace_engine(engine);
