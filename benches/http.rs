@@ -1,4 +1,5 @@
-//! HTTP load: requests per second and latency at 64 keep-alive connections for
+//! HTTP load: requests per second and latency at 64 keep-alive connections (or
+//! `LOAD_CONNECTIONS`) for
 //! `GET /esim/{iccid}`, `POST /esim/{iccid}/fund` (in memory, and durable with the
 //! journal's group commit), beside a hyper hello-world server measured the same way in
 //! the same run. Everything runs on 127.0.0.1 and stops by itself.
@@ -16,7 +17,10 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::time::{Duration, Instant};
 
-const CONNECTIONS: usize = 64;
+/// Keep-alive connections of the load (`LOAD_CONNECTIONS`, default 64).
+fn connections() -> usize {
+    std::env::var("LOAD_CONNECTIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+}
 const ACCOUNTS: usize = 12_288;
 /// Interleaved rounds of every scenario; the table shows the median.
 const ROUNDS: usize = 3;
@@ -171,9 +175,10 @@ async fn measure(base: &str, kind: Kind, accounts: &[(String, String)], seconds:
     let started = Instant::now();
     let cpu_started = cpu_seconds();
     let mut tasks = Vec::new();
-    for connection in 0..CONNECTIONS {
+    let connections = connections();
+    for connection in 0..connections {
         // Each connection cycles over its own share of the accounts.
-        let mine: Vec<(String, String)> = accounts.iter().skip(connection).step_by(CONNECTIONS).cloned().collect();
+        let mine: Vec<(String, String)> = accounts.iter().skip(connection).step_by(connections).cloned().collect();
         let mine = if mine.is_empty() { vec![(String::new(), String::new())] } else { mine };
         tasks.push(tokio::spawn(worker(base.to_string(), kind, mine, deadline)));
     }
@@ -288,7 +293,7 @@ fn main() {
             figures[figures.len() / 2]
         };
         let hello_figures = median(0);
-        println!("{CONNECTIONS} connections, {ROUNDS} interleaved rounds of {seconds} s, median round, 127.0.0.1, one process (server and load share the 2 cores)");
+        println!("{} connections, {ROUNDS} interleaved rounds of {seconds} s, median round, 127.0.0.1, one process (server and load share the 2 cores)", connections());
         println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | cores busy | vs hello-world |");
         println!("|---|---:|---:|---:|---:|---:|---:|---:|");
         for (index, name) in ["hyper hello-world", "GET /esim/{iccid}", "POST /esim/{iccid}/fund (in memory)", "POST /esim/{iccid}/fund (durable, group commit)"].iter().enumerate() {

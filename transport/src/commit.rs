@@ -3,10 +3,11 @@
 //! The owner task applies requests and hands each applied batch here: its journal
 //! entries, and what waits for them to be durable (answers, deliveries: a `G` this
 //! module never looks into). The journal's thread appends everything handed over since
-//! its last append in one write and one sync, then releases those batches in order
-//! through `on_durable`. It starts the next append as soon as one returns, without
-//! waiting for the owner task to be scheduled: the disk stays busy and the owner task
-//! stays off the path of every commit.
+//! its last append in one write and one sync, puts those batches' groups on the durable
+//! list, wakes the owner task to release them ([`Committer::take_durable`]), and starts
+//! the next append at once: the disk never waits for the owner task to be scheduled,
+//! and answers are sent from the runtime's worker (a wake-up from another thread costs
+//! more for each of them than one for the owner task).
 //!
 //! A failed append stops the thread from taking batches; it reloads the durable state
 //! and reports a [`Failure`] with the batches it was writing. The owner task takes the
@@ -50,6 +51,8 @@ struct Queue<G> {
     probe: Option<oneshot::Sender<io::Result<()>>>,
     /// A snapshot is due: how to encode it, for the owner task to take.
     offer: Option<SnapshotEncoder>,
+    /// Groups whose entries are durable, in order, for the owner task to release.
+    durable: Vec<G>,
     stop: bool,
     /// The thread waits for work: a hand-over wakes it (otherwise it finds the batch
     /// when its append returns, and no wake-up is spent).
@@ -59,12 +62,12 @@ struct Queue<G> {
 struct Shared<G> {
     queue: Mutex<Queue<G>>,
     wake: Condvar,
-    /// Batches released or taken back (the owner task counts those it handed over).
+    /// Batches made durable or taken back (the owner task counts those it handed over).
     finished: AtomicU64,
-    /// Requests handed over and not yet released or taken back.
+    /// Requests handed over and not yet durable or taken back.
     waiting_requests: AtomicUsize,
-    /// Wakes the owner task when batches were released (back-pressure, shutdown).
-    released: Notify,
+    /// Wakes the owner task when groups were made durable (or an append failed).
+    durable_or_failed: Notify,
 }
 
 impl<G> Shared<G> {
@@ -108,36 +111,31 @@ pub struct Committer<G: Send + 'static> {
 /// What appends: the journal, and what it does with the outcome.
 struct Writer<G> {
     shared: Arc<Shared<G>>,
-    on_durable: Box<dyn FnMut(G) + Send>,
     failures: mpsc::UnboundedSender<Failure<G>>,
     /// A snapshot offer is out (offered and not yet come back with a batch).
     offer_out: bool,
 }
 
 impl<G: Send + 'static> Committer<G> {
-    /// Starts committing to `journal`: `on_durable` gets each group once its entries are
-    /// durable (in order, on the journal's thread), `failures` each failed append.
-    pub fn start(
-        journal: Box<dyn JournalSink>,
-        on_durable: Box<dyn FnMut(G) + Send>,
-        failures: mpsc::UnboundedSender<Failure<G>>,
-    ) -> Committer<G> {
+    /// Starts committing to `journal`; `failures` gets each failed append.
+    pub fn start(journal: Box<dyn JournalSink>, failures: mpsc::UnboundedSender<Failure<G>>) -> Committer<G> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 batches: VecDeque::new(),
                 failed: false,
                 probe: None,
                 offer: None,
+                durable: Vec::new(),
                 stop: false,
                 sleeping: false,
             }),
             wake: Condvar::new(),
             finished: AtomicU64::new(0),
             waiting_requests: AtomicUsize::new(0),
-            released: Notify::new(),
+            durable_or_failed: Notify::new(),
         });
         let entries_handed = journal.next_index();
-        let mut writer = Writer { shared: shared.clone(), on_durable, failures, offer_out: false };
+        let mut writer = Writer { shared: shared.clone(), failures, offer_out: false };
         writer.offer_if_due(journal.as_ref());
         let place = if journal.blocks() {
             let thread = std::thread::Builder::new()
@@ -151,8 +149,8 @@ impl<G: Send + 'static> Committer<G> {
         Committer { shared, place, handed: 0, entries_handed }
     }
 
-    /// Whether every batch handed over is released (or taken back): a group with no
-    /// entries may then be released at once.
+    /// Whether every batch handed over is durable (or taken back): a group with no
+    /// entries may then be released at once, after [`Committer::take_durable`].
     pub fn idle(&self) -> bool {
         self.shared.finished.load(Ordering::Acquire) == self.handed
     }
@@ -162,10 +160,20 @@ impl<G: Send + 'static> Committer<G> {
         self.shared.waiting_requests.load(Ordering::Acquire)
     }
 
-    /// Resolves after batches were released (possibly at once: a wake-up can be stale).
-    pub fn released(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    /// Resolves after groups were made durable or an append failed (possibly at once:
+    /// a wake-up can be stale).
+    pub fn durable_or_failed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let shared = self.shared.clone();
-        async move { shared.released.notified().await }
+        async move { shared.durable_or_failed.notified().await }
+    }
+
+    /// The groups made durable since the last call, in order: the owner task releases
+    /// them.
+    pub fn take_durable(&self, into: &mut Vec<G>) {
+        let mut queue = self.shared.lock();
+        if !queue.durable.is_empty() {
+            into.append(&mut queue.durable);
+        }
     }
 
     /// Hands a batch over. `engine` has applied exactly the entries handed over so far
@@ -231,7 +239,7 @@ impl<G: Send + 'static> Committer<G> {
     }
 
     /// Lets the thread finish what was handed over, then ends it.
-    pub async fn finish(mut self) {
+    pub async fn finish(&mut self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_one();
         if let Place::Thread(thread) = &mut self.place {
@@ -311,12 +319,10 @@ impl<G> Writer<G> {
                 self.offer_if_due(journal);
                 let requests: usize = batches.iter().map(|handed| handed.requests).sum();
                 let count = batches.len() as u64;
-                for handed in batches {
-                    (self.on_durable)(handed.group);
-                }
+                self.shared.lock().durable.extend(batches.into_iter().map(|handed| handed.group));
                 self.shared.waiting_requests.fetch_sub(requests, Ordering::AcqRel);
                 self.shared.finished.fetch_add(count, Ordering::AcqRel);
-                self.shared.released.notify_one();
+                self.shared.durable_or_failed.notify_one();
             }
             Err(error) => {
                 // Take nothing more until the owner task has taken the queued batches
@@ -337,7 +343,7 @@ impl<G> Writer<G> {
                 };
                 // The owner task may have ended (shutdown); nothing was acknowledged.
                 let _ = self.failures.send(failure);
-                self.shared.released.notify_one();
+                self.shared.durable_or_failed.notify_one();
             }
         }
     }

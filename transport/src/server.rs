@@ -222,19 +222,16 @@ pub async fn serve(
         shown_ms: shown_ms.clone(),
         to_owner: to_owner.clone(),
     });
-    let releaser =
-        Releaser { sender, to_owner: to_owner.clone(), shown_ms, runtime: tokio::runtime::Handle::current() };
     let (failed, failures) = mpsc::unbounded_channel();
-    let on_durable = {
-        let releaser = releaser.clone();
-        Box::new(move |group: Group| releaser.release(group))
-    };
     let state = Owner {
         service,
-        committer: Committer::start(journal, on_durable, failed),
+        committer: Committer::start(journal, failed),
         pending: Group::default(),
+        durable: Vec::new(),
         clock,
-        releaser,
+        to_owner: to_owner.clone(),
+        sender,
+        shown_ms,
         waiting_tests: BTreeMap::new(),
     };
     let mut owner = tokio::spawn(owner_task(state, inbox, failures));
@@ -389,47 +386,25 @@ impl Group {
     }
 }
 
-/// Releases a durable group: sends its answers, hands out its deliveries (on the owner
-/// task or on the journal's thread).
-#[derive(Clone)]
-struct Releaser {
-    sender: Sender,
-    to_owner: mpsc::Sender<Message>,
-    shown_ms: Arc<AtomicI64>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl Releaser {
-    fn release(&self, group: Group) {
-        self.shown_ms.store(group.shown_ms, Ordering::Relaxed);
-        for answer in group.answers {
-            let _ = answer.reply.send(answer.response);
-        }
-        for delivery in group.deliveries {
-            let sender = self.sender.clone();
-            let to_owner = self.to_owner.clone();
-            self.runtime.spawn(async move {
-                let result = sender.send(&delivery).await;
-                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
-            });
-        }
-    }
-}
-
 /// The one owner of the engine: applies requests in order, hands them to the journal,
 /// answers.
 ///
 /// Pipelined group commit ([`crate::commit`]): each applied batch is handed to the
 /// journal's thread at once, which appends everything handed over since its last append
-/// in one write and sync while the owner task applies the next requests. Nothing is
-/// released before it is durable: a group's answers (reads too, as they may show earlier
-/// changes) and deliveries wait for its append, and groups are released in order.
+/// in one write and sync while the owner task applies the next requests, and gives the
+/// groups back once durable. Nothing is released before it is durable: a group's
+/// answers (reads too, as they may show earlier changes) and deliveries wait for its
+/// append, and groups are released in order.
 struct Owner {
     service: Service,
     committer: Committer<Group>,
     pending: Group,
+    /// Durable groups taken from the committer, to release (kept for its capacity).
+    durable: Vec<Group>,
     clock: WallClock,
-    releaser: Releaser,
+    to_owner: mpsc::Sender<Message>,
+    sender: Sender,
+    shown_ms: Arc<AtomicI64>,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
 }
 
@@ -472,18 +447,20 @@ async fn owner_task(
                 owner.probe_if_refusing(&mut failures).await;
                 owner.apply(&mut batch);
             }
-            _ = owner.committer.released(), if !accepting => {}
+            _ = owner.committer.durable_or_failed() => {}
             _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => {
                 owner.probe_if_refusing(&mut failures).await;
                 owner.apply(&mut batch);
             }
         }
+        owner.release_durable();
         owner.hand_over();
         if stopping && owner.pending.is_empty() && owner.committer.idle() {
             break;
         }
     }
     owner.committer.finish().await;
+    owner.release_durable();
 }
 
 impl Owner {
@@ -530,12 +507,41 @@ impl Owner {
         let mut group = std::mem::take(&mut self.pending);
         group.shown_ms = self.service.shown_now().0;
         if group.entries.is_empty() && self.committer.idle() {
-            self.releaser.release(group);
+            self.release_durable();
+            self.release(group);
             return;
         }
         let entries = std::mem::take(&mut group.entries);
         let requests = group.requests();
         self.committer.hand(self.service.engine(), entries, requests, group);
+        // A journal without a disk made it durable at once.
+        self.release_durable();
+    }
+
+    /// Releases the groups the journal made durable, in order.
+    fn release_durable(&mut self) {
+        self.committer.take_durable(&mut self.durable);
+        let mut durable = std::mem::take(&mut self.durable);
+        for group in durable.drain(..) {
+            self.release(group);
+        }
+        self.durable = durable;
+    }
+
+    /// Sends a durable group's answers and hands out its deliveries.
+    fn release(&mut self, group: Group) {
+        self.shown_ms.store(group.shown_ms, Ordering::Relaxed);
+        for answer in group.answers {
+            let _ = answer.reply.send(answer.response);
+        }
+        for delivery in group.deliveries {
+            let sender = self.sender.clone();
+            let to_owner = self.to_owner.clone();
+            tokio::spawn(async move {
+                let result = sender.send(&delivery).await;
+                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
+            });
+        }
     }
 
     /// Nothing of the failed groups, nor of any applied after them, is acknowledged; the
@@ -543,6 +549,8 @@ impl Owner {
     /// once, then refuse changes (reads go on) until the journal takes writes again: a
     /// full disk costs one reload per episode, not one per batch.
     fn append_failed(&mut self, failure: Failure<Group>) {
+        // What was made durable before the failure is acknowledged first.
+        self.release_durable();
         let later = self.committer.take_back(&failure);
         let Failure { error, wedged, reloaded, groups, .. } = failure;
         let reason = match wedged {
