@@ -196,12 +196,12 @@ impl Engine {
     pub(crate) fn list_esims(
         &self,
         account: AccountIx,
-        status: Option<String>,
+        status: Option<&str>,
         limit: Option<u64>,
         offset: Option<u64>,
     ) -> Response {
         let status =
-            match status.as_deref() {
+            match status {
                 None => None,
                 Some(text) => Some(EsimStatus::parse(text).ok_or_else(|| {
                     ApiError::validation("status must be one of pending, active, suspended, terminated")
