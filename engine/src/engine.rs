@@ -36,7 +36,7 @@ pub struct Engine {
     pub(crate) esims: Vec<Esim>,
     /// ICCIDs are all digits (19 of them), so they are indexed as numbers: cheaper to
     /// compare than strings on every eSIM call.
-    pub(crate) iccid_index: BTreeMap<u64, EsimIx>,
+    pub(crate) iccid_index: crate::ids::IccidIndex,
     pub(crate) groups: Vec<Group>,
     pub(crate) group_index: BTreeMap<String, GroupIx>,
     pub(crate) webhooks: Vec<Webhook>,
@@ -77,7 +77,7 @@ impl Engine {
             account_index: BTreeMap::new(),
             keys: BTreeMap::new(),
             esims: Vec::new(),
-            iccid_index: BTreeMap::new(),
+            iccid_index: crate::ids::IccidIndex::default(),
             groups: Vec::new(),
             group_index: BTreeMap::new(),
             webhooks: Vec::new(),

@@ -34,8 +34,7 @@ impl Engine {
 
     fn any_sim(&self, iccid: &str) -> Result<EsimIx, ApiError> {
         crate::ids::iccid_number(iccid)
-            .and_then(|n| self.iccid_index.get(&n))
-            .copied()
+            .and_then(|n| self.iccid_index.get(n))
             .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))
     }
 
