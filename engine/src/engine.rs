@@ -38,7 +38,7 @@ pub struct Engine {
     pub(crate) esims: Vec<Esim>,
     /// ICCIDs are all digits (19 of them), so they are indexed as numbers: cheaper to
     /// compare than strings on every eSIM call.
-    pub(crate) iccid_index: BTreeMap<u64, EsimIx>,
+    pub(crate) iccid_index: crate::ids::IccidIndex,
     pub(crate) groups: Vec<Group>,
     pub(crate) group_index: BTreeMap<String, GroupIx>,
     pub(crate) webhooks: Vec<Webhook>,
@@ -81,7 +81,7 @@ impl Engine {
             account_index: BTreeMap::new(),
             keys: BTreeMap::new(),
             esims: Vec::new(),
-            iccid_index: BTreeMap::new(),
+            iccid_index: crate::ids::IccidIndex::default(),
             groups: Vec::new(),
             group_index: BTreeMap::new(),
             webhooks: Vec::new(),
@@ -157,13 +157,19 @@ impl Engine {
     /// passed: see [`Engine::key_account`]); the engine still refuses a key that is
     /// unknown or revoked by now. Replaying a journal is calling this with its entries.
     pub fn handle(&mut self, now: Millis, command: Command) -> Response {
+        self.handle_ref(now, &command)
+    }
+
+    /// [`Engine::handle`] of a borrowed command, with the same outcome: the shell keeps
+    /// the command (its journal entry) and the engine copies only what it stores.
+    pub fn handle_ref(&mut self, now: Millis, command: &Command) -> Response {
         self.handle_timeout(now);
         match command {
             Command::Reseller(request) => self.handle_reseller(request),
-            Command::Admin(op) => self.handle_admin(op),
+            Command::Admin(op) => self.handle_admin(op.clone()),
             Command::Sandbox(op) => self.handle_sandbox(op),
             Command::DeliveryOutcome { delivery_id, result } => {
-                self.record_delivery_outcome(DeliveryId(delivery_id), result)
+                self.record_delivery_outcome(DeliveryId(*delivery_id), result.clone())
             }
         }
     }
@@ -232,53 +238,56 @@ impl Engine {
 
     // ----- the reseller API: authentication, idempotency, dispatch -----
 
-    fn handle_reseller(&mut self, request: ResellerRequest) -> Response {
+    fn handle_reseller(&mut self, request: &ResellerRequest) -> Response {
         let ResellerRequest { key_digest, idempotency_key, op } = request;
-        let account = self.key_holder(&key_digest)?;
-        let Some(key) = idempotency_key.filter(|_| !op.is_read()) else {
-            return self.dispatch(account, op);
-        };
-        self.dispatch_idempotent(account, key, op)
+        let account = self.key_holder(key_digest)?;
+        match idempotency_key {
+            Some(key) if !op.is_read() => self.dispatch_idempotent(account, key.clone(), op),
+            _ => self.dispatch(account, op),
+        }
     }
 
-    pub(crate) fn dispatch(&mut self, account: AccountIx, op: ResellerOp) -> Response {
+    /// Runs a reseller request; what a rule stores is copied out of the borrowed request.
+    pub(crate) fn dispatch(&mut self, account: AccountIx, op: &ResellerOp) -> Response {
         use ResellerOp::*;
         match op {
             Provision { end_user_reference, label, group_id } => {
-                self.provision(account, end_user_reference, label, group_id)
+                self.provision(account, end_user_reference.clone(), label.clone(), group_id.clone())
             }
-            ListEsims { status, limit, offset } => self.list_esims(account, status, limit, offset),
-            GetEsim { iccid } => self.get_esim(account, &iccid),
-            Enable { iccid } => self.enable(account, &iccid),
-            Disable { iccid } => self.disable(account, &iccid),
-            Terminate { iccid } => self.terminate(account, &iccid),
-            Throttle { iccid, speed } => self.throttle(account, &iccid, speed),
-            Fund { iccid, amount } => self.fund(account, &iccid, amount),
-            Defund { iccid } => self.defund(account, &iccid),
+            ListEsims { status, limit, offset } => self.list_esims(account, status.as_deref(), *limit, *offset),
+            GetEsim { iccid } => self.get_esim(account, iccid),
+            Enable { iccid } => self.enable(account, iccid),
+            Disable { iccid } => self.disable(account, iccid),
+            Terminate { iccid } => self.terminate(account, iccid),
+            Throttle { iccid, speed } => self.throttle(account, iccid, speed.clone()),
+            Fund { iccid, amount } => self.fund(account, iccid, *amount),
+            Defund { iccid } => self.defund(account, iccid),
             ListGroups => self.list_groups(account),
             CreateGroup { name, low_balance_threshold_usd, refill_amount_usd } => {
-                self.create_group(account, name, low_balance_threshold_usd, refill_amount_usd)
+                self.create_group(account, name.clone(), *low_balance_threshold_usd, *refill_amount_usd)
             }
-            GetGroup { group_id } => self.get_group(account, &group_id),
+            GetGroup { group_id } => self.get_group(account, group_id),
             UpdateGroup { group_id, name, low_balance_threshold_usd, refill_amount_usd } => {
-                self.update_group(account, &group_id, name, low_balance_threshold_usd, refill_amount_usd)
+                self.update_group(account, group_id, name.clone(), *low_balance_threshold_usd, *refill_amount_usd)
             }
-            FundGroup { group_id, amount } => self.fund_group(account, &group_id, amount),
-            DefundGroup { group_id } => self.defund_group(account, &group_id),
-            ListGroupEsims { group_id, limit, offset } => self.list_group_esims(account, &group_id, limit, offset),
-            AddGroupEsim { group_id, iccid } => self.add_group_esim(account, &group_id, &iccid),
-            RemoveGroupEsim { group_id, iccid } => self.remove_group_esim(account, &group_id, &iccid),
+            FundGroup { group_id, amount } => self.fund_group(account, group_id, *amount),
+            DefundGroup { group_id } => self.defund_group(account, group_id),
+            ListGroupEsims { group_id, limit, offset } => self.list_group_esims(account, group_id, *limit, *offset),
+            AddGroupEsim { group_id, iccid } => self.add_group_esim(account, group_id, iccid),
+            RemoveGroupEsim { group_id, iccid } => self.remove_group_esim(account, group_id, iccid),
             WalletBalance => self.wallet_balance(account),
             Rates { country, continent } => Ok(crate::rates_reply(country.as_deref(), continent.as_deref())),
             Account => self.account_record(account).map(Reply::Account),
             ListWebhooks => self.list_webhooks(account),
-            CreateWebhook { url, events, signing_secret } => self.create_webhook(account, url, events, signing_secret),
-            GetWebhook { webhook_id } => self.get_webhook(account, &webhook_id),
-            UpdateWebhook { webhook_id, url, events, active } => {
-                self.update_webhook(account, &webhook_id, url, events, active)
+            CreateWebhook { url, events, signing_secret } => {
+                self.create_webhook(account, url.clone(), events.clone(), signing_secret.clone())
             }
-            DeleteWebhook { webhook_id } => self.delete_webhook(account, &webhook_id),
-            TestWebhook { webhook_id } => self.test_webhook(account, &webhook_id),
+            GetWebhook { webhook_id } => self.get_webhook(account, webhook_id),
+            UpdateWebhook { webhook_id, url, events, active } => {
+                self.update_webhook(account, webhook_id, url.clone(), events.clone(), *active)
+            }
+            DeleteWebhook { webhook_id } => self.delete_webhook(account, webhook_id),
+            TestWebhook { webhook_id } => self.test_webhook(account, webhook_id),
         }
     }
 

@@ -50,8 +50,8 @@ pub(crate) fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64)
 impl Engine {
     /// The eSIM of `iccid` on `account`; another account's eSIM is as unknown as a missing one.
     pub(crate) fn sim_of(&self, account: AccountIx, iccid: &str) -> Result<EsimIx, ApiError> {
-        match crate::ids::iccid_number(iccid).and_then(|n| self.iccid_index.get(&n)) {
-            Some(&sim) if self.esims[sim].account == account => Ok(sim),
+        match crate::ids::iccid_number(iccid).and_then(|n| self.iccid_index.get(n)) {
+            Some(sim) if self.esims[sim].account == account => Ok(sim),
             _ => Err(ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}"))),
         }
     }
@@ -197,12 +197,12 @@ impl Engine {
     pub(crate) fn list_esims(
         &self,
         account: AccountIx,
-        status: Option<String>,
+        status: Option<&str>,
         limit: Option<u64>,
         offset: Option<u64>,
     ) -> Response {
         let status =
-            match status.as_deref() {
+            match status {
                 None => None,
                 Some(text) => Some(EsimStatus::parse(text).ok_or_else(|| {
                     ApiError::validation("status must be one of pending, active, suspended, terminated")

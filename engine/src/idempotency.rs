@@ -15,14 +15,14 @@ use sha2::{Digest, Sha256};
 impl Engine {
     /// A reseller write that carries an `Idempotency-Key`: a live stored answer is
     /// replayed, otherwise the request is dispatched and its final answer stored.
-    pub(crate) fn dispatch_idempotent(&mut self, account: AccountIx, key: String, op: ResellerOp) -> Response {
+    pub(crate) fn dispatch_idempotent(&mut self, account: AccountIx, key: String, op: &ResellerOp) -> Response {
         if key.is_empty() || key.len() > limits::IDEMPOTENCY_KEY_LEN_MAX {
             return Err(ApiError::validation(format!(
                 "Idempotency-Key must be 1 to {} characters",
                 limits::IDEMPOTENCY_KEY_LEN_MAX
             )));
         }
-        let fingerprint = request_fingerprint(&op);
+        let fingerprint = request_fingerprint(op);
         if let Some(entry) = self.idempotency.get(&(account, key.clone())) {
             if entry.expires_at > self.now {
                 if entry.fingerprint != fingerprint {

@@ -40,3 +40,84 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     }
     text
 }
+
+/// ICCID numbers ([`iccid_number`]) to eSIM indexes, as one sorted list: a lookup on
+/// every eSIM call. Provisioning issues consecutive serials, and an ICCID is its serial
+/// followed by one check digit, so an ICCID's place is first guessed from its serial's
+/// distance to the first one (and checked); anything else is a binary search. Written
+/// (state digest, snapshots) as the map `{number: index}` in number order, as the
+/// `BTreeMap` it replaces was.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct IccidIndex {
+    entries: Vec<(u64, crate::state::EsimIx)>,
+}
+
+impl IccidIndex {
+    pub(crate) fn get(&self, number: u64) -> Option<crate::state::EsimIx> {
+        let &(first, _) = self.entries.first()?;
+        if number >= first {
+            let guess = (number / 10 - first / 10) as usize;
+            if let Some(&(found, sim)) = self.entries.get(guess) {
+                if found == number {
+                    return Some(sim);
+                }
+            }
+        }
+        let at = self.entries.binary_search_by_key(&number, |&(n, _)| n).ok()?;
+        Some(self.entries[at].1)
+    }
+
+    /// Adds an ICCID; returns the index it had, if it was there already (then unchanged).
+    pub(crate) fn insert(&mut self, number: u64, sim: crate::state::EsimIx) -> Option<crate::state::EsimIx> {
+        match self.entries.binary_search_by_key(&number, |&(n, _)| n) {
+            Ok(at) => Some(self.entries[at].1),
+            Err(at) => {
+                self.entries.insert(at, (number, sim));
+                None
+            }
+        }
+    }
+}
+
+impl serde::Serialize for IccidIndex {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.entries.iter().map(|(number, sim)| (number, sim)))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for IccidIndex {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<u64, crate::state::EsimIx>::deserialize(deserializer)?;
+        Ok(IccidIndex { entries: map.into_iter().collect() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::EsimIx;
+
+    #[test]
+    fn the_iccid_index_finds_what_a_map_finds_and_writes_as_one() {
+        let mut index = IccidIndex::default();
+        let mut map = std::collections::BTreeMap::new();
+        // Consecutive serials (the guess), then a gap, then one out of order.
+        let numbers: Vec<u64> = (0..50)
+            .map(|serial| crate::codes::iccid_for_serial(1_000 + serial))
+            .chain(["8944100000000999991".to_string(), crate::codes::iccid_for_serial(7)])
+            .map(|iccid| iccid_number(&iccid).unwrap())
+            .collect();
+        for (i, &number) in numbers.iter().enumerate() {
+            assert_eq!(index.insert(number, EsimIx(i as u32)), None);
+            map.insert(number, EsimIx(i as u32));
+        }
+        assert_eq!(index.insert(numbers[3], EsimIx(99)), Some(EsimIx(3)));
+        for probe in numbers.iter().flat_map(|&n| [n - 1, n, n + 1, n + 10]).chain([0, 1, u64::MAX]) {
+            assert_eq!(index.get(probe), map.get(&probe).copied(), "{probe}");
+        }
+        let written = serde_json::to_string(&index).unwrap();
+        assert_eq!(written, serde_json::to_string(&map).unwrap());
+        let back: IccidIndex = serde_json::from_str(&written).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), written);
+    }
+}

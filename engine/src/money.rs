@@ -6,7 +6,7 @@
 //! `c = cents * 0.009` with `a - 0.009 < c <= a`. The remainder `a - c` is dust.
 //! Everything is integer arithmetic on cents, so it is exact and fast.
 
-use rust_decimal::{Decimal, RoundingStrategy};
+use rust_decimal::Decimal;
 
 /// The reseller value of one upstream retail cent, in thousandths of a USD.
 pub const RETAIL_CENT_MILLI_USD: i64 = 9;
@@ -33,11 +33,20 @@ pub fn min_topup_usd() -> Decimal {
 
 /// An amount as whole cents, when it has at most two decimals (USD amounts never have more).
 pub fn to_cents(amount: Decimal) -> Option<i64> {
-    let scaled = amount.checked_mul(Decimal::ONE_HUNDRED)?;
-    if scaled.fract() != Decimal::ZERO {
-        return None;
-    }
-    i64::try_from(scaled.trunc().mantissa() / 10i128.pow(scaled.trunc().scale())).ok()
+    // On the mantissa: `amount` is mantissa / 10^scale, so its cents are mantissa
+    // times (or, when whole, divided by) a power of ten. (A 96-bit mantissa times 100
+    // fits an i128.)
+    let (mantissa, scale) = (amount.mantissa(), amount.scale());
+    let cents = if scale <= 2 {
+        mantissa * 10i128.pow(2 - scale)
+    } else {
+        let unit = 10i128.pow(scale - 2);
+        if mantissa % unit != 0 {
+            return None;
+        }
+        mantissa / unit
+    };
+    i64::try_from(cents).ok()
 }
 
 /// The exact upstream credit bought by funding `amount_cents` (see the module docs).
@@ -51,7 +60,14 @@ pub fn upstream_credit(amount_cents: i64) -> Decimal {
 /// What a balance shows: rounded down to the cent, never above the exact credit.
 pub fn displayed(exact: Decimal) -> Decimal {
     debug_assert!(exact >= Decimal::ZERO);
-    exact.round_dp_with_strategy(2, RoundingStrategy::ToZero).normalize()
+    let scale = exact.scale();
+    if scale <= 2 {
+        // Nothing below the cent to drop.
+        return exact.normalize();
+    }
+    // Dropping the digits below the cent is an integer division of the mantissa (it
+    // truncates toward zero, as `RoundingStrategy::ToZero`).
+    Decimal::from_i128_with_scale(exact.mantissa() / 10i128.pow(scale - 2), 2).normalize()
 }
 
 /// Checks a fund amount: 0.01 to 10000 USD, at most two decimals.
@@ -94,7 +110,68 @@ mod tests {
         assert_eq!(check_fund_amount(d("10000")), Ok(1_000_000));
     }
 
+    /// The definitions the integer forms above must agree with.
+    fn to_cents_reference(amount: Decimal) -> Option<i64> {
+        let scaled = amount.checked_mul(Decimal::ONE_HUNDRED)?;
+        if scaled.fract() != Decimal::ZERO {
+            return None;
+        }
+        i64::try_from(scaled.trunc().mantissa() / 10i128.pow(scaled.trunc().scale())).ok()
+    }
+
+    fn displayed_reference(exact: Decimal) -> Decimal {
+        exact.round_dp_with_strategy(2, rust_decimal::RoundingStrategy::ToZero).normalize()
+    }
+
+    fn same_decimal(a: Decimal, b: Decimal) -> bool {
+        a == b && a.scale() == b.scale() && a.to_string() == b.to_string()
+    }
+
+    #[test]
+    fn integer_forms_match_their_definitions_at_the_edges() {
+        for text in [
+            "0",
+            "0.00",
+            "0.001",
+            "0.009",
+            "0.01",
+            "0.010",
+            "1.999",
+            "19.998",
+            "10000",
+            "10000.01",
+            "-0.01",
+            "-1.005",
+            "0.1234567890123456789012345678",
+            "79228162514264337593543950335",
+            "7922816251426433759354395033.5",
+            "92233720368547758.07",
+            "92233720368547758.08",
+            "-92233720368547758.08",
+            "-92233720368547758.09",
+        ] {
+            let amount = d(text);
+            assert_eq!(to_cents(amount), to_cents_reference(amount), "{text}");
+            if amount >= Decimal::ZERO {
+                assert!(same_decimal(displayed(amount), displayed_reference(amount)), "{text}");
+            }
+        }
+    }
+
     quickcheck! {
+        fn to_cents_matches_its_definition(mantissa: i64, high: u32, scale: u8) -> bool {
+            let value = (i128::from(high) << 64 | i128::from(mantissa as u64)) * i128::from(mantissa.signum().max(0) * 2 - 1);
+            let amount = Decimal::from_i128_with_scale(value % (1i128 << 95), u32::from(scale % 29));
+            to_cents(amount) == to_cents_reference(amount)
+        }
+
+        fn displayed_matches_its_definition(mantissa: u64, high: u32, scale: u8) -> bool {
+            let value = i128::from(high) << 64 | i128::from(mantissa);
+            let exact = Decimal::from_i128_with_scale(value % (1i128 << 95), u32::from(scale % 29));
+            same_decimal(displayed(exact), displayed_reference(exact))
+        }
+
+
         /// Rule 1: a - 0.01 < c <= a for every amount.
         fn conversion_keeps_dust_below_a_cent(cents: u32) -> bool {
             let cents = i64::from(cents % 1_000_001);

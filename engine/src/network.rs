@@ -13,15 +13,15 @@ use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::json;
 
 impl Engine {
-    pub(crate) fn handle_sandbox(&mut self, op: SandboxOp) -> Response {
+    pub(crate) fn handle_sandbox(&mut self, op: &SandboxOp) -> Response {
         match op {
-            SandboxOp::Install { iccid } => self.install(&iccid),
-            SandboxOp::Usage { iccid, mb, country, operator } => self.usage(&iccid, mb, &country, operator.as_deref()),
+            SandboxOp::Install { iccid } => self.install(iccid),
+            SandboxOp::Usage { iccid, mb, country, operator } => self.usage(iccid, *mb, country, operator.as_deref()),
             SandboxOp::SetFaults { upstream_pause_fails, network_read_fails } => {
-                if let Some(value) = upstream_pause_fails {
+                if let Some(value) = *upstream_pause_fails {
                     self.faults.upstream_pause_fails = value;
                 }
-                if let Some(value) = network_read_fails {
+                if let Some(value) = *network_read_fails {
                     self.faults.network_read_fails = value;
                 }
                 Ok(Reply::AdminUpdated(json!({
@@ -34,8 +34,7 @@ impl Engine {
 
     fn any_sim(&self, iccid: &str) -> Result<EsimIx, ApiError> {
         crate::ids::iccid_number(iccid)
-            .and_then(|n| self.iccid_index.get(&n))
-            .copied()
+            .and_then(|n| self.iccid_index.get(n))
             .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))
     }
 

@@ -31,18 +31,67 @@ struct RateWindow {
     requests: u32,
 }
 
+/// Hashes a [`KeyDigest`] for the maps below: a digest is a SHA-256 output, uniform
+/// already, so its first eight bytes (mixed with a seed drawn per process) are a hash;
+/// SipHash over all 32 bytes would cost more than the lookup. Only valid keys are ever
+/// stored, so chosen digests cannot crowd a map.
+#[derive(Clone, Copy)]
+struct DigestHash {
+    seed: u64,
+}
+
+impl Default for DigestHash {
+    fn default() -> Self {
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let seed = *SEED.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new().build_hasher().finish()
+        });
+        DigestHash { seed }
+    }
+}
+
+impl std::hash::BuildHasher for DigestHash {
+    type Hasher = DigestHasher;
+    fn build_hasher(&self) -> DigestHasher {
+        DigestHasher(self.seed)
+    }
+}
+
+struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only digests are hashed here (their length first, then their bytes): their
+        // first eight bytes are as good as all 32.
+        let mut word = [0u8; 8];
+        let taken = bytes.len().min(8);
+        word[..taken].copy_from_slice(&bytes[..taken]);
+        self.write_u64(u64::from_le_bytes(word));
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(23) ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+}
+
 pub struct Admission {
     /// Valid (known, not revoked) key digests and their accounts.
-    keys: RwLock<HashMap<KeyDigest, u32>>,
-    windows: Mutex<HashMap<KeyDigest, RateWindow>>,
+    keys: RwLock<HashMap<KeyDigest, u32, DigestHash>>,
+    windows: Mutex<HashMap<KeyDigest, RateWindow, DigestHash>>,
     limit_per_minute: u32,
 }
 
 impl Admission {
     pub fn new(engine: &Engine) -> Admission {
         let admission = Admission {
-            keys: RwLock::new(HashMap::new()),
-            windows: Mutex::new(HashMap::new()),
+            keys: RwLock::new(HashMap::default()),
+            windows: Mutex::new(HashMap::default()),
             limit_per_minute: engine.config().rate_limit_per_minute,
         };
         admission.reload_keys(engine);
@@ -51,7 +100,7 @@ impl Admission {
 
     /// Copies the engine's valid keys (at start, and after the engine was replaced).
     pub fn reload_keys(&self, engine: &Engine) {
-        let keys: HashMap<KeyDigest, u32> = engine.valid_keys().collect();
+        let keys: HashMap<KeyDigest, u32, DigestHash> = engine.valid_keys().collect();
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
     }
 

@@ -188,7 +188,9 @@ impl Service {
     /// Journal entries produced since the last drain (the driver makes them durable
     /// before it sends the responses of this call).
     pub fn drain_journal(&mut self) -> Vec<JournalEntry> {
-        std::mem::take(&mut self.journal)
+        // The next group of entries is likely as large as this one: room for it at once.
+        let room = self.journal.len();
+        std::mem::replace(&mut self.journal, Vec::with_capacity(room))
     }
 
     /// Effects (webhook deliveries) to carry out.
@@ -276,8 +278,12 @@ impl Service {
         }
         let issued = self.issue_secrets(&mut command);
         let key_changed = Self::key_changed(&command);
-        self.journal.push(JournalEntry::Command { at: now, command: command.clone() });
-        let mut response = self.engine.handle(now, command);
+        // The engine answers from the journaled command itself (no copy of it).
+        self.journal.push(JournalEntry::Command { at: now, command });
+        let Some(JournalEntry::Command { command, .. }) = self.journal.last() else {
+            unreachable!("the entry was just pushed")
+        };
+        let mut response = self.engine.handle_ref(now, command);
         if let Some(digest) = key_changed {
             self.admission.refresh_key(&self.engine, &digest);
         }
