@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest};
-use esim_transport::journal::{EncodedSnapshot, FileJournal, SegmentHeader, SnapshotEncoder, SnapshotPolicy};
+use esim_transport::journal::{EncodedSnapshot, FileJournal, SegmentHeader, SnapshotPolicy};
 use esim_transport::server::{self, JournalSink, NoJournal, ServerOptions};
 use esim_transport::{ClockMode, Service};
 use http_body_util::{BodyExt, Full};
@@ -226,11 +226,8 @@ impl JournalSink for Timed {
         stats.2 += started.elapsed();
         result
     }
-    fn snapshot_offer(&self) -> Option<SnapshotEncoder> {
-        self.inner.snapshot_offer()
-    }
-    fn next_index(&self) -> u64 {
-        JournalSink::next_index(&self.inner)
+    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
+        self.inner.snapshot(engine, pending_entries)
     }
     fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> std::io::Result<()> {
         JournalSink::write_snapshot(&mut self.inner, snapshot)

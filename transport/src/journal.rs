@@ -1131,15 +1131,14 @@ impl FileJournal {
     }
 
     /// Encodes a snapshot of `engine`, which has applied every appended entry and then
-    /// `pending_entries` more, to write once those are appended.
+    /// `pending_entries` more: the server's owner task encodes it when it hands those
+    /// entries to the journal, and the journal writes it after appending them.
     pub fn encode_snapshot(&self, engine: &Engine, pending_entries: u64) -> io::Result<EncodedSnapshot> {
-        self.snapshot_encoder().encode(engine, self.next_index + pending_entries)
-    }
-
-    /// What encodes a snapshot for this journal away from it: the server's owner task
-    /// encodes one (it holds the engine) while the journal's thread appends.
-    pub fn snapshot_encoder(&self) -> SnapshotEncoder {
-        SnapshotEncoder { header: self.header.clone() }
+        let covered_entries = self.next_index + pending_entries;
+        let snapshot = SnapshotRef { covered_entries, header: &self.header, engine };
+        let mut bytes = SNAPSHOT_MAGIC.to_vec();
+        encode_record(&serde_json::to_vec(&snapshot).map_err(io::Error::other)?, &mut bytes);
+        Ok(EncodedSnapshot { covered_entries, bytes })
     }
 
     /// Writes an encoded snapshot atomically (temporary file, sync, rename, sync of the
@@ -1208,23 +1207,6 @@ impl FileJournal {
     /// The segment appends go to.
     pub fn segment_path(&self) -> &Path {
         &self.segment
-    }
-}
-
-/// Encodes snapshots for a journal whose segment header is `header` (it changes only
-/// when a snapshot is written, so one encoder serves until then).
-pub struct SnapshotEncoder {
-    header: SegmentHeader,
-}
-
-impl SnapshotEncoder {
-    /// A snapshot of `engine`, which has applied exactly the first `covered_entries`
-    /// entries of the journal.
-    pub fn encode(&self, engine: &Engine, covered_entries: u64) -> io::Result<EncodedSnapshot> {
-        let snapshot = SnapshotRef { covered_entries, header: &self.header, engine };
-        let mut bytes = SNAPSHOT_MAGIC.to_vec();
-        encode_record(&serde_json::to_vec(&snapshot).map_err(io::Error::other)?, &mut bytes);
-        Ok(EncodedSnapshot { covered_entries, bytes })
     }
 }
 

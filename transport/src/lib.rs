@@ -13,7 +13,6 @@
 
 pub mod admission;
 pub mod api;
-pub mod commit;
 pub mod edge;
 pub mod journal;
 pub mod lock;

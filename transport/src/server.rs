@@ -9,9 +9,8 @@
 
 use crate::admission::{Admission, Admitted};
 use crate::api::{error_response, MAX_BODY_BYTES};
-use crate::commit::{Committer, Failure};
 use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
-use crate::journal::{EncodedSnapshot, SnapshotEncoder};
+use crate::journal::EncodedSnapshot;
 use crate::sender::Sender;
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
@@ -45,24 +44,40 @@ const PENDING_MAX: usize = 4_096;
 /// room again.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Runs a journal operation on tokio's blocking pool when the journal waits on a disk
+/// (the probe while changes are refused; appends go through [`Appending`]).
+async fn on_journal<T: Send + 'static>(
+    journal: Box<dyn JournalSink>,
+    operation: impl FnOnce(&mut dyn JournalSink) -> T + Send + 'static,
+) -> (Box<dyn JournalSink>, T) {
+    if !journal.blocks() {
+        let mut journal = journal;
+        let result = operation(journal.as_mut());
+        return (journal, result);
+    }
+    tokio::task::spawn_blocking(move || {
+        let mut journal = journal;
+        let result = operation(journal.as_mut());
+        (journal, result)
+    })
+    .await
+    .expect("a journal operation does not panic")
+}
+
 /// Where journal entries go before a response is sent: a small trait, so that a
 /// replicated log can back it later without touching the engine or the server.
 pub trait JournalSink: Send + 'static {
     /// Makes the entries durable; only then are their responses sent.
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()>;
-    /// When a snapshot is due: how to encode one (the owner task encodes it from its
-    /// engine and hands it over with the entries it covers).
-    fn snapshot_offer(&self) -> Option<SnapshotEncoder> {
+    /// When a snapshot is due: the snapshot of `engine`, which has applied every
+    /// appended entry and then `pending_entries` more (those the owner task hands over
+    /// next), to write once they are appended.
+    fn snapshot(&self, _engine: &Engine, _pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
         None
     }
-    /// Writes a snapshot from a [`JournalSink::snapshot_offer`] right after the entries
-    /// it covers were appended.
+    /// Writes a snapshot from [`JournalSink::snapshot`] after its entries were appended.
     fn write_snapshot(&mut self, _snapshot: EncodedSnapshot) -> std::io::Result<()> {
         Ok(())
-    }
-    /// Entries in the journal so far (a snapshot's position counts from here).
-    fn next_index(&self) -> u64 {
-        0
     }
     /// After a failed append: the durable state to continue from.
     fn reload(&mut self) -> Result<Engine, String>;
@@ -75,8 +90,8 @@ pub trait JournalSink: Send + 'static {
     fn probe(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-    /// Appends wait on a disk (or a network): they run on the journal's own thread
-    /// while the owner task applies the next requests ([`crate::commit`]).
+    /// Appends wait on a disk (or a network): the owner task runs them on tokio's
+    /// blocking pool and applies the next requests meanwhile.
     fn blocks(&self) -> bool {
         true
     }
@@ -101,11 +116,8 @@ impl JournalSink for crate::journal::FileJournal {
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
         self.append_entries(entries).map_err(std::io::Error::from)
     }
-    fn snapshot_offer(&self) -> Option<SnapshotEncoder> {
-        self.snapshot_due().then(|| self.snapshot_encoder())
-    }
-    fn next_index(&self) -> u64 {
-        crate::journal::FileJournal::next_index(self)
+    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
+        self.snapshot_due().then(|| self.encode_snapshot(engine, pending_entries))
     }
     fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> std::io::Result<()> {
         self.write_encoded_snapshot(snapshot)
@@ -222,19 +234,18 @@ pub async fn serve(
         shown_ms: shown_ms.clone(),
         to_owner: to_owner.clone(),
     });
-    let (failed, failures) = mpsc::unbounded_channel();
     let state = Owner {
         service,
-        committer: Committer::start(journal, failed),
+        journal: Some(journal),
+        appending: None,
         pending: Group::default(),
-        durable: Vec::new(),
         clock,
         to_owner: to_owner.clone(),
         sender,
         shown_ms,
         waiting_tests: BTreeMap::new(),
     };
-    let mut owner = tokio::spawn(owner_task(state, inbox, failures));
+    let mut owner = tokio::spawn(owner_task(state, inbox));
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -372,8 +383,6 @@ struct Group {
     deliveries: Vec<Delivery>,
     /// Webhook tests applied in this group (answered when their delivery returns).
     tests: Vec<u64>,
-    /// The service time shown once this group is released.
-    shown_ms: i64,
 }
 
 impl Group {
@@ -386,21 +395,25 @@ impl Group {
     }
 }
 
-/// The one owner of the engine: applies requests in order, hands them to the journal,
-/// answers.
+/// The append in flight on the blocking pool, and the group it makes durable.
+struct Appending {
+    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>)>,
+    group: Group,
+}
+
+/// The one owner of the engine: applies requests in order, journals, answers.
 ///
-/// Pipelined group commit ([`crate::commit`]): each applied batch is handed to the
-/// journal's thread at once, which appends everything handed over since its last append
-/// in one write and sync while the owner task applies the next requests, and gives the
-/// groups back once durable. Nothing is released before it is durable: a group's
-/// answers (reads too, as they may show earlier changes) and deliveries wait for its
-/// append, and groups are released in order.
+/// Pipelined group commit: while one group's entries are written and synced on the
+/// blocking pool, the next requests are applied into the next group, which is handed
+/// over as a whole when the append returns. Nothing is released before it is durable:
+/// a group's answers (reads too, as they may show its changes) and deliveries wait for
+/// its append, and groups are released in order.
 struct Owner {
     service: Service,
-    committer: Committer<Group>,
+    /// `None` while an append has it.
+    journal: Option<Box<dyn JournalSink>>,
+    appending: Option<Appending>,
     pending: Group,
-    /// Durable groups taken from the committer, to release (kept for its capacity).
-    durable: Vec<Group>,
     clock: WallClock,
     to_owner: mpsc::Sender<Message>,
     sender: Sender,
@@ -408,11 +421,7 @@ struct Owner {
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
 }
 
-async fn owner_task(
-    mut owner: Owner,
-    mut inbox: mpsc::Receiver<Message>,
-    mut failures: mpsc::UnboundedReceiver<Failure<Group>>,
-) {
+async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
     owner.service.restart();
     let clock = owner.clock;
@@ -426,11 +435,15 @@ async fn owner_task(
             ClockMode::Wall => owner.service.poll_timeout().map(|d| clock.until(d)),
             ClockMode::Virtual => None,
         };
-        // Back-pressure: the inbox waits while many requests wait for the disk.
-        let accepting = !stopping && owner.committer.waiting_requests() < PENDING_MAX;
+        // Back-pressure: the inbox waits while a full group waits for the disk.
+        let accepting = !stopping && owner.pending.requests() < PENDING_MAX;
         tokio::select! {
-            biased;
-            Some(failure) = failures.recv() => owner.append_failed(failure),
+            joined = async { (&mut owner.appending.as_mut().expect("guarded").task).await }, if owner.appending.is_some() => {
+                let (journal, appended) = joined.expect("a journal append does not panic");
+                let group = owner.appending.take().expect("guarded").group;
+                owner.journal = Some(journal);
+                owner.appended(group, appended);
+            }
             message = inbox.recv(), if accepting => {
                 batch.clear();
                 match message {
@@ -444,23 +457,21 @@ async fn owner_task(
                         Err(_) => break,
                     }
                 }
-                owner.probe_if_refusing(&mut failures).await;
+                owner.probe_if_refusing().await;
                 owner.apply(&mut batch);
             }
-            _ = owner.committer.durable_or_failed() => {}
             _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => {
-                owner.probe_if_refusing(&mut failures).await;
+                owner.probe_if_refusing().await;
                 owner.apply(&mut batch);
             }
         }
-        owner.release_durable();
-        owner.hand_over();
-        if stopping && owner.pending.is_empty() && owner.committer.idle() {
+        if owner.appending.is_none() {
+            owner.hand_over();
+        }
+        if stopping && owner.appending.is_none() && owner.pending.is_empty() {
             break;
         }
     }
-    owner.committer.finish().await;
-    owner.release_durable();
 }
 
 impl Owner {
@@ -498,39 +509,61 @@ impl Owner {
         }
     }
 
-    /// Hands the pending group to the journal; one without entries is released at once
-    /// when nothing handed over before it waits for the disk.
+    /// With no append in flight: releases the pending group at once when it has no
+    /// entries, or hands its entries (and a due snapshot) to the journal.
     fn hand_over(&mut self) {
         if self.pending.is_empty() {
             return;
         }
         let mut group = std::mem::take(&mut self.pending);
-        group.shown_ms = self.service.shown_now().0;
-        if group.entries.is_empty() && self.committer.idle() {
-            self.release_durable();
+        if group.entries.is_empty() {
             self.release(group);
             return;
         }
+        let mut journal = self.journal.take().expect("no append is in flight");
+        // The engine is exactly at the end of these entries: a due snapshot is taken now.
+        let snapshot = match journal.snapshot(self.service.engine(), group.entries.len() as u64) {
+            Some(Err(error)) => {
+                tracing::warn!(%error, "snapshot failed; the journal still holds everything");
+                None
+            }
+            Some(Ok(snapshot)) => Some(snapshot),
+            None => None,
+        };
         let entries = std::mem::take(&mut group.entries);
-        let requests = group.requests();
-        self.committer.hand(self.service.engine(), entries, requests, group);
-        // A journal without a disk made it durable at once.
-        self.release_durable();
+        let work = move |journal: &mut dyn JournalSink| {
+            let appended = journal.append(&entries);
+            if let (Ok(()), Some(snapshot)) = (&appended, snapshot) {
+                if let Err(error) = journal.write_snapshot(snapshot) {
+                    tracing::warn!(%error, "snapshot failed; the journal still holds everything");
+                }
+            }
+            appended
+        };
+        if !journal.blocks() {
+            let appended = work(journal.as_mut());
+            self.journal = Some(journal);
+            self.appended(group, appended);
+            return;
+        }
+        let task = tokio::task::spawn_blocking(move || {
+            let appended = work(journal.as_mut());
+            (journal, appended)
+        });
+        self.appending = Some(Appending { task, group });
     }
 
-    /// Releases the groups the journal made durable, in order.
-    fn release_durable(&mut self) {
-        self.committer.take_durable(&mut self.durable);
-        let mut durable = std::mem::take(&mut self.durable);
-        for group in durable.drain(..) {
-            self.release(group);
+    /// The end of an append: releases its group, or goes back to the durable state.
+    fn appended(&mut self, group: Group, appended: std::io::Result<()>) {
+        match appended {
+            Ok(()) => self.release(group),
+            Err(error) => self.append_failed(group, error),
         }
-        self.durable = durable;
     }
 
     /// Sends a durable group's answers and hands out its deliveries.
     fn release(&mut self, group: Group) {
-        self.shown_ms.store(group.shown_ms, Ordering::Relaxed);
+        self.shown_ms.store(self.service.shown_now().0, Ordering::Relaxed);
         for answer in group.answers {
             let _ = answer.reply.send(answer.response);
         }
@@ -544,23 +577,20 @@ impl Owner {
         }
     }
 
-    /// Nothing of the failed groups, nor of any applied after them, is acknowledged; the
-    /// journal was cut back to its last durable record. Go back to the durable state
+    /// Nothing of the failed group, nor of the group applied after it, is acknowledged;
+    /// the journal was cut back to its last durable record. Go back to the durable state
     /// once, then refuse changes (reads go on) until the journal takes writes again: a
     /// full disk costs one reload per episode, not one per batch.
-    fn append_failed(&mut self, failure: Failure<Group>) {
-        // What was made durable before the failure is acknowledged first.
-        self.release_durable();
-        let later = self.committer.take_back(&failure);
-        let Failure { error, wedged, reloaded, groups, .. } = failure;
-        let reason = match wedged {
+    fn append_failed(&mut self, failed: Group, error: std::io::Error) {
+        let journal = self.journal.as_mut().expect("the append returned the journal");
+        let reason = match journal.wedged() {
             Some(why) => format!(
                 "the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"
             ),
             None => format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs()),
         };
         tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
-        match reloaded {
+        match journal.reload() {
             Ok(engine) => self.service.replace_engine(engine),
             Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
         }
@@ -568,8 +598,8 @@ impl Owner {
         // The answers saw changes that are not durable: each request is answered again
         // from the durable state (its changes now refused, 503; its reads served). Their
         // deliveries are dropped (the durable state hands out its own).
-        let pending = std::mem::take(&mut self.pending);
-        for group in groups.into_iter().chain(later).chain([pending]) {
+        let later = std::mem::take(&mut self.pending);
+        for group in [failed, later] {
             for answer in group.answers {
                 let response = match answer.request {
                     Some(request) => self.answer_again(&request),
@@ -599,17 +629,18 @@ impl Owner {
 
     /// While changes are refused: probes the journal for room (before each batch, and
     /// every [`PROBE_INTERVAL`] without one) and accepts changes again when it has some.
-    /// Failures reported meanwhile are handled first: every batch of the failed episode
-    /// is answered from the durable state before a change is accepted again.
-    async fn probe_if_refusing(&mut self, failures: &mut mpsc::UnboundedReceiver<Failure<Group>>) {
-        if self.service.refusing_changes().is_none() {
+    async fn probe_if_refusing(&mut self) {
+        if self.service.refusing_changes().is_none() || self.appending.is_some() {
             return;
         }
-        let probed = self.committer.probe().await;
-        while let Ok(failure) = failures.try_recv() {
-            self.append_failed(failure);
+        let Some(journal) = self.journal.take() else { return };
+        if journal.wedged().is_some() {
+            self.journal = Some(journal);
+            return;
         }
-        if probed.is_ok() && self.committer.idle() {
+        let (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
+        self.journal = Some(journal);
+        if probed.is_ok() {
             tracing::info!("the journal takes writes again: changes are accepted");
             self.service.refuse_changes(None);
             // Outcomes of deliveries that came back meanwhile were not recorded: hand
