@@ -171,7 +171,6 @@ mod tests {
             same_decimal(displayed(exact), displayed_reference(exact))
         }
 
-
         /// Rule 1: a - 0.01 < c <= a for every amount.
         fn conversion_keeps_dust_below_a_cent(cents: u32) -> bool {
             let cents = i64::from(cents % 1_000_001);
