@@ -36,6 +36,36 @@ enum Commands {
     },
     /// Find damage in a data dir's journal and what cutting there drops; --cut-at-damage cuts it.
     Repair(repair::RepairArgs),
+    /// Replay a scenario script (`scenarios/*.scenario`, or a `violation-seed-N.scenario`
+    /// that `esim sim --report DIR` wrote) with every checker after every step; exit 1 on a
+    /// failed expectation or a violation.
+    Scenario(ScenarioArgs),
+}
+
+#[derive(clap::Args)]
+struct ScenarioArgs {
+    /// The script file.
+    file: PathBuf,
+    /// Print every request, response, event and delivery (ids shown as names).
+    #[arg(long)]
+    transcript: bool,
+}
+
+/// `esim scenario FILE`: the failures of one script, or a line saying it passed.
+fn scenario(args: ScenarioArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+    let run = esim_sim::script::run_script(&text);
+    if args.transcript {
+        print_out(&run.transcript);
+    }
+    if run.failures.is_empty() {
+        println!("{}: {} steps, every expectation held, no checker fired", args.file.display(), run.steps);
+        return Ok(());
+    }
+    for failure in &run.failures {
+        println!("{failure}");
+    }
+    Err(format!("{}: {} failure(s) in {} steps", args.file.display(), run.failures.len(), run.steps))
 }
 
 #[derive(clap::Args)]
@@ -166,9 +196,10 @@ struct ServeArgs {
     /// `virtual`: time moves only through POST /sandbox/v1/clock/advance.
     #[arg(long, env = "ESIM_CLOCK", default_value = "wall", value_parser = ["wall", "virtual"])]
     clock: String,
-    /// Wall clock only: service time runs N times faster than real time.
-    #[arg(long, env = "ESIM_SPEED", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    speed: u32,
+    /// Wall clock only: service time runs N times faster than real time (default 1;
+    /// refused with `--clock virtual`, where only clock/advance moves time).
+    #[arg(long, env = "ESIM_SPEED", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    speed: Option<u32>,
     /// Seed of the engine's randomness on a new data dir (default: from the OS).
     #[arg(long, env = "ESIM_SEED")]
     seed: Option<u64>,
@@ -258,6 +289,12 @@ fn sealing_key(args: &ServeArgs, engine: Option<&Engine>) -> Result<Arc<SealingK
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
+    if args.clock == "virtual" && args.speed.is_some() {
+        return Err("--speed applies to the wall clock only: with --clock virtual, time moves only through \
+                    POST /sandbox/v1/clock/advance"
+            .into());
+    }
+    let speed = args.speed.unwrap_or(1);
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
     // Only the service's user may read the data dir, whatever the umask.
@@ -285,6 +322,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let (engine, header) = match (recovery.engine, recovery.header) {
         (Some(engine), Some(mut header)) => {
             header.first_index = recovery.next_index;
+            if header.clock != clock {
+                // Allowed (every journal entry carries its own service time), but rarely
+                // meant: a virtual clock is usually far ahead of the wall clock, and then
+                // service time stands still until the wall clock catches up.
+                eprintln!(
+                    "esim: warning: this data dir ran on the {} clock; it continues on the {} clock from service time {}",
+                    clock_name(header.clock),
+                    clock_name(clock),
+                    engine.now()
+                );
+                tracing::warn!(from = clock_name(header.clock), to = clock_name(clock), "clock mode switched");
+                header.clock = clock;
+            }
             (engine, header)
         }
         _ => {
@@ -327,17 +377,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .apply_command(now, Command::Admin(AdminOp::SetInsecureWebhooks { allowed }))
             .map_err(|e| e.to_string())?;
     }
-    let demo_exists = service.engine().accounts().iter().any(|a| a.contact_email == DEMO_EMAIL);
-    let demo_key = if args.demo.unwrap_or(new_data_dir) && !demo_exists {
-        Some(create_demo_account(&mut service)?)
-    } else {
-        if args.demo == Some(true) && demo_exists {
-            eprintln!(
-                "esim: the demo account exists already (its key was shown at its first start); \
-                 POST /admin/v1/accounts/{{id}}/keys makes a new key"
-            );
-        }
-        None
+    let demo_account = service.engine().accounts().iter().find(|a| a.contact_email == DEMO_EMAIL).map(|a| a.id.clone());
+    let demo = match demo_account {
+        None if args.demo.unwrap_or(new_data_dir) => Some(Demo::Created(create_demo_account(&mut service)?)),
+        None => None,
+        Some(account_id) => (args.demo != Some(false)).then_some(Demo::Exists(account_id)),
     };
     journal.append(&service.drain_journal()).map_err(|e| format!("cannot write the journal: {e}"))?;
 
@@ -348,14 +392,21 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let address = listener.local_addr().map_err(|e| e.to_string())?;
         println!("listening on http://{address}");
-        if let Some(key) = demo_key {
-            println!("demo account API key (shown once): {key}");
+        match demo {
+            Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
+            Some(Demo::Exists(account_id)) => println!(
+                "demo account {account_id} (its key was shown at its first start); a new key:\n  \
+                 curl -s -XPOST http://{address}/admin/v1/accounts/{account_id}/keys \
+                 -H \"Authorization: Bearer $(cat {})\"",
+                args.data_dir.join("admin-token").display()
+            ),
+            None => {}
         }
         tracing::info!(
-            data_dir = %args.data_dir.display(), clock = ?clock, speed = args.speed,
+            data_dir = %args.data_dir.display(), clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let mut options = ServerOptions::new(args.speed, args.allow_insecure_webhooks);
+        let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
         options.edge.connections_max = args.max_connections;
         server::serve(listener, service, Box::new(journal), options, shutdown_signal()).await.map_err(|e| e.to_string())
     })
@@ -374,6 +425,19 @@ esim_engine::with_test_switches! {
             engine.inject_bug_for_test(Some(esim_engine::InjectedBug::PanicOnFund));
         }
         engine
+    }
+}
+
+/// The demo account of this start: made now (its key, shown once), or made before.
+enum Demo {
+    Created(String),
+    Exists(String),
+}
+
+fn clock_name(clock: ClockMode) -> &'static str {
+    match clock {
+        ClockMode::Wall => "wall",
+        ClockMode::Virtual => "virtual",
     }
 }
 
@@ -504,6 +568,7 @@ fn main() -> ExitCode {
         Commands::Sim(args) => simulate(args),
         Commands::Replay(args) => replay(args),
         Commands::Repair(args) => repair::run(args),
+        Commands::Scenario(args) => scenario(args),
         Commands::Report { report: ReportKind::Conservation { data_dir, account, format } } => {
             report_conservation(&data_dir, account.as_deref(), &format)
         }

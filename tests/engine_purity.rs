@@ -27,6 +27,8 @@ fn source_reads_no_clock_and_uses_no_floats_or_hashmaps() {
     let forbidden = [
         "SystemTime",
         "Instant::",
+        "Timestamp::now",
+        "Zoned::now",
         "thread_rng",
         "OsRng",
         "HashMap",

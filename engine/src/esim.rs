@@ -39,7 +39,7 @@ pub(crate) fn check_text(field: &str, value: &Option<String>) -> Result<(), ApiE
 }
 
 /// Checks and clamps list paging: limit default 50, 1 to 100 (above 100 is clamped).
-pub(crate) fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64), ApiError> {
+pub fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64), ApiError> {
     let limit = limit.unwrap_or(limits::PAGE_DEFAULT);
     if limit == 0 {
         return Err(ApiError::validation("limit must be at least 1"));

@@ -134,6 +134,7 @@ pub use command::*;
 pub use engine::InjectedBug;
 pub use engine::{limits, Delivery, Effect, Engine, EngineConfig};
 pub use error::{ApiError, ErrorCode};
+pub use esim::page;
 pub use event::{Event, EventName};
 pub use reply::{render, Reply, Response};
 pub use secret::{KeyDigest, SealedSecret};

@@ -39,54 +39,12 @@ impl Millis {
         self.to_string()
     }
 
-    /// Parses `YYYY-MM-DDTHH:MM:SS[.fff]Z` or with a `+HH:MM`/`-HH:MM` offset.
+    /// Parses an RFC 3339 time (`2026-01-01T00:00:00Z`, `2026-01-01T02:00:00.5+02:00`),
+    /// with the `jiff` crate: a date that does not exist (`2026-02-31`) or an hour past 23
+    /// is refused rather than rolled over. Digits below the millisecond are dropped.
     pub fn parse_rfc3339(text: &str) -> Option<Millis> {
-        let b = text.trim().as_bytes();
-        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') {
-            return None;
-        }
-        let num = |s: &[u8]| -> Option<i64> {
-            if s.is_empty() || !s.iter().all(u8::is_ascii_digit) {
-                return None;
-            }
-            Some(s.iter().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')))
-        };
-        let (year, month, day) = (num(&b[0..4])?, num(&b[5..7])?, num(&b[8..10])?);
-        if b[13] != b':' || b[16] != b':' {
-            return None;
-        }
-        let (hour, minute, second) = (num(&b[11..13])?, num(&b[14..16])?, num(&b[17..19])?);
-        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
-            return None;
-        }
-        let mut rest = &b[19..];
-        let mut millis = 0i64;
-        if rest.first() == Some(&b'.') {
-            let digits = rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
-            if digits == 0 {
-                return None;
-            }
-            let frac = &rest[1..1 + digits];
-            for (i, d) in frac.iter().take(3).enumerate() {
-                millis += i64::from(d - b'0') * [100, 10, 1][i];
-            }
-            rest = &rest[1 + digits..];
-        }
-        let offset_minutes = match rest {
-            [b'Z'] | [b'z'] => 0,
-            [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-                let value = num(&[*h1, *h2])? * 60 + num(&[*m1, *m2])?;
-                if *sign == b'+' {
-                    value
-                } else {
-                    -value
-                }
-            }
-            _ => return None,
-        };
-        let days = days_from_civil(year, month, day);
-        let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
-        Some(Millis(seconds * 1_000 + millis))
+        let timestamp: jiff::Timestamp = text.trim().parse().ok()?;
+        Some(Millis(timestamp.as_millisecond()))
     }
 }
 
@@ -147,16 +105,6 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year.rem_euclid(400);
-    let mp = if month > 2 { month - 3 } else { month + 9 };
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +119,14 @@ mod tests {
         }
         assert_eq!(Millis::parse_rfc3339("2026-01-01T02:00:00+02:00"), Some(Millis::VIRTUAL_EPOCH));
         assert_eq!(Millis::parse_rfc3339("2026-13-01T00:00:00Z"), None);
+        assert_eq!(Millis::parse_rfc3339("2026-02-31T00:00:00Z"), None, "February has no 31st");
+        assert_eq!(Millis::parse_rfc3339("2025-02-29T00:00:00Z"), None, "2025 is no leap year");
+        assert_eq!(
+            Millis::parse_rfc3339("2028-02-29T00:00:00Z").map(|t| t.to_string()).as_deref(),
+            Some("2028-02-29T00:00:00.000Z")
+        );
+        assert_eq!(Millis::parse_rfc3339("2026-01-01T24:00:00Z"), None);
+        assert_eq!(Millis::parse_rfc3339("2026-01-01T00:00:00"), None, "no offset: not an instant");
         assert_eq!(Millis::parse_rfc3339("yesterday"), None);
     }
 

@@ -29,6 +29,8 @@ pub enum Routed {
     ClockAdvance { ms: i64 },
     /// `GET /admin/v1/reports/conservation`.
     Report { account_id: Option<String>, format: String },
+    /// `GET /admin/v1/accounts`: one page of accounts, oldest first.
+    Accounts { limit: u64, offset: u64 },
     /// `GET /admin/v1/state`: the engine's state digest and clock.
     StateDigest,
     /// `GET /api/v2/reseller/openapi.json`.
@@ -335,6 +337,10 @@ fn try_route(
             // Drawn by the service (`Service::issue_secrets`).
             api_key_digest: KeyDigest::default(),
         }),
+        E::ListAccounts => {
+            let (limit, offset) = esim_engine::page(query_u64(&query, "limit")?, query_u64(&query, "offset")?)?;
+            Routed::Accounts { limit, offset }
+        }
         E::TopUp => admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_money("amount_usd")? }),
         E::CreateKey => admin(AdminOp::CreateKey { account_id: param(0), api_key_digest: KeyDigest::default() }),
         E::RevokeKey => admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&param(0)) }),

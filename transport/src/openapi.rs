@@ -509,6 +509,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Public: needs no API key.")
             .ok(200, "OpenApiDocument", "The document"),
         E::CreateAccount
+        | E::ListAccounts
         | E::TopUp
         | E::CreateKey
         | E::RevokeKey

@@ -90,6 +90,7 @@ endpoints! {
     TestWebhook => Reseller POST "/webhooks/{id}/test",
     OpenApi => Public GET "/openapi.json",
     CreateAccount => Admin POST "/admin/v1/accounts",
+    ListAccounts => Admin GET "/admin/v1/accounts",
     TopUp => Admin POST "/admin/v1/accounts/{account_id}/topups",
     CreateKey => Admin POST "/admin/v1/accounts/{account_id}/keys",
     RevokeKey => Admin DELETE "/admin/v1/keys/{api_key}",

@@ -368,6 +368,7 @@ impl Service {
                     self.clock_body(now)
                 }
             }
+            Routed::Accounts { limit, offset } => self.accounts_page(limit, offset),
             Routed::Report { account_id, format } => {
                 self.advance(now);
                 match self.engine.conservation_report(account_id.as_deref()) {
@@ -397,6 +398,41 @@ impl Service {
             },
         };
         Outcome::Respond(response)
+    }
+
+    /// `GET /admin/v1/accounts`: who the operator serves (oldest first, paged like the
+    /// reseller lists), so an account id need not be dug out of a report. Never a key:
+    /// only digests of keys are kept.
+    fn accounts_page(&self, limit: u64, offset: u64) -> http::Response<Bytes> {
+        #[derive(serde::Serialize)]
+        struct Listed<'a> {
+            account_id: &'a str,
+            company_name: Option<&'a str>,
+            contact_email: &'a str,
+            created_at: Millis,
+            frozen: bool,
+            balance_usd: rust_decimal::Decimal,
+            esims: usize,
+            groups: usize,
+        }
+        let accounts = self.engine.accounts();
+        let listed: Vec<Listed> = accounts
+            .iter()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .take(limit as usize)
+            .map(|account| Listed {
+                account_id: &account.id,
+                company_name: account.company_name.as_deref(),
+                contact_email: &account.contact_email,
+                created_at: account.created_at,
+                frozen: account.frozen,
+                balance_usd: self.engine.ledger().balance(account.slots.reseller).normalize(),
+                esims: account.esims.len(),
+                groups: account.groups.len(),
+            })
+            .collect();
+        let body = serde_json::json!({ "accounts": listed, "total": accounts.len(), "limit": limit, "offset": offset });
+        json_response(200, serde_json::to_vec(&body).expect("json"))
     }
 
     /// The clock's answer at service time `now` (a wall clock moves between inputs).
