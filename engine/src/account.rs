@@ -4,7 +4,7 @@
 use crate::command::{AdminOp, CardBehavior};
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
-use crate::event::EventName;
+use crate::event::{BalanceEvent, TopUpSource};
 use crate::ledger::{Reason, Slot};
 use crate::money;
 use crate::reply::*;
@@ -178,10 +178,15 @@ impl Engine {
         let topup_id = self.random_id("top_", 12);
         self.after_reseller_credit(account);
         let balance = self.reseller_balance(account);
-        self.emit(
+        self.emit_balance(
             account,
-            EventName::BalanceToppedUp,
-            json!({ "amount_usd": amount, "new_balance_usd": balance, "balance_usd": balance, "source": "manual", "topup_id": topup_id }),
+            BalanceEvent::ToppedUp {
+                amount_usd: amount,
+                new_balance_usd: balance,
+                balance_usd: balance,
+                source: TopUpSource::Manual,
+                topup_id: Some(topup_id.clone()),
+            },
         );
         Ok(Reply::ToppedUp(ToppedUp { topup_id, amount_usd: amount, balance_usd: balance }))
     }
@@ -230,14 +235,16 @@ impl Engine {
         let threshold = money::low_balance_threshold_usd();
         let alarms = self.accounts[account].balance_alarm.observe(balance, threshold, Rearm::AtThreshold);
         if alarms.low {
-            self.emit(
+            self.emit_balance(
                 account,
-                EventName::BalanceLow,
-                json!({ "balance_usd": balance.normalize(), "threshold_usd": money::low_balance_threshold_usd() }),
+                BalanceEvent::Low {
+                    balance_usd: balance.normalize(),
+                    threshold_usd: money::low_balance_threshold_usd(),
+                },
             );
         }
         if alarms.depleted {
-            self.emit(account, EventName::BalanceDepleted, json!({ "balance_usd": balance.normalize() }));
+            self.emit_balance(account, BalanceEvent::Depleted { balance_usd: balance.normalize() });
         }
     }
 
@@ -302,11 +309,13 @@ impl Engine {
             refill.last_error =
                 Some(RefillError { code: "daily_limit_reached".into(), message: message.clone(), at: now });
             let balance = self.reseller_balance(account);
-            self.emit(
-                account,
-                EventName::BalanceAutoRefillFailed,
-                json!({ "amount_usd": amount, "error_code": "daily_limit_reached", "error_message": message, "balance_usd": balance }),
-            );
+            let event = BalanceEvent::AutoRefillFailed {
+                amount_usd: amount,
+                error_code: "daily_limit_reached",
+                error_message: message,
+                balance_usd: balance,
+            };
+            self.emit_balance(account, event);
             self.release_waiting_group_events(account, true);
             return false;
         }
@@ -334,11 +343,13 @@ impl Engine {
             refill.last_error =
                 Some(RefillError { code: code.to_string(), message: message.to_string(), at: self.now });
             let balance = self.reseller_balance(account);
-            self.emit(
-                account,
-                EventName::BalanceAutoRefillFailed,
-                json!({ "amount_usd": amount, "error_code": code, "error_message": message, "balance_usd": balance }),
-            );
+            let event = BalanceEvent::AutoRefillFailed {
+                amount_usd: amount,
+                error_code: code,
+                error_message: message.to_string(),
+                balance_usd: balance,
+            };
+            self.emit_balance(account, event);
             self.release_waiting_group_events(account, true);
             return;
         }
@@ -348,15 +359,19 @@ impl Engine {
         self.after_reseller_credit(account);
         let payment_intent_id = self.random_id("pi_", 12);
         let balance = self.reseller_balance(account);
-        self.emit(
+        self.emit_balance(
             account,
-            EventName::BalanceToppedUp,
-            json!({ "amount_usd": amount, "new_balance_usd": balance, "balance_usd": balance, "source": "auto_refill" }),
+            BalanceEvent::ToppedUp {
+                amount_usd: amount,
+                new_balance_usd: balance,
+                balance_usd: balance,
+                source: TopUpSource::AutoRefill,
+                topup_id: None,
+            },
         );
-        self.emit(
+        self.emit_balance(
             account,
-            EventName::BalanceAutoRefillSucceeded,
-            json!({ "amount_usd": amount, "payment_intent_id": payment_intent_id, "balance_usd": balance }),
+            BalanceEvent::AutoRefillSucceeded { amount_usd: amount, payment_intent_id, balance_usd: balance },
         );
         self.release_waiting_group_events(account, false);
     }

@@ -4,14 +4,13 @@
 use crate::codes;
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
-use crate::event::EventName;
+use crate::event::EsimEvent;
 use crate::ledger::Reason;
 use crate::money;
 use crate::reply::*;
 use crate::state::*;
 use crate::wallet::{CrossingAlarm, Return};
 use rust_decimal::Decimal;
-use serde_json::{json, Map, Value};
 
 /// The throttle speeds the spec accepts: NO_LIMIT, 100 to 3000 Kbps in steps of 100,
 /// then 3500, 4000, 4500 and 5000.
@@ -54,20 +53,6 @@ impl Engine {
             Some(sim) if self.esims[sim].account == account => Ok(sim),
             _ => Err(ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}"))),
         }
-    }
-
-    /// Data of an `esim.*` event: the common fields, then the event's own.
-    pub(crate) fn emit_esim_event(&mut self, sim: EsimIx, name: EventName, extra: Value) {
-        let esim = &self.esims[sim];
-        let mut data = Map::new();
-        data.insert("iccid".into(), json!(esim.iccid));
-        data.insert("end_user_reference".into(), json!(esim.end_user_reference));
-        data.insert("label".into(), json!(esim.label));
-        if let Value::Object(fields) = extra {
-            data.extend(fields);
-        }
-        let account = esim.account;
-        self.emit(account, name, Value::Object(data));
     }
 
     pub(crate) fn esim_item(&self, sim: EsimIx, euicc: Option<EuiccState>) -> EsimItem {
@@ -163,15 +148,14 @@ impl Engine {
             self.groups[group].members.insert(sim);
         }
         let created_at = self.now;
-        self.emit_esim_event(
+        self.emit_esim(
             sim,
-            EventName::EsimProvisioned,
-            json!({
-                "lpa_string": lpa_string,
-                "status": "pending",
-                "created_at": created_at.to_rfc3339(),
-                "group_id": group_id,
-            }),
+            EsimEvent::Provisioned {
+                lpa_string: lpa_string.clone(),
+                status: "pending",
+                created_at,
+                group_id: group_id.clone(),
+            },
         );
         let balance_remaining = self.reseller_balance(account);
         if balance_remaining < money::low_balance_threshold_usd() {
@@ -290,7 +274,7 @@ impl Engine {
         if !esim.data_enabled {
             esim.data_enabled = true;
             esim.status = if esim.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
-            self.emit_esim_event(sim, EventName::EsimDataResumed, json!({}));
+            self.emit_esim(sim, EsimEvent::DataResumed {});
         }
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: true }))
     }
@@ -302,7 +286,7 @@ impl Engine {
         if esim.data_enabled {
             esim.data_enabled = false;
             esim.status = EsimStatus::Suspended;
-            self.emit_esim_event(sim, EventName::EsimDataSuspended, json!({}));
+            self.emit_esim(sim, EsimEvent::DataSuspended {});
         }
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: false }))
     }
@@ -331,14 +315,17 @@ impl Engine {
             // It leaves its group: subscribers tracking membership hear it first.
             let record = &mut self.groups[group];
             record.members.remove(&sim);
-            let extra = json!({ "group_id": record.id, "group_name": record.name });
-            self.emit_esim_event(sim, EventName::EsimGroupRemoved, extra);
+            let event = EsimEvent::GroupRemoved { group_id: record.id.clone(), group_name: record.name.clone() };
+            self.emit_esim(sim, event);
         }
         let forfeited = self.forfeit_wallet(sim);
-        self.emit_esim_event(
+        self.emit_esim(
             sim,
-            EventName::EsimTerminated,
-            json!({ "status": "terminated", "terminated_at": now.to_rfc3339(), "forfeited_usd": money::displayed(forfeited) }),
+            EsimEvent::Terminated {
+                status: "terminated",
+                terminated_at: now,
+                forfeited_usd: money::displayed(forfeited),
+            },
         );
         Ok(Reply::Terminated(Terminated { success: true, iccid: iccid.to_string(), status: "terminated" }))
     }

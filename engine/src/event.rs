@@ -2,8 +2,9 @@
 //! event is emitted (to observers and to the account's subscribed webhooks).
 
 use crate::engine::Engine;
-use crate::state::{AccountIx, WebhookIx};
-use crate::time::Millis;
+use crate::state::{AccountIx, EsimIx, GroupIx, WalletOwner, WebhookIx};
+use crate::time::{rfc3339, Millis};
+use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 /// Every event the service emits; its wire name is [`EventName::as_str`]. The enum, not
@@ -144,10 +145,219 @@ impl Event {
     }
 }
 
+// ----- typed payloads (decision 17) -----
+//
+// Each event's own fields are a variant of one of the enums below, and the variant names
+// the event, so a payload cannot go out under the wrong name. The common fields are
+// added by [`Engine::emit_esim`] and [`Engine::emit_group`]. On the wire, `data` is a JSON
+// object with its keys in alphabetical order (serde_json's map), whatever the field order
+// here.
+
+/// The fields every `esim.*` event carries (decision 17).
+#[derive(Serialize)]
+struct EsimFields<'a> {
+    iccid: &'a str,
+    end_user_reference: &'a Option<String>,
+    label: &'a Option<String>,
+}
+
+/// The fields every `group.*` event carries (decision 17).
+#[derive(Serialize)]
+struct GroupFields<'a> {
+    group_id: &'a str,
+    name: &'a str,
+    balance_usd: Decimal,
+}
+
+/// An `esim.*` event: its own fields, beside [`EsimFields`].
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum EsimEvent {
+    /// `esim.provisioned`.
+    Provisioned {
+        lpa_string: String,
+        status: &'static str,
+        #[serde(with = "rfc3339")]
+        created_at: Millis,
+        group_id: Option<String>,
+    },
+    /// `esim.activated`.
+    Activated {
+        #[serde(with = "rfc3339")]
+        activated_at: Millis,
+        euicc_state: &'static str,
+        status: &'static str,
+    },
+    /// `esim.terminated`, with what the wallet forfeited (displayed amount).
+    Terminated {
+        status: &'static str,
+        #[serde(with = "rfc3339")]
+        terminated_at: Millis,
+        forfeited_usd: Decimal,
+    },
+    /// `esim.data_suspended`.
+    DataSuspended {},
+    /// `esim.data_resumed`.
+    DataResumed {},
+    /// `esim.balance_low` (decision 15).
+    BalanceLow { wallet_balance_usd: Decimal, threshold_usd: Decimal },
+    /// `esim.balance_depleted` (decision 15).
+    BalanceDepleted { wallet_balance_usd: Decimal },
+    /// `esim.defunded` (decision 9).
+    Defunded { returned_usd: Decimal },
+    /// `esim.group_assigned`; `returned_usd` only after a move.
+    GroupAssigned {
+        group_id: String,
+        group_name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        returned_usd: Option<Decimal>,
+    },
+    /// `esim.group_removed` (removed, or terminated: decision 58).
+    GroupRemoved { group_id: String, group_name: String },
+}
+
+impl EsimEvent {
+    /// The event this payload is.
+    pub(crate) fn name(&self) -> EventName {
+        match self {
+            EsimEvent::Provisioned { .. } => EventName::EsimProvisioned,
+            EsimEvent::Activated { .. } => EventName::EsimActivated,
+            EsimEvent::Terminated { .. } => EventName::EsimTerminated,
+            EsimEvent::DataSuspended {} => EventName::EsimDataSuspended,
+            EsimEvent::DataResumed {} => EventName::EsimDataResumed,
+            EsimEvent::BalanceLow { .. } => EventName::EsimBalanceLow,
+            EsimEvent::BalanceDepleted { .. } => EventName::EsimBalanceDepleted,
+            EsimEvent::Defunded { .. } => EventName::EsimDefunded,
+            EsimEvent::GroupAssigned { .. } => EventName::EsimGroupAssigned,
+            EsimEvent::GroupRemoved { .. } => EventName::EsimGroupRemoved,
+        }
+    }
+}
+
+/// A `group.*` event: its own fields, beside [`GroupFields`].
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum GroupEvent {
+    /// `group.funded`.
+    Funded { amount_usd: Decimal },
+    /// `group.defunded` (decision 32).
+    Defunded { returned_usd: Decimal },
+    /// `group.balance_low` (decision 33); `account_underfunded` always present.
+    BalanceLow { suggested_amount_usd: Decimal, threshold_usd: Decimal, account_underfunded: bool },
+    /// `group.balance_depleted`.
+    BalanceDepleted {},
+}
+
+impl GroupEvent {
+    /// The event this payload is.
+    pub(crate) fn name(&self) -> EventName {
+        match self {
+            GroupEvent::Funded { .. } => EventName::GroupFunded,
+            GroupEvent::Defunded { .. } => EventName::GroupDefunded,
+            GroupEvent::BalanceLow { .. } => EventName::GroupBalanceLow,
+            GroupEvent::BalanceDepleted {} => EventName::GroupBalanceDepleted,
+        }
+    }
+}
+
+/// Where a top-up came from (`balance.topped_up`'s `source`).
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum TopUpSource {
+    /// The admin API.
+    Manual,
+    /// An auto-refill charge that settled.
+    AutoRefill,
+}
+
+/// A `balance.*` event of the reseller balance: every field is its own (decision 17:
+/// each carries `balance_usd`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum BalanceEvent {
+    /// `balance.low` (decision 16).
+    Low { balance_usd: Decimal, threshold_usd: Decimal },
+    /// `balance.depleted` (decision 16).
+    Depleted { balance_usd: Decimal },
+    /// `balance.topped_up`; `topup_id` for a manual top-up only.
+    ToppedUp {
+        amount_usd: Decimal,
+        new_balance_usd: Decimal,
+        balance_usd: Decimal,
+        source: TopUpSource,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        topup_id: Option<String>,
+    },
+    /// `balance.auto_refill_succeeded` (decision 34).
+    AutoRefillSucceeded { amount_usd: Decimal, payment_intent_id: String, balance_usd: Decimal },
+    /// `balance.auto_refill_failed` (decision 34).
+    AutoRefillFailed { amount_usd: Decimal, error_code: &'static str, error_message: String, balance_usd: Decimal },
+}
+
+impl BalanceEvent {
+    /// The event this payload is.
+    pub(crate) fn name(&self) -> EventName {
+        match self {
+            BalanceEvent::Low { .. } => EventName::BalanceLow,
+            BalanceEvent::Depleted { .. } => EventName::BalanceDepleted,
+            BalanceEvent::ToppedUp { .. } => EventName::BalanceToppedUp,
+            BalanceEvent::AutoRefillSucceeded { .. } => EventName::BalanceAutoRefillSucceeded,
+            BalanceEvent::AutoRefillFailed { .. } => EventName::BalanceAutoRefillFailed,
+        }
+    }
+}
+
+/// The probe of `POST /webhooks/{id}/test` (decision 39).
+#[derive(Serialize)]
+pub(crate) struct TestEvent<'a> {
+    pub(crate) webhook_id: &'a str,
+    pub(crate) message: &'static str,
+}
+
+/// A payload as the JSON object `data` carries: the common fields and the event's own.
+fn data_of(common: impl Serialize, own: impl Serialize) -> serde_json::Value {
+    let mut data = serde_json::to_value(common).expect("event fields serialize");
+    let serde_json::Value::Object(fields) = serde_json::to_value(own).expect("event fields serialize") else {
+        unreachable!("every payload is a struct: a JSON object")
+    };
+    let map = data.as_object_mut().expect("common fields are an object");
+    for (key, value) in fields {
+        let previous = map.insert(key, value);
+        assert!(previous.is_none(), "an event's own field never shadows a common one");
+    }
+    data
+}
+
 impl Engine {
+    /// Emits an `esim.*` event: the common fields of the eSIM, then the event's own.
+    pub(crate) fn emit_esim(&mut self, sim: EsimIx, event: EsimEvent) {
+        let esim = &self.esims[sim];
+        let common =
+            EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
+        let data = data_of(common, &event);
+        let account = esim.account;
+        self.emit(account, event.name(), data);
+    }
+
+    /// Emits a `group.*` event: the group's id, name and shown balance, then its own.
+    pub(crate) fn emit_group(&mut self, group: GroupIx, event: GroupEvent) {
+        let record = &self.groups[group];
+        let balance_usd = self.shown_balance(WalletOwner::Group(group));
+        let common = GroupFields { group_id: &record.id, name: &record.name, balance_usd };
+        let data = data_of(common, &event);
+        let account = record.account;
+        self.emit(account, event.name(), data);
+    }
+
+    /// Emits a `balance.*` event of the account's reseller balance.
+    pub(crate) fn emit_balance(&mut self, account: AccountIx, event: BalanceEvent) {
+        let data = serde_json::to_value(&event).expect("event fields serialize");
+        self.emit(account, event.name(), data);
+    }
+
     /// Emits an event of an account: queued for observers, and handed to every active
-    /// webhook of the account subscribed to it.
-    pub(crate) fn emit(&mut self, account: AccountIx, name: EventName, data: serde_json::Value) {
+    /// webhook of the account subscribed to it. Only the typed emitters above call it.
+    fn emit(&mut self, account: AccountIx, name: EventName, data: serde_json::Value) {
         let event = Event { id: self.random_id("evt_", 12), account: account.0, name, created_at: self.now, data };
         let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
         let targets: Vec<WebhookIx> = self.accounts[account]

@@ -5,13 +5,12 @@
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::esim::page;
-use crate::event::EventName;
+use crate::event::{EsimEvent, GroupEvent};
 use crate::money;
 use crate::reply::*;
 use crate::state::*;
 use crate::wallet::{CrossingAlarm, Return};
 use rust_decimal::Decimal;
-use serde_json::{json, Map, Value};
 
 /// Longest group name.
 const MAX_GROUP_NAME_LEN: usize = 100;
@@ -72,20 +71,6 @@ impl Engine {
             created_at: record.created_at,
             updated_at: record.updated_at,
         }
-    }
-
-    /// Data of a `group.*` event: group_id, name, balance_usd, then the event's own.
-    pub(crate) fn emit_group_event(&mut self, group: GroupIx, name: EventName, extra: Value) {
-        let record = &self.groups[group];
-        let mut data = Map::new();
-        data.insert("group_id".into(), json!(record.id));
-        data.insert("name".into(), json!(record.name));
-        data.insert("balance_usd".into(), json!(self.shown_balance(WalletOwner::Group(group))));
-        if let Value::Object(fields) = extra {
-            data.extend(fields);
-        }
-        let account = record.account;
-        self.emit(account, name, Value::Object(data));
     }
 
     pub(crate) fn list_groups(&self, account: AccountIx) -> Response {
@@ -203,7 +188,7 @@ impl Engine {
         self.require_balance(account, amount)?;
         let shown = self.fund_wallet(WalletOwner::Group(group), amount, cents);
         self.groups[group].updated_at = self.now;
-        self.emit_group_event(group, EventName::GroupFunded, json!({ "amount_usd": amount }));
+        self.emit_group(group, GroupEvent::Funded { amount_usd: amount });
         Ok(Reply::GroupFunded(GroupFunded {
             success: true,
             group_id: group_id.to_string(),
@@ -321,11 +306,12 @@ impl Engine {
         *funding = Funding::Member { group, own_wallet: funding.has_wallet() };
         self.groups[group].members.insert(sim);
         let record = &self.groups[group];
-        let mut extra = json!({ "group_id": record.id, "group_name": record.name });
-        if let Some(returned) = returned {
-            extra["returned_usd"] = json!(returned);
-        }
-        self.emit_esim_event(sim, EventName::EsimGroupAssigned, extra);
+        let event = EsimEvent::GroupAssigned {
+            group_id: record.id.clone(),
+            group_name: record.name.clone(),
+            returned_usd: returned,
+        };
+        self.emit_esim(sim, event);
     }
 
     pub(crate) fn remove_group_esim(&mut self, account: AccountIx, group_id: &str, iccid: &str) -> Response {
@@ -341,7 +327,7 @@ impl Engine {
         self.esims[sim].funding.leave_group();
         self.wallet_standalone_again(sim);
         let name = self.groups[group].name.clone();
-        self.emit_esim_event(sim, EventName::EsimGroupRemoved, json!({ "group_id": group_id, "group_name": name }));
+        self.emit_esim(sim, EsimEvent::GroupRemoved { group_id: group_id.to_string(), group_name: name });
         Ok(Reply::GroupMemberRemoved(GroupMemberChange {
             success: true,
             group_id: group_id.to_string(),
@@ -354,12 +340,12 @@ impl Engine {
 
     pub(crate) fn emit_group_low(&mut self, group: GroupIx, account_underfunded: bool) {
         let record = &self.groups[group];
-        let extra = json!({
-            "suggested_amount_usd": record.refill_amount,
-            "threshold_usd": record.low_balance_threshold,
-            "account_underfunded": account_underfunded,
-        });
-        self.emit_group_event(group, EventName::GroupBalanceLow, extra);
+        let event = GroupEvent::BalanceLow {
+            suggested_amount_usd: record.refill_amount,
+            threshold_usd: record.low_balance_threshold,
+            account_underfunded,
+        };
+        self.emit_group(group, event);
     }
 
     /// A card charge ended: the held-back group.balance_low events go out now.

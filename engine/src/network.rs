@@ -5,7 +5,7 @@
 use crate::command::SandboxOp;
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
-use crate::event::EventName;
+use crate::event::EsimEvent;
 use crate::rates::RateTable;
 use crate::reply::*;
 use crate::state::*;
@@ -54,11 +54,7 @@ impl Engine {
                 esim.status = EsimStatus::Active;
             }
             let status = esim.status.as_str();
-            self.emit_esim_event(
-                sim,
-                EventName::EsimActivated,
-                json!({ "activated_at": now.to_rfc3339(), "euicc_state": "ENABLED", "status": status }),
-            );
+            self.emit_esim(sim, EsimEvent::Activated { activated_at: now, euicc_state: "ENABLED", status });
         }
         let esim = &self.esims[sim];
         Ok(Reply::Installed(Installed {

@@ -6,14 +6,13 @@
 
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
-use crate::event::EventName;
+use crate::event::{EsimEvent, GroupEvent};
 use crate::ledger::Reason;
 use crate::money;
 use crate::state::*;
 use crate::time::Millis;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 /// How a low-balance alarm is re-armed: the one rule where eSIM and group wallets differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -322,7 +321,7 @@ impl Engine {
         let now = self.now;
         match (owner, pending) {
             (WalletOwner::Sim(sim), Some(PendingReturn::Defund { .. })) => {
-                self.emit_esim_event(sim, EventName::EsimDefunded, json!({ "returned_usd": returned }));
+                self.emit_esim(sim, EsimEvent::Defunded { returned_usd: returned });
             }
             (WalletOwner::Sim(sim), Some(PendingReturn::Move { group, .. })) => {
                 self.groups[group].incoming_moves -= 1;
@@ -335,7 +334,7 @@ impl Engine {
                 // At $0 by the reseller's choice: silent until the next fund.
                 record.wallet.alarm.disarm();
                 record.updated_at = now;
-                self.emit_group_event(group, EventName::GroupDefunded, json!({ "returned_usd": returned }));
+                self.emit_group(group, GroupEvent::Defunded { returned_usd: returned });
             }
             (WalletOwner::Sim(_), None) => unreachable!("an eSIM settles its pending return"),
         }
@@ -406,14 +405,10 @@ impl Engine {
         let threshold = self.low_threshold(owner);
         let alarms = self.esims[sim].wallet.alarm.observe(exact, threshold, owner.rearm());
         if alarms.low {
-            self.emit_esim_event(
-                sim,
-                EventName::EsimBalanceLow,
-                json!({ "wallet_balance_usd": shown, "threshold_usd": threshold }),
-            );
+            self.emit_esim(sim, EsimEvent::BalanceLow { wallet_balance_usd: shown, threshold_usd: threshold });
         }
         if alarms.depleted {
-            self.emit_esim_event(sim, EventName::EsimBalanceDepleted, json!({ "wallet_balance_usd": shown }));
+            self.emit_esim(sim, EsimEvent::BalanceDepleted { wallet_balance_usd: shown });
         }
     }
 
@@ -442,7 +437,7 @@ impl Engine {
             }
         }
         if alarms.depleted {
-            self.emit_group_event(group, EventName::GroupBalanceDepleted, json!({}));
+            self.emit_group(group, GroupEvent::BalanceDepleted {});
         }
     }
 }

@@ -7,7 +7,7 @@
 use crate::command::DeliveryResult;
 use crate::engine::{limits, Delivery, Effect, Engine};
 use crate::error::{ApiError, ErrorCode};
-use crate::event::{Event, EventName};
+use crate::event::{Event, EventName, TestEvent};
 use crate::reply::*;
 use crate::secret::SealedSecret;
 use crate::state::*;
@@ -294,7 +294,8 @@ impl Engine {
             account: account.0,
             name: EventName::Test,
             created_at: self.now,
-            data: serde_json::json!({ "webhook_id": webhook_id, "message": "This is a test event." }),
+            data: serde_json::to_value(TestEvent { webhook_id, message: "This is a test event." })
+                .expect("event fields serialize"),
         };
         let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
         let delivery_id = self.start_delivery(webhook, &event, body, true);
