@@ -5,6 +5,7 @@ use crate::command::{AdminOp, CardBehavior};
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::event::{BalanceEvent, TopUpSource};
+use crate::ids::Purpose;
 use crate::ledger::{Reason, Slot};
 use crate::money;
 use crate::reply::*;
@@ -117,7 +118,7 @@ impl Engine {
             return Err(ApiError::validation("company_name is longer than 256 characters"));
         }
         let index = AccountIx(self.accounts.len() as u32);
-        let id = self.random_id("acc_", 8);
+        let id = self.random_id(Purpose::ResourceId, "acc_", 8);
         let slots = self.ledger.open_account(index);
         self.accounts.push(Account {
             id: id.clone(),
@@ -175,7 +176,7 @@ impl Engine {
         let slots = self.accounts[account].slots;
         self.ledger.transfer(slots.world, slots.reseller, amount, Reason::TopUp);
         self.accounts[account].lifetime_topup += amount;
-        let topup_id = self.random_id("top_", 12);
+        let topup_id = self.random_id(Purpose::PaymentId, "top_", 12);
         self.after_reseller_credit(account);
         let balance = self.reseller_balance(account);
         self.emit_balance(
@@ -357,7 +358,7 @@ impl Engine {
         self.ledger.transfer(slots.world, slots.reseller, amount, Reason::AutoRefill);
         self.accounts[account].lifetime_topup += amount;
         self.after_reseller_credit(account);
-        let payment_intent_id = self.random_id("pi_", 12);
+        let payment_intent_id = self.random_id(Purpose::PaymentId, "pi_", 12);
         let balance = self.reseller_balance(account);
         self.emit_balance(
             account,

@@ -18,8 +18,6 @@ use crate::reply::{Reply, Response};
 use crate::secret::KeyDigest;
 use crate::state::*;
 use crate::time::Millis;
-use rand_chacha::ChaCha20Rng;
-use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -29,7 +27,8 @@ use std::collections::{BTreeMap, VecDeque};
 pub struct Engine {
     pub(crate) config: EngineConfig,
     pub(crate) now: Millis,
-    pub(crate) rng: ChaCha20Rng,
+    /// One random stream per purpose (ids, serials, matching ids), all from the seed.
+    pub(crate) randomness: crate::ids::Randomness,
     pub(crate) ledger: Ledger,
     pub(crate) accounts: Vec<Account>,
     pub(crate) account_index: BTreeMap<String, AccountIx>,
@@ -72,7 +71,7 @@ impl Engine {
     /// A new service at `start`, with an empty state and the inventory of `config`.
     pub fn new(config: EngineConfig, start: Millis) -> Engine {
         Engine {
-            rng: ChaCha20Rng::seed_from_u64(config.seed),
+            randomness: crate::ids::Randomness::new(config.seed),
             inventory: config.initial_inventory,
             config,
             now: start,

@@ -5,6 +5,7 @@ use crate::codes;
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EsimEvent;
+use crate::ids::Purpose;
 use crate::ledger::Reason;
 use crate::money;
 use crate::reply::*;
@@ -110,11 +111,11 @@ impl Engine {
 
         if self.next_serial == 0 {
             // A random starting serial makes ICCIDs look issued from a real range.
-            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>()) % 100_000_000_000 + 1;
+            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>(Purpose::Serial)) % 100_000_000_000 + 1;
         }
         let iccid = codes::iccid_for_serial(self.next_serial);
         self.next_serial += 1;
-        let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>()));
+        let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>(Purpose::MatchingId)));
         let id = self.random_uuid();
         let slots = self.ledger.open_sim_wallet(account);
         let sim = EsimIx(self.esims.len() as u32);

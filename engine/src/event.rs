@@ -2,6 +2,7 @@
 //! event is emitted (to observers and to the account's subscribed webhooks).
 
 use crate::engine::Engine;
+use crate::ids::Purpose;
 use crate::state::{AccountIx, EsimIx, GroupIx, WalletOwner, WebhookIx};
 use crate::time::{rfc3339, Millis};
 use rust_decimal::Decimal;
@@ -358,7 +359,13 @@ impl Engine {
     /// Emits an event of an account: queued for observers, and handed to every active
     /// webhook of the account subscribed to it. Only the typed emitters above call it.
     fn emit(&mut self, account: AccountIx, name: EventName, data: serde_json::Value) {
-        let event = Event { id: self.random_id("evt_", 12), account: account.0, name, created_at: self.now, data };
+        let event = Event {
+            id: self.random_id(Purpose::EventId, "evt_", 12),
+            account: account.0,
+            name,
+            created_at: self.now,
+            data,
+        };
         let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
         let targets: Vec<WebhookIx> = self.accounts[account]
             .webhooks

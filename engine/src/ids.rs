@@ -1,25 +1,84 @@
 //! Ids and randomness: every id, serial and matching id comes from the engine's
-//! seeded ChaCha20 RNG (kept in the state); hex and ICCID helpers.
+//! seeded ChaCha20 streams (kept in the state); hex and ICCID helpers.
 
 use crate::engine::Engine;
-use rand_core::RngCore;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// What a random draw is for. Each purpose draws from its own ChaCha20 stream of the
+/// seed (same key, its own stream number), so a new draw for one purpose leaves every
+/// other purpose's values as they were: an extra event no longer renumbers the eSIMs
+/// and groups made after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Ids of things resellers keep: accounts, eSIMs, groups, webhooks.
+    ResourceId,
+    /// Event ids (`evt_`), which every state change draws.
+    EventId,
+    /// Ids of money movements: top-ups (`top_`) and card charges (`pi_`).
+    PaymentId,
+    /// The first ICCID serial.
+    Serial,
+    /// The matching ids of activation codes.
+    MatchingId,
+}
+
+/// The engine's random streams, one per [`Purpose`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Randomness {
+    resource_ids: ChaCha20Rng,
+    event_ids: ChaCha20Rng,
+    payment_ids: ChaCha20Rng,
+    serials: ChaCha20Rng,
+    matching_ids: ChaCha20Rng,
+}
+
+impl Randomness {
+    /// The streams of `seed`: one ChaCha20 key, stream numbers 1 to 5.
+    pub(crate) fn new(seed: u64) -> Randomness {
+        let stream = |number: u64| {
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            rng.set_stream(number);
+            rng
+        };
+        Randomness {
+            resource_ids: stream(1),
+            event_ids: stream(2),
+            payment_ids: stream(3),
+            serials: stream(4),
+            matching_ids: stream(5),
+        }
+    }
+
+    fn stream(&mut self, purpose: Purpose) -> &mut ChaCha20Rng {
+        match purpose {
+            Purpose::ResourceId => &mut self.resource_ids,
+            Purpose::EventId => &mut self.event_ids,
+            Purpose::PaymentId => &mut self.payment_ids,
+            Purpose::Serial => &mut self.serials,
+            Purpose::MatchingId => &mut self.matching_ids,
+        }
+    }
+}
 
 impl Engine {
-    pub(crate) fn random_bytes<const N: usize>(&mut self) -> [u8; N] {
+    pub(crate) fn random_bytes<const N: usize>(&mut self, purpose: Purpose) -> [u8; N] {
         let mut bytes = [0u8; N];
-        self.rng.fill_bytes(&mut bytes);
+        self.randomness.stream(purpose).fill_bytes(&mut bytes);
         bytes
     }
 
     /// `prefix` followed by `2 * bytes` lowercase hex characters.
-    pub(crate) fn random_id(&mut self, prefix: &str, bytes: usize) -> String {
+    pub(crate) fn random_id(&mut self, purpose: Purpose, prefix: &str, bytes: usize) -> String {
         let mut raw = vec![0u8; bytes];
-        self.rng.fill_bytes(&mut raw);
+        self.randomness.stream(purpose).fill_bytes(&mut raw);
         format!("{prefix}{}", hex(&raw))
     }
 
+    /// A random (version 4) UUID: the ids of eSIMs and groups.
     pub(crate) fn random_uuid(&mut self) -> String {
-        uuid::Builder::from_random_bytes(self.random_bytes::<16>()).into_uuid().to_string()
+        uuid::Builder::from_random_bytes(self.random_bytes::<16>(Purpose::ResourceId)).into_uuid().to_string()
     }
 }
 

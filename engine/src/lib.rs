@@ -71,7 +71,8 @@
 //! The server ends the process; a restart recovers the durable state exactly.
 //!
 //! Time is a millisecond newtype. All randomness (ids, serials, matching ids) comes
-//! from a ChaCha20 RNG seeded once from `EngineConfig::seed` and kept in the state.
+//! from ChaCha20 streams of `EngineConfig::seed`, one per purpose (`ids::Purpose`), kept
+//! in the state.
 //!
 //! ## Invariants (asserted, and checked by the simulation after every step)
 //! - Money is `rust_decimal::Decimal` and moves only by [`ledger::Ledger::transfer`]:

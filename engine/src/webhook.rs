@@ -8,6 +8,7 @@ use crate::command::DeliveryResult;
 use crate::engine::{limits, Delivery, Effect, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::event::{Event, EventName, TestEvent};
+use crate::ids::Purpose;
 use crate::reply::*;
 use crate::secret::SealedSecret;
 use crate::state::*;
@@ -220,7 +221,7 @@ impl Engine {
                 format!("at most {} webhooks per account", limits::MAX_WEBHOOKS),
             ));
         }
-        let id = self.random_id("wh_", 8);
+        let id = self.random_id(Purpose::ResourceId, "wh_", 8);
         let webhook = WebhookIx(self.webhooks.len() as u32);
         self.webhooks.push(Webhook {
             id: id.clone(),
@@ -290,7 +291,7 @@ impl Engine {
     pub(crate) fn test_webhook(&mut self, account: AccountIx, webhook_id: &str) -> Response {
         let webhook = self.webhook_of(account, webhook_id)?;
         let event = Event {
-            id: self.random_id("evt_", 12),
+            id: self.random_id(Purpose::EventId, "evt_", 12),
             account: account.0,
             name: EventName::Test,
             created_at: self.now,

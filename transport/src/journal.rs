@@ -54,8 +54,9 @@ const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
 
 /// The version of the segment and snapshot format written (and the only one read) by
 /// this build. Version 1 journals hold plaintext API keys; version 2 commands carry key
-/// digests and encrypted secrets.
-pub const FORMAT_VERSION: u32 = 2;
+/// digests and encrypted secrets; version 3 replays them with one random stream per
+/// purpose (decision 112), so a version 2 journal would replay to other ids.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The most bytes a torn write can leave at the end of the last segment: appends never
 /// have more unsynced bytes than this (a larger batch is synced in groups), so a bad
@@ -133,10 +134,16 @@ fn io_error(path: &Path, error: io::Error) -> JournalError {
 /// The refusal of a file written by another format version.
 fn version_refusal(path: &Path, found: u32) -> JournalError {
     if found < FORMAT_VERSION {
+        let why = match found {
+            1 => "format 1 journals hold plaintext API keys and cannot be migrated",
+            _ => {
+                "format 2 journals were written when every id came from one random stream; this build \
+                  would replay them to other ids than were answered"
+            }
+        };
         JournalError(format!(
             "{} was written by journal format version {found}; this build reads only version {FORMAT_VERSION} \
-             (format 1 journals hold plaintext API keys and cannot be migrated; start on a new data dir, \
-             see docs/decisions.md)",
+             ({why}; start on a new data dir, see docs/decisions.md)",
             path.display()
         ))
     } else {

@@ -133,7 +133,11 @@ fn a_journal_of_another_format_version_is_refused_naming_both() {
     let segment = only_segment(&dir);
     let bytes = fs::read(&segment).unwrap();
     let offsets = record_offsets(&bytes);
-    for (version, expected) in [(1, "format 1 journals hold plaintext API keys"), (3, "newer than this build")] {
+    for (version, expected) in [
+        (1, "format 1 journals hold plaintext API keys"),
+        (2, "every id came from one random stream"),
+        (FORMAT_VERSION + 1, "newer than this build"),
+    ] {
         let mut old = header(21);
         old.version = version;
         let mut rewritten = b"ESIMJRN1".to_vec();
