@@ -106,6 +106,14 @@ pub enum ResellerOp {
     },
     Account,
     ListWebhooks,
+    ListEvents {
+        filter: crate::event_log::EventFilter,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
+    GetEvent {
+        event_id: String,
+    },
     CreateWebhook {
         url: String,
         events: Vec<String>,
@@ -146,6 +154,8 @@ impl ResellerOp {
                 | Account
                 | ListWebhooks
                 | GetWebhook { .. }
+                | ListEvents { .. }
+                | GetEvent { .. }
         )
     }
 
@@ -175,6 +185,8 @@ impl ResellerOp {
             Rates { .. } => "rates",
             Account => "account",
             ListWebhooks => "list_webhooks",
+            ListEvents { .. } => "list_events",
+            GetEvent { .. } => "get_event",
             CreateWebhook { .. } => "create_webhook",
             GetWebhook { .. } => "get_webhook",
             UpdateWebhook { .. } => "update_webhook",

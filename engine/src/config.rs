@@ -78,6 +78,8 @@ pub mod limits {
     pub const RETRY_WINDOW_MS: i64 = 3 * crate::Millis::DAY;
     /// Longest free-text field (labels, references, names, URLs).
     pub const MAX_TEXT_LEN: usize = 256;
+    /// How long the events API keeps an event (decision 113).
+    pub const EVENT_RETENTION_MS: i64 = 30 * crate::Millis::DAY;
     /// Largest single usage report from a device, in MB.
     pub const MAX_USAGE_MB: i64 = 1_000_000;
 }

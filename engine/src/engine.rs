@@ -49,6 +49,8 @@ pub struct Engine {
     pub(crate) next_timer_seq: u64,
     pub(crate) inventory: u64,
     pub(crate) next_serial: u64,
+    /// What the events API shows: the last 30 days of events (decision 113).
+    pub(crate) event_log: crate::event_log::EventLog,
     pub(crate) faults: Faults,
     #[serde(with = "crate::state::map_as_pairs")]
     pub(crate) idempotency: BTreeMap<(AccountIx, String), IdempotencyEntry>,
@@ -90,6 +92,7 @@ impl Engine {
             timers: BTreeMap::new(),
             next_timer_seq: 0,
             next_serial: 0,
+            event_log: crate::event_log::EventLog::default(),
             faults: Faults::default(),
             idempotency: BTreeMap::new(),
             idempotency_order: BTreeMap::new(),
@@ -287,6 +290,8 @@ impl Engine {
             }
             DeleteWebhook { webhook_id } => self.delete_webhook(account, webhook_id),
             TestWebhook { webhook_id } => self.test_webhook(account, webhook_id),
+            ListEvents { filter, limit, offset } => self.list_events(account, filter, *limit, *offset),
+            GetEvent { event_id } => self.get_event(account, event_id),
         }
     }
 

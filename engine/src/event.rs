@@ -379,6 +379,8 @@ impl Engine {
         for webhook in targets {
             self.start_delivery(webhook, &event, body.clone(), false);
         }
+        let now = self.now;
+        self.event_log.push(&event, &body, now);
         self.events.push_back(event);
     }
 }

@@ -113,6 +113,7 @@ pub mod engine;
 pub mod error;
 pub mod esim;
 pub mod event;
+pub mod event_log;
 pub mod group;
 mod idempotency;
 mod ids;

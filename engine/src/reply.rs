@@ -47,6 +47,8 @@ pub enum Reply {
         delivery_id: u64,
     },
     WebhookTest(WebhookTestResult),
+    EventPage(EventPage),
+    Event(EventEnvelope),
     AccountCreated(AccountCreated),
     ToppedUp(ToppedUp),
     KeyCreated(KeyCreated),
@@ -310,6 +312,62 @@ pub struct EsimPage {
     #[schemars(description = "Page size applied (default 50, at most 100)")]
     pub limit: u64,
     #[schemars(description = "Position of the first eSIM of the page")]
+    pub offset: u64,
+}
+
+/// An event exactly as delivered to receivers: `{id, event, created_at, data}`, its
+/// bytes kept as they were sent (`GET /events/{id}` answers them unchanged).
+#[derive(Clone, Debug)]
+pub struct EventEnvelope(Box<serde_json::value::RawValue>);
+
+impl EventEnvelope {
+    /// The kept envelope text (JSON written by [`crate::event::Event::envelope_bytes`]).
+    pub(crate) fn from_json(text: String) -> EventEnvelope {
+        EventEnvelope(serde_json::value::RawValue::from_string(text).expect("kept envelopes are JSON"))
+    }
+
+    /// The envelope's JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl Serialize for EventEnvelope {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl JsonSchema for EventEnvelope {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EventEnvelope".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = crate::event::EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect();
+        schemars::json_schema!({
+            "type": "object",
+            "description": "An event exactly as it was delivered to webhooks (the same bytes)",
+            "required": ["id", "event", "created_at", "data"],
+            "properties": {
+                "id": { "type": "string", "description": "Event id (evt_...): receivers de-duplicate retries by it" },
+                "event": { "type": "string", "enum": names },
+                "created_at": { "type": "string", "format": "date-time" },
+                "data": { "type": "object", "description": "The event's fields (decision 17)" }
+            }
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A page of the account's events of the last 30 days, newest first")]
+pub struct EventPage {
+    #[schemars(description = "The page: each event as it was delivered")]
+    pub events: Vec<EventEnvelope>,
+    #[schemars(description = "Number of matching events")]
+    pub total: u64,
+    #[schemars(description = "Page size applied (default 50, at most 100)")]
+    pub limit: u64,
+    #[schemars(description = "Position of the first event of the page")]
     pub offset: u64,
 }
 

@@ -322,6 +322,18 @@ fn try_route(
             signing_secret: SealedSecret::default(),
         }),
         E::GetWebhook => reseller(ResellerOp::GetWebhook { webhook_id: param(0) }),
+        E::ListEvents => reseller(ResellerOp::ListEvents {
+            filter: esim_engine::event_log::EventFilter::parse(
+                query_value(&query, "type"),
+                query_value(&query, "created_after"),
+                query_value(&query, "created_before"),
+                query_value(&query, "iccid"),
+                query_value(&query, "group_id"),
+            )?,
+            limit: query_u64(&query, "limit")?,
+            offset: query_u64(&query, "offset")?,
+        }),
+        E::GetEvent => reseller(ResellerOp::GetEvent { event_id: param(0) }),
         E::UpdateWebhook => reseller(ResellerOp::UpdateWebhook {
             webhook_id: param(0),
             url: body.string("url")?,

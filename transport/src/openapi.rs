@@ -83,6 +83,8 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<WebhookList>();
     generator.subschema_for::<Success>();
     generator.subschema_for::<WebhookTestResult>();
+    generator.subschema_for::<EventPage>();
+    generator.subschema_for::<EventEnvelope>();
     generator.take_definitions(true)
 }
 
@@ -505,6 +507,30 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Sends one event of type test to this webhook (no subscription needed, no retry, not counted in failure_count) and answers with the receiver's status.")
             .ok(200, "WebhookTestResult", "What the receiver answered")
             .errors(&[NO_WEBHOOK]),
+        E::ListEvents => Operation::new("listEvents", "Events", "List events")
+            .describe("The account's events of the last 30 days, newest first, each exactly as it was delivered to webhooks (whether or not a webhook was subscribed). Test events are not listed.")
+            .ok(200, "EventPage", "A page of events")
+            .query(
+                [
+                    query_parameter(
+                        "type",
+                        json!({ "type": "string", "enum": EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect::<Vec<_>>() }),
+                        "Only events of this type",
+                    ),
+                    query_parameter("created_after", json!({ "type": "string", "format": "date-time" }), "Only events created after this time"),
+                    query_parameter("created_before", json!({ "type": "string", "format": "date-time" }), "Only events created before this time"),
+                    query_parameter("iccid", json!({ "type": "string" }), "Only events of this eSIM"),
+                    query_parameter("group_id", json!({ "type": "string" }), "Only events naming this group"),
+                ]
+                .into_iter()
+                .chain(paging_parameters())
+                .collect(),
+            )
+            .errors(&[(ValidationError, "type is not an event name, a time is not RFC 3339, limit is 0, or limit or offset is not a non-negative integer")]),
+        E::GetEvent => Operation::new("getEvent", "Events", "Get an event")
+            .describe("The event exactly as it was delivered (the same bytes), for 30 days after it was created.")
+            .ok(200, "EventEnvelope", "The event")
+            .errors(&[(NotFound, "the event id is unknown, expired, or of another account")]),
         E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
             .describe("Public: needs no API key.")
             .ok(200, "OpenApiDocument", "The document"),
@@ -720,7 +746,7 @@ mod tests {
             .map(|endpoint| (endpoint.method().to_string(), endpoint.full_pattern()))
             .collect();
         assert_eq!(documented, routed);
-        assert_eq!(routed.len(), 28);
+        assert_eq!(routed.len(), 30);
         assert!(documented.iter().all(|(_, path)| path.starts_with(RESELLER_BASE)), "no admin or sandbox path");
     }
 
@@ -1165,6 +1191,14 @@ mod tests {
         c.expect_code("DELETE", &format!("/webhooks/{wid}"), &key, None, "NOT_FOUND");
         c.provision(&key, None);
         c.expect("GET", "/account", &key, None, 200);
+
+        // Events.
+        let page = c.expect("GET", "/events?type=esim.provisioned&limit=2", &key, None, 200);
+        let newest = page["events"][0]["id"].as_str().expect("an event was emitted").to_string();
+        c.expect("GET", &format!("/events/{newest}"), &key, None, 200);
+        c.expect_code("GET", "/events/evt_000000000000000000000000", &key, None, "NOT_FOUND");
+        c.expect_code("GET", "/events?type=nope", &key, None, "VALIDATION_ERROR");
+        c.expect_code("GET", "/events?created_after=2026-02-31T00:00:00Z", &key, None, "VALIDATION_ERROR");
 
         // The rate limit, on a fresh key.
         let busy = c.account(0);

@@ -88,6 +88,8 @@ endpoints! {
     UpdateWebhook => Reseller PUT "/webhooks/{id}",
     DeleteWebhook => Reseller DELETE "/webhooks/{id}",
     TestWebhook => Reseller POST "/webhooks/{id}/test",
+    ListEvents => Reseller GET "/events",
+    GetEvent => Reseller GET "/events/{id}",
     OpenApi => Public GET "/openapi.json",
     CreateAccount => Admin POST "/admin/v1/accounts",
     ListAccounts => Admin GET "/admin/v1/accounts",

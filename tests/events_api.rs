@@ -1,0 +1,113 @@
+//! The events API over real HTTP (issue 14): `GET /events` lists an account's events
+//! newest first with its filters, and `GET /events/{id}` answers the very bytes a real
+//! receiver on loopback was sent; another account's events are unknown; after 30 days
+//! an event is gone.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+async fn events(server: &TestServer, key: &str, query: &str) -> Value {
+    let page = server.api("GET", &format!("/events{query}"), key, None).await;
+    assert_eq!(page.status, 200, "{query}: {}", page.body);
+    page.body
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["events"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_listed_newest_first_filtered_and_answered_as_delivered() {
+    let server = TestServer::start().await;
+    let receiver = Receiver::start().await;
+    let (_, key) = server.account(100.0).await;
+    let hook = server.api("POST", "/webhooks", &key, Some(json!({"url": receiver.url, "events": ["*"]}))).await;
+    assert_eq!(hook.status, 201, "{}", hook.body);
+
+    let first = server.provision(&key, None).await;
+    server.advance(60).await;
+    let second = server.provision(&key, None).await;
+    let group = server.api("POST", "/groups", &key, Some(json!({"name": "Fleet"}))).await;
+    let group_id = group.body["id"].as_str().unwrap().to_string();
+    let funded = server.api("POST", &format!("/groups/{group_id}/fund"), &key, Some(json!({"amount": 10}))).await;
+    assert_eq!(funded.status, 200, "{}", funded.body);
+    let disabled = server.api("POST", &format!("/esim/{second}/disable"), &key, None).await;
+    assert_eq!(disabled.status, 200, "{}", disabled.body);
+
+    // Every delivery, by event id: the events API must answer these exact bytes.
+    let delivered = receiver.wait_for(4).await;
+    let delivered: BTreeMap<String, Vec<u8>> =
+        delivered.iter().map(|d| (d.json()["id"].as_str().unwrap().to_string(), d.body.to_vec())).collect();
+    assert_eq!(delivered.len(), 4);
+    let all = events(&server, &key, "").await;
+    let listed = ids(&all);
+    let names: Vec<&str> = all["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    // The top-up came before the webhook existed: listed, though nobody was sent it.
+    assert_eq!(
+        names,
+        ["esim.data_suspended", "group.funded", "esim.provisioned", "esim.provisioned", "balance.topped_up"]
+    );
+    assert_eq!(all["total"], json!(5), "{all}");
+    let times: Vec<&str> =
+        all["events"].as_array().unwrap().iter().map(|e| e["created_at"].as_str().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "newest first: {times:?}");
+    for (id, listed_event) in listed.iter().zip(all["events"].as_array().unwrap()) {
+        let one = server.api("GET", &format!("/events/{id}"), &key, None).await;
+        assert_eq!(one.status, 200, "{}", one.body);
+        assert_eq!(&one.body, listed_event, "the list carries the same envelope");
+        if let Some(bytes) = delivered.get(id) {
+            assert_eq!(one.raw.to_vec(), *bytes, "the delivered bytes of {id}");
+        }
+    }
+    assert!(delivered.keys().all(|id| listed.contains(id)), "every delivered event is listed");
+
+    // Filters.
+    let provisioned = events(&server, &key, "?type=esim.provisioned").await;
+    assert_eq!(provisioned["total"], json!(2));
+    let of_second = events(&server, &key, &format!("?iccid={second}")).await;
+    let second_names: Vec<&str> =
+        of_second["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(second_names, ["esim.data_suspended", "esim.provisioned"]);
+    let of_group = events(&server, &key, &format!("?group_id={group_id}")).await;
+    assert_eq!(ids(&of_group).len(), 1);
+    assert_eq!(of_group["events"][0]["event"], json!("group.funded"));
+    let first_at = provisioned["events"][1]["created_at"].as_str().unwrap().to_string();
+    assert_eq!(provisioned["events"][1]["data"]["iccid"], json!(first));
+    let after_first = events(&server, &key, &format!("?created_after={first_at}")).await;
+    assert_eq!(after_first["total"], json!(3), "strictly after the first provisioning");
+    assert!(ids(&after_first).iter().all(|id| listed[..3].contains(id)));
+    let second_at = provisioned["events"][0]["created_at"].as_str().unwrap();
+    let before = events(&server, &key, &format!("?created_before={second_at}")).await;
+    assert_eq!(ids(&before), listed[3..], "the first provisioning and the top-up");
+    let paged = events(&server, &key, "?limit=1&offset=1").await;
+    assert_eq!((ids(&paged), paged["total"].clone()), (vec![listed[1].clone()], json!(5)));
+
+    // Bad filters are the spec's validation error.
+    for bad in [
+        "?type=esim.nope",
+        "?type=test",
+        "?created_after=yesterday",
+        "?created_before=2026-02-31T00:00:00Z",
+        "?limit=0",
+    ] {
+        let reply = server.api("GET", &format!("/events{bad}"), &key, None).await;
+        assert_eq!((reply.status, reply.body["code"].clone()), (400, json!("VALIDATION_ERROR")), "{bad}");
+    }
+
+    // Another account sees none of them.
+    let (_, other) = server.account(10.0).await;
+    assert_eq!(events(&server, &other, "").await["total"], json!(1), "its own balance.topped_up only");
+    let foreign = server.api("GET", &format!("/events/{}", listed[0]), &other, None).await;
+    assert_eq!((foreign.status, foreign.body["code"].clone()), (404, json!("NOT_FOUND")));
+
+    // Kept 30 days, then gone.
+    server.advance(30 * 24 * 3600 - 120).await;
+    assert_eq!(events(&server, &key, "").await["total"], json!(5), "still within 30 days");
+    server.advance(120).await;
+    assert_eq!(events(&server, &key, "").await["total"], json!(0), "all older than 30 days");
+    let gone = server.api("GET", &format!("/events/{}", listed[0]), &key, None).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    server.stop().await;
+}
