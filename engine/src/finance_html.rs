@@ -104,7 +104,7 @@ fn waterfall(row: &AccountReport, with_opening: bool) -> String {
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width_px}" height="{height_px}" viewBox="0 0 {width_px} {height_px}" role="img" aria-label="Waterfall from money in to where the money is now">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="100%" style="max-width:{width_px}px" viewBox="0 0 {width_px} {height_px}" role="img" aria-label="Waterfall from money in to where the money is now">"#
     );
     let zero = scale.y(Decimal::ZERO);
     let _ = write!(svg, r#"<line class="grid" x1="60" y1="{zero}" x2="{}" y2="{zero}"/>"#, width_px - 10);
@@ -174,7 +174,7 @@ fn balances_chart(report: &FinanceReport) -> String {
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width_px}" height="{height_px}" viewBox="0 0 {width_px} {height_px}" role="img" aria-label="Balances held at the end of each day">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="100%" style="max-width:{width_px}px" viewBox="0 0 {width_px} {height_px}" role="img" aria-label="Balances held at the end of each day">"#
     );
     for value in [Decimal::ZERO, scale.high] {
         let y = scale.y(value);
@@ -211,7 +211,7 @@ impl FinanceReport {
         );
         let _ = writeln!(out, "<h1>Finance report</h1>");
         let _ = writeln!(out, "<p class=\"meta\">Period: {}.</p>", escape(&period_text(self)));
-        let _ = writeln!(out, "<p class=\"meta\">Rows: {}. Generated at {}. USD, two decimals; exact figures in the JSON and CSV reports.</p>", escape(&self.scope), escape(&self.generated_at));
+        let _ = writeln!(out, "<p class=\"meta\">Rows: {}. As of {}. USD, two decimals; exact figures in the JSON and CSV reports.</p>", escape(&self.scope), escape(&self.generated_at));
         let (class, verdict) = if self.conserved {
             ("ok", "Conserved: every difference is exactly 0.")
         } else {

@@ -150,7 +150,7 @@ impl FinanceReport {
         let _ = writeln!(out, "# Finance report\n");
         let _ = writeln!(out, "- Period: {}", period_text(self));
         let _ = writeln!(out, "- Rows: {}", self.scope);
-        let _ = writeln!(out, "- Generated at: {}", self.generated_at);
+        let _ = writeln!(out, "- As of: {}", self.generated_at);
         let _ = writeln!(
             out,
             "- Conserved: **{}**\n",

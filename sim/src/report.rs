@@ -242,7 +242,7 @@ impl SimSummary {
             .map(|(seed, report)| (format!("seed-{seed}"), None, report.clone()))
             .collect();
         FinanceReport::combine(
-            format!("simulation of seeds {}..{}", self.seeds.start, self.seeds.end),
+            format!("the end of each seed's run (seeds {}..{})", self.seeds.start, self.seeds.end),
             format!(
                 "one row per seed ({} seeds): each seed's {} account(s) summed over its whole run; the per-day table sums every seed's day by date (every seed starts on the same virtual day)",
                 self.finance.len(),
