@@ -38,8 +38,13 @@ async fn start(dir: &Path) -> Journaled {
     let _ = std::fs::remove_dir_all(dir);
     let config = EngineConfig { seed: 16, allow_insecure_webhooks: true, ..EngineConfig::default() };
     let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
-    let header =
-        SegmentHeader { version: FORMAT_VERSION, config, clock: ClockMode::Virtual, start: engine.now(), first_index: 0 };
+    let header = SegmentHeader {
+        version: FORMAT_VERSION,
+        config,
+        clock: ClockMode::Virtual,
+        start: engine.now(),
+        first_index: 0,
+    };
     let policy = SnapshotPolicy { every_entries: 25, every_bytes: u64::MAX };
     let journal = FileJournal::open(dir, header, policy).unwrap();
     let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(16));
@@ -68,7 +73,11 @@ struct Reseller {
 
 async fn reseller(server: &TestServer, company: &str) -> Reseller {
     let created = server
-        .admin("POST", "/admin/v1/accounts", Some(json!({"contact_email": "finance@example.com", "company_name": company})))
+        .admin(
+            "POST",
+            "/admin/v1/accounts",
+            Some(json!({"contact_email": "finance@example.com", "company_name": company})),
+        )
         .await;
     assert_eq!(created.status, 201, "{}", created.body);
     Reseller {
@@ -79,8 +88,9 @@ async fn reseller(server: &TestServer, company: &str) -> Reseller {
 }
 
 async fn top_up(server: &TestServer, who: &mut Reseller, amount: u32) {
-    let reply =
-        server.admin("POST", &format!("/admin/v1/accounts/{}/topups", who.id), Some(json!({"amount_usd": amount}))).await;
+    let reply = server
+        .admin("POST", &format!("/admin/v1/accounts/{}/topups", who.id), Some(json!({"amount_usd": amount})))
+        .await;
     assert_eq!(reply.status, 201, "{}", reply.body);
     who.top_ups_usd += Decimal::from(amount);
 }
@@ -92,8 +102,9 @@ async fn ok(server: &TestServer, method: &str, path: &str, key: &str, body: Opti
 }
 
 async fn use_data(server: &TestServer, iccid: &str, mb: u32) {
-    let reply =
-        server.admin("POST", &format!("/sandbox/v1/esims/{iccid}/usage"), Some(json!({"mb": mb, "country": "DE"}))).await;
+    let reply = server
+        .admin("POST", &format!("/sandbox/v1/esims/{iccid}/usage"), Some(json!({"mb": mb, "country": "DE"})))
+        .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 
@@ -359,8 +370,9 @@ async fn the_html_shows_every_figure_of_the_json_report() {
                 }
             }
             for (field, value) in expected {
-                let (shown_value, shown) =
-                    figures.remove(&(id.to_string(), field.clone())).unwrap_or_else(|| panic!("{period}: {id} {field}"));
+                let (shown_value, shown) = figures
+                    .remove(&(id.to_string(), field.clone()))
+                    .unwrap_or_else(|| panic!("{period}: {id} {field}"));
                 assert_eq!(shown_value, value, "{period}: {id} {field}");
                 assert_eq!(shown, two_decimals(value), "{period}: {id} {field}");
             }

@@ -91,10 +91,10 @@ lines! {
         /// Provisioning fees.
         provisioning_fees_usd: "provisioning fees",
         /// Data charged and reported by the upstream pipeline.
-        data_charged_reported_usd: "data charged, reported",
+        data_charged_reported_usd: "data reported",
         /// Data charged and not yet reported (over a period: the change of that pile,
         /// below zero when reports caught up with usage of earlier days).
-        data_charged_unreported_usd: "data charged, not yet reported",
+        data_charged_unreported_usd: "data not yet reported",
         /// Wallet credit forfeited by terminated eSIMs.
         forfeited_usd: "forfeited",
         /// Conversion dust and the sub-cent rests of returns and moves.
@@ -239,7 +239,9 @@ impl Period {
             text.filter(|t| !t.trim().is_empty())
                 .map(|t| {
                     parse_day(t).ok_or_else(|| {
-                        format!("{name} must be a date (2026-01-31) or an RFC 3339 time (2026-01-31T00:00:00Z); got {t:?}")
+                        format!(
+                            "{name} must be a date (2026-01-31) or an RFC 3339 time (2026-01-31T00:00:00Z); got {t:?}"
+                        )
                     })
                 })
                 .transpose()
@@ -319,8 +321,11 @@ fn spent(kinds: &Kinds) -> Spent {
         dust_usd: k(SlotKind::Dust),
         total_usd: Decimal::ZERO,
     };
-    s.total_usd =
-        s.provisioning_fees_usd + s.data_charged_reported_usd + s.data_charged_unreported_usd + s.forfeited_usd + s.dust_usd;
+    s.total_usd = s.provisioning_fees_usd
+        + s.data_charged_reported_usd
+        + s.data_charged_unreported_usd
+        + s.forfeited_usd
+        + s.dust_usd;
     s
 }
 
@@ -427,7 +432,8 @@ impl FinanceReport {
         for row in &self.accounts {
             self.total.add(row);
         }
-        self.conserved &= self.accounts.iter().all(|a| a.difference_usd.is_zero()) && self.total.difference_usd.is_zero();
+        self.conserved &=
+            self.accounts.iter().all(|a| a.difference_usd.is_zero()) && self.total.difference_usd.is_zero();
         for row in self.accounts.iter_mut().chain([&mut self.total]) {
             row.normalize();
         }
@@ -440,7 +446,11 @@ impl FinanceReport {
     /// A report whose rows are other reports' totals (one per simulated seed), with the
     /// days summed by date; a report without a row on a date still holds its closing
     /// balance of its last earlier day (or nothing, before its first).
-    pub fn combine(generated_at: String, scope: String, parts: Vec<(String, Option<String>, FinanceReport)>) -> FinanceReport {
+    pub fn combine(
+        generated_at: String,
+        scope: String,
+        parts: Vec<(String, Option<String>, FinanceReport)>,
+    ) -> FinanceReport {
         let mut dates: BTreeMap<String, DayRow> = BTreeMap::new();
         for (_, _, part) in &parts {
             for day in &part.days {
@@ -509,10 +519,7 @@ impl Engine {
             FinanceReport {
                 generated_at: Millis::to_rfc3339(self.now),
                 scope,
-                period: PeriodText {
-                    from: period.from_day.map(day_to_date),
-                    until: period.until_day.map(day_to_date),
-                },
+                period: PeriodText { from: period.from_day.map(day_to_date), until: period.until_day.map(day_to_date) },
                 accounts,
                 total: AccountReport::default(),
                 days: day_rows(&now_in_scope, &history, period),
@@ -566,7 +573,10 @@ mod tests {
         assert_eq!(middle.spent.data_charged_unreported_usd, d("3.333"));
         assert_eq!(middle.money_in.total_usd, Decimal::ZERO);
         let days = day_rows(&now, history, Period::ALL);
-        assert_eq!(days.iter().map(|r| r.date.as_str()).collect::<Vec<_>>(), ["1970-01-11", "1970-01-12", "1970-01-14"]);
+        assert_eq!(
+            days.iter().map(|r| r.date.as_str()).collect::<Vec<_>>(),
+            ["1970-01-11", "1970-01-12", "1970-01-14"]
+        );
         assert_eq!(days[2].spent.data_charged_unreported_usd, d("-3.333"));
         assert_eq!(days[2].closing, whole.closing);
     }

@@ -18,7 +18,7 @@ p{margin:4px 0}.meta{color:#4a5566;font-size:13px}.says{color:#4a5566;font-size:
 .verdict{display:inline-block;margin:10px 0;padding:6px 12px;border-radius:4px;font-weight:600}
 .ok{background:#e3f4e8;color:#14532d}.bad{background:#fde2e1;color:#8a1c1c}
 table{border-collapse:collapse;font-size:13px;margin:4px 0 8px}th,td{padding:4px 9px;border-bottom:1px solid #e4e8ee;white-space:nowrap}
-th{text-align:right;font-weight:600;color:#39424f;background:#f4f6f9}th:first-child,td:first-child{text-align:left}
+th{text-align:right;font-weight:600;color:#39424f;background:#f4f6f9;white-space:normal;vertical-align:bottom}th.eq{text-align:left}th:first-child,td:first-child{text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}tr.total td{font-weight:700;border-top:2px solid #39424f}
 td.eq{text-align:left;font-variant-numeric:tabular-nums;color:#39424f}
 svg{display:block;margin:6px 0 4px}svg text{font-family:inherit;font-size:11px;fill:#39424f}
@@ -122,7 +122,12 @@ fn waterfall(row: &AccountReport, with_opening: bool) -> String {
             y - 5,
             usd(change.abs())
         );
-        let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#, x + bar_px / 2, top_px + plot_px + 20);
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#,
+            x + bar_px / 2,
+            top_px + plot_px + 20
+        );
         level += change;
         let next = scale.y(level);
         let _ = write!(svg, r#"<line class="link" x1="{}" y1="{next}" x2="{}" y2="{next}"/>"#, x + bar_px, x + slot_px);
@@ -133,14 +138,29 @@ fn waterfall(row: &AccountReport, with_opening: bool) -> String {
     for (i, (value, label)) in holdings_parts(&row.closing).into_iter().enumerate() {
         let (y, h) = scale.bar(base, base + value);
         if !value.is_zero() {
-            let _ = write!(svg, r#"<rect class="c{i}" x="{x}" y="{y}" width="{bar_px}" height="{h}"><title>{label}: {}</title></rect>"#, usd(value));
+            let _ = write!(
+                svg,
+                r#"<rect class="c{i}" x="{x}" y="{y}" width="{bar_px}" height="{h}"><title>{label}: {}</title></rect>"#,
+                usd(value)
+            );
         }
         base += value;
     }
     let top = scale.y(row.closing.total_usd);
-    let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, x + bar_px / 2, top - 5, usd(row.closing.total_usd));
-    let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">held now</text>"#, x + bar_px / 2, top_px + plot_px + 20);
-    legend(&mut svg, 70, height_px - 22);
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        x + bar_px / 2,
+        top - 5,
+        usd(row.closing.total_usd)
+    );
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">held now</text>"#,
+        x + bar_px / 2,
+        top_px + plot_px + 20
+    );
+    legend(&mut svg, 70, height_px - 22, true);
     svg.push_str("</svg>");
     svg
 }
@@ -155,11 +175,20 @@ fn holdings_parts(h: &Holdings) -> [(Decimal, &'static str); 4] {
     ]
 }
 
-fn legend(svg: &mut String, x: i64, y: i64) {
-    let items = [("in", "money in"), ("out", "spent"), ("c0", "reseller balances"), ("c1", "eSIM wallets"), ("c2", "group balances"), ("c3", "returns on their way")];
+/// The colours of the holdings, and of money in and spent when `with_flows`.
+fn legend(svg: &mut String, x: i64, y: i64, with_flows: bool) {
+    let flows = [("in", "money in"), ("out", "spent")];
+    let parts =
+        [("c0", "reseller balances"), ("c1", "eSIM wallets"), ("c2", "group balances"), ("c3", "returns on their way")];
+    let items = flows.iter().filter(|_| with_flows).chain(&parts);
     let mut x = x;
     for (class, label) in items {
-        let _ = write!(svg, r#"<rect class="{class}" x="{x}" y="{y}" width="12" height="12"/><text x="{}" y="{}">{label}</text>"#, x + 16, y + 10);
+        let _ = write!(
+            svg,
+            r#"<rect class="{class}" x="{x}" y="{y}" width="12" height="12"/><text x="{}" y="{}">{label}</text>"#,
+            x + 16,
+            y + 10
+        );
         x += 30 + 7 * label.len() as i64;
     }
 }
@@ -178,7 +207,13 @@ fn balances_chart(report: &FinanceReport) -> String {
     );
     for value in [Decimal::ZERO, scale.high] {
         let y = scale.y(value);
-        let _ = write!(svg, r#"<line class="grid" x1="76" y1="{y}" x2="{}" y2="{y}"/><text x="70" y="{}" text-anchor="end">{}</text>"#, width_px - 10, y + 4, usd(value));
+        let _ = write!(
+            svg,
+            r#"<line class="grid" x1="76" y1="{y}" x2="{}" y2="{y}"/><text x="70" y="{}" text-anchor="end">{}</text>"#,
+            width_px - 10,
+            y + 4,
+            usd(value)
+        );
     }
     // At most about twelve date labels, whatever the number of days.
     let label_every = days.len().div_ceil(12).max(1);
@@ -188,15 +223,26 @@ fn balances_chart(report: &FinanceReport) -> String {
         for (part, (value, label)) in holdings_parts(&day.closing).into_iter().enumerate() {
             if value > Decimal::ZERO {
                 let (y, h) = scale.bar(base, base + value);
-                let _ = write!(svg, r#"<rect class="c{part}" x="{x}" y="{y}" width="{bar_px}" height="{h}"><title>{} {label}: {}</title></rect>"#, day.date, usd(value));
+                let _ = write!(
+                    svg,
+                    r#"<rect class="c{part}" x="{x}" y="{y}" width="{bar_px}" height="{h}"><title>{} {label}: {}</title></rect>"#,
+                    day.date,
+                    usd(value)
+                );
                 base += value;
             }
         }
         if i % label_every == 0 {
-            let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, x + bar_px / 2, top_px + plot_px + 18, day.date);
+            let _ = write!(
+                svg,
+                r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+                x + bar_px / 2,
+                top_px + plot_px + 18,
+                day.date
+            );
         }
     }
-    legend(&mut svg, 82, height_px - 22);
+    legend(&mut svg, 82, height_px - 22, false);
     svg.push_str("</svg>");
     svg
 }
@@ -211,22 +257,41 @@ impl FinanceReport {
         );
         let _ = writeln!(out, "<h1>Finance report</h1>");
         let _ = writeln!(out, "<p class=\"meta\">Period: {}.</p>", escape(&period_text(self)));
-        let _ = writeln!(out, "<p class=\"meta\">Rows: {}. As of {}. USD, two decimals; exact figures in the JSON and CSV reports.</p>", escape(&self.scope), escape(&self.generated_at));
+        let _ = writeln!(
+            out,
+            "<p class=\"meta\">Rows: {}. As of {}. USD, two decimals; exact figures in the JSON and CSV reports.</p>",
+            escape(&self.scope),
+            escape(&self.generated_at)
+        );
         let (class, verdict) = if self.conserved {
             ("ok", "Conserved: every difference is exactly 0.")
         } else {
             ("bad", "NOT conserved: see the differences below.")
         };
-        let _ = writeln!(out, "<p class=\"verdict {class}\" data-field=\"conserved\" data-value=\"{}\">{verdict}</p>", self.conserved);
-        let _ = writeln!(out, "<h2>Where the money is now</h2>\n<p class=\"says\">{}</p>", escape(&equation(&self.total)));
+        let _ = writeln!(
+            out,
+            "<p class=\"verdict {class}\" data-field=\"conserved\" data-value=\"{}\">{verdict}</p>",
+            self.conserved
+        );
+        let _ =
+            writeln!(out, "<h2>Where the money is now</h2>\n<p class=\"says\">{}</p>", escape(&equation(&self.total)));
         out.push_str(&waterfall(&self.total, self.period.from.is_some()));
         let rows: Vec<&AccountReport> = self.accounts.iter().chain([&self.total]).collect();
         for (key, title, says, labels, values) in SECTIONS {
             if key == "opening" && self.period.from.is_none() {
-                let _ = writeln!(out, "<h2>{title}</h2>\n<p class=\"says\">0.00: the period starts at the first movement.</p>");
+                let _ = writeln!(
+                    out,
+                    "<h2>{title}</h2>\n<p class=\"says\">0.00: the period starts at the first movement.</p>"
+                );
                 continue;
             }
-            let fields: Vec<String> = self.total.figures().into_iter().map(|(n, _)| n).filter(|n| n.starts_with(&format!("{key}."))).collect();
+            let fields: Vec<String> = self
+                .total
+                .figures()
+                .into_iter()
+                .map(|(n, _)| n)
+                .filter(|n| n.starts_with(&format!("{key}.")))
+                .collect();
             let _ = writeln!(out, "<h2>{title}</h2>\n<p class=\"says\">{says}</p>\n<table><thead><tr><th>account</th>");
             for label in labels {
                 let _ = write!(out, "<th>{}</th>", escape(label));
@@ -244,16 +309,27 @@ impl FinanceReport {
             out.push_str("</tbody></table>\n");
         }
         let _ = writeln!(out, "<h2>The difference</h2>\n<p class=\"says\">opening + money in − where it is now − where it went = difference, which must be exactly 0.</p>");
-        out.push_str("<table><thead><tr><th>account</th><th>equation</th><th>difference</th></tr></thead><tbody>\n");
+        out.push_str(
+            "<table><thead><tr><th>account</th><th class=\"eq\">equation</th><th>difference</th></tr></thead><tbody>\n",
+        );
         for row in &rows {
             let total = row.account_id == "TOTAL";
             let name = if total { "Total".to_string() } else { account_name(row) };
-            let _ = write!(out, "<tr{}><td>{}</td><td class=\"eq\">{}</td>", if total { " class=\"total\"" } else { "" }, escape(&name), escape(&equation(row)));
+            let _ = write!(
+                out,
+                "<tr{}><td>{}</td><td class=\"eq\">{}</td>",
+                if total { " class=\"total\"" } else { "" },
+                escape(&name),
+                escape(&equation(row))
+            );
             figure(&mut out, "account", &row.account_id, "difference_usd", row.difference_usd);
             out.push_str("</tr>\n");
         }
         out.push_str("</tbody></table>\n");
-        let _ = writeln!(out, "<h2>Balances per day</h2>\n<p class=\"says\">Held at the end of each day with a movement.</p>");
+        let _ = writeln!(
+            out,
+            "<h2>Balances per day</h2>\n<p class=\"says\">Held at the end of each day with a movement.</p>"
+        );
         if self.days.is_empty() {
             out.push_str("<p>No movement in the period.</p>\n");
         } else {

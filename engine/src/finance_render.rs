@@ -54,7 +54,8 @@ pub fn equation(row: &AccountReport) -> String {
 }
 
 /// The sections of the account tables, in order: (key, title, what it says, labels, values).
-pub type Section = (&'static str, &'static str, &'static str, &'static [&'static str], fn(&AccountReport) -> Vec<Decimal>);
+pub type Section =
+    (&'static str, &'static str, &'static str, &'static [&'static str], fn(&AccountReport) -> Vec<Decimal>);
 
 /// The account tables: opening, money in, where it is now, where it went.
 pub const SECTIONS: [Section; 4] = [
@@ -67,13 +68,9 @@ pub const SECTIONS: [Section; 4] = [
         Holdings::LABELS,
         |r| r.closing.values(),
     ),
-    (
-        "spent",
-        "Where it went",
-        "Left the resellers' hands for good during the period.",
-        Spent::LABELS,
-        |r| r.spent.values(),
-    ),
+    ("spent", "Where it went", "Left the resellers' hands for good during the period.", Spent::LABELS, |r| {
+        r.spent.values()
+    }),
 ];
 
 /// The per-day table's columns: (`section.field`, label).
@@ -136,8 +133,8 @@ impl FinanceReport {
         let header = std::iter::once("date".to_string()).chain(columns.iter().map(|(name, _)| name.clone()));
         writer.write_record(header).expect("writing to memory");
         for day in &self.days {
-            let cells =
-                std::iter::once(day.date.clone()).chain(columns.iter().map(|(name, _)| day_figure(day, name).to_string()));
+            let cells = std::iter::once(day.date.clone())
+                .chain(columns.iter().map(|(name, _)| day_figure(day, name).to_string()));
             writer.write_record(cells).expect("writing to memory");
         }
         String::from_utf8(writer.into_inner().expect("writing to memory")).expect("CSV of UTF-8 text")

@@ -190,6 +190,7 @@ pub struct WalletSlots {
 /// Every slot's balance and every account's flows by reason: the one place money moves,
 /// so conservation is an identity (see the module docs).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "LedgerRecord")]
 pub struct Ledger {
     balances: Vec<Decimal>,
     info: Vec<SlotInfo>,
@@ -197,12 +198,39 @@ pub struct Ledger {
     flows: Vec<[Decimal; Reason::ALL.len()]>,
     /// Per account, its movements per service day, oldest first (days only grow: the
     /// engine's time never goes back, so a transfer touches the last entry or adds one).
-    /// Absent from snapshots written before it existed: those read as no history.
-    #[serde(default)]
+    /// Absent from snapshots written before it existed: see [`LedgerRecord`].
     history: Vec<Vec<DayMovements>>,
     /// The service day transfers are recorded on, set by the engine as its time moves.
+    day: i64,
+}
+
+/// The ledger as a snapshot holds it. A snapshot written before the ledger kept its
+/// history has none: each account's balances and flows then count as moved on the day
+/// 0 (1970-01-01), so the history still explains every balance and a report's days start
+/// there (decision 110).
+#[derive(Deserialize)]
+struct LedgerRecord {
+    balances: Vec<Decimal>,
+    info: Vec<SlotInfo>,
+    flows: Vec<[Decimal; Reason::ALL.len()]>,
+    history: Option<Vec<Vec<DayMovements>>>,
     #[serde(default)]
     day: i64,
+}
+
+impl From<LedgerRecord> for Ledger {
+    fn from(record: LedgerRecord) -> Ledger {
+        let LedgerRecord { balances, info, flows, history, day } = record;
+        let history = history.unwrap_or_else(|| {
+            let mut history: Vec<Vec<DayMovements>> =
+                flows.iter().map(|flows| vec![DayMovements { flows: *flows, ..DayMovements::new(0) }]).collect();
+            for (slot, balance) in info.iter().zip(&balances) {
+                history[slot.account.0 as usize][0].net[slot.kind as usize] += balance;
+            }
+            history
+        });
+        Ledger { balances, info, flows, history, day }
+    }
 }
 
 impl Ledger {
@@ -385,6 +413,28 @@ mod tests {
             let from_history: Decimal = history.iter().map(|d| d.net[kind as usize]).sum();
             assert_eq!(from_history, balances[0][kind as usize], "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_snapshot_without_history_reads_as_everything_moved_on_day_zero() {
+        let mut ledger = Ledger::default();
+        let slots = ledger.open_account(AccountIx(0));
+        ledger.set_day(20_000);
+        ledger.transfer(slots.world, slots.reseller, Decimal::new(100, 0), Reason::TopUp);
+        ledger.transfer(slots.reseller, slots.fees, Decimal::new(175, 2), Reason::ProvisioningFee);
+        let mut old = serde_json::to_value(&ledger).unwrap();
+        let fields = old.as_object_mut().unwrap();
+        fields.remove("history");
+        fields.remove("day");
+        let read: Ledger = serde_json::from_value(old).unwrap();
+        assert_eq!(read.history(AccountIx(0)).len(), 1);
+        let entry = &read.history(AccountIx(0))[0];
+        assert_eq!(entry.day, 0);
+        assert_eq!(entry.net, ledger.history(AccountIx(0))[0].net);
+        assert_eq!(entry.flows, ledger.history(AccountIx(0))[0].flows);
+        let again: Ledger = serde_json::from_value(serde_json::to_value(&ledger).unwrap()).unwrap();
+        assert_eq!(again.history(AccountIx(0)), ledger.history(AccountIx(0)));
+        assert_eq!(again.day(), 20_000);
     }
 
     #[test]

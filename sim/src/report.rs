@@ -236,11 +236,7 @@ impl SimSummary {
     /// The finance report of the run: one row per seed (that seed's accounts summed over
     /// its whole run) and the total; the days of every seed summed by date.
     pub fn finance_report(&self) -> FinanceReport {
-        let parts = self
-            .finance
-            .iter()
-            .map(|(seed, report)| (format!("seed-{seed}"), None, report.clone()))
-            .collect();
+        let parts = self.finance.iter().map(|(seed, report)| (format!("seed-{seed}"), None, report.clone())).collect();
         FinanceReport::combine(
             format!("the end of each seed's run (seeds {}..{})", self.seeds.start, self.seeds.end),
             format!(

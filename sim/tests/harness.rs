@@ -78,9 +78,14 @@ fn an_injected_settlement_bug_is_caught_and_shrunk() {
     // The report files are written.
     let dir = std::env::temp_dir().join(format!("esim-sim-report-{}", std::process::id()));
     summary.write_report(&dir).unwrap();
-    for file in
-        ["conservation.json", "conservation.csv", "conservation-days.csv", "conservation.md", "conservation.html", "summary.md"]
-    {
+    for file in [
+        "conservation.json",
+        "conservation.csv",
+        "conservation-days.csv",
+        "conservation.md",
+        "conservation.html",
+        "summary.md",
+    ] {
         assert!(dir.join(file).exists(), "{file}");
     }
     assert!(dir.join(format!("violation-seed-{}.scenario", violation.seed)).exists());
@@ -134,10 +139,15 @@ fn the_report_has_a_row_per_seed_and_its_directory_is_checked_before_the_run() {
     // A report directory that cannot be made is found before any seed runs.
     let file = std::env::temp_dir().join(format!("esim-sim-not-a-dir-{}", std::process::id()));
     std::fs::write(&file, b"a file").unwrap();
-    let options = SimOptions { seeds: 0..50, steps: 50, jobs: 1, report: Some(file.join("report")), ..SimOptions::default() };
+    let options =
+        SimOptions { seeds: 0..50, steps: 50, jobs: 1, report: Some(file.join("report")), ..SimOptions::default() };
     let summary = esim_sim::run(&options);
     assert_eq!(summary.scenarios, 0, "nothing ran");
-    assert!(summary.report_error.as_deref().is_some_and(|e| e.contains("cannot be written")), "{:?}", summary.report_error);
+    assert!(
+        summary.report_error.as_deref().is_some_and(|e| e.contains("cannot be written")),
+        "{:?}",
+        summary.report_error
+    );
     let _ = std::fs::remove_file(&file);
 }
 
