@@ -156,7 +156,9 @@ impl FinanceReport {
         let rows: Vec<&AccountReport> = self.accounts.iter().chain([&self.total]).collect();
         let table = |out: &mut String, labels: &[&str], cells: &dyn Fn(&AccountReport) -> Vec<String>| {
             let _ = writeln!(out, "| account | {} |", labels.join(" | "));
-            let _ = writeln!(out, "|---|{}", "---:|".repeat(labels.len()));
+            // Figures align right; the equation (text) left.
+            let align: String = labels.iter().map(|l| if *l == "equation" { "---|" } else { "---:|" }).collect();
+            let _ = writeln!(out, "|---|{align}");
             for row in &rows {
                 let name = if row.account_id == "TOTAL" { "**Total**".to_string() } else { account_name(row) };
                 let _ = writeln!(out, "| {} | {} |", name.replace('|', "\\|"), cells(row).join(" | "));
