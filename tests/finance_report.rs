@@ -58,9 +58,13 @@ async fn start(dir: &Path) -> Journaled {
 }
 
 impl Journaled {
+    /// Stops the server; the client goes first, so no idle pooled connection holds up the
+    /// graceful shutdown.
     async fn stop(self) {
-        let _ = self.stop.send(());
-        self.task.await.unwrap().unwrap();
+        let Journaled { server, stop, task } = self;
+        drop(server);
+        let _ = stop.send(());
+        task.await.unwrap().unwrap();
     }
 }
 
@@ -355,6 +359,8 @@ async fn the_html_shows_every_figure_of_the_json_report() {
     for period in ["from=2026-01-02&until=2026-01-05", "until=2026-01-04", ""] {
         let json = report(server, &format!("format=json&{period}")).await;
         let html = text(server, &format!("format=html&{period}")).await;
+        let reply = server.admin("GET", &format!("/admin/v1/reports/conservation?format=html&{period}"), None).await;
+        assert_eq!(reply.headers["content-type"], "text/html; charset=utf-8");
         let mut figures = html_figures(&html);
         let with_opening = !json["period"]["from"].is_null();
         let rows = json["accounts"].as_array().unwrap().iter().chain([&json["total"]]);

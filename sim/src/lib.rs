@@ -20,7 +20,8 @@
 //!
 //! ## Checkers (after every step; see [`checkers`])
 //! `conservation` (ledger sums to zero per account, world = minus top-ups, report
-//! difference 0), `no_negative_slot`, `display` (exact - displayed in [0, 0.05), never
+//! difference 0; at the end, the finance report cut at each day balances on both sides
+//! and chains), `no_negative_slot`, `display` (exact - displayed in [0, 0.05), never
 //! above, two decimals), `returns_exact` (defunds and moves return exactly the displayed
 //! balance; the reseller balance moves by exactly the observed flows), `lifetime_counters`,
 //! `legal_transitions` (status and euicc), `members_hold_no_wallet`,
