@@ -88,7 +88,10 @@ struct SimArgs {
     /// Scenarios run on this many threads (default: every core).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Write the conservation reports (JSON, CSV, Markdown) and a summary to DIR.
+    /// Write the finance report of the run to DIR (checked before the run starts):
+    /// conservation.{json,csv,md,html} with one row per seed (its accounts summed) and a
+    /// total row, conservation-days.csv (every seed's days summed by date), summary.md, and
+    /// a replayable violation-seed-N.scenario per violation.
     #[arg(long)]
     report: Option<PathBuf>,
     /// Run every seed twice and compare the state digests.
@@ -124,6 +127,9 @@ fn simulate(args: SimArgs) -> Result<(), String> {
     };
     if let Some(jobs) = args.jobs {
         options.jobs = jobs.max(1);
+    }
+    if let Some(dir) = &options.report {
+        esim_sim::check_report_dir(dir)?;
     }
     let terminal = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
@@ -172,7 +178,18 @@ struct ReplayArgs {
 
 #[derive(Subcommand)]
 enum ReportKind {
-    /// Conservation report: every ledger line per account and in total, and the difference (must be 0).
+    /// The finance report, rebuilt offline from a data dir: money in -> where it is now ->
+    /// where it went -> the difference (exactly 0, with the equation written out), one row
+    /// per account and a total row, over a period, with a per-day movements table.
+    ///
+    /// Markdown and HTML show USD with two decimals and thousands separators; JSON and CSV
+    /// carry every decimal. HTML is one self-contained printable file with inline SVG charts
+    /// (a waterfall and balances per day). Periods are whole UTC days: --from is the first
+    /// day counted, --until the first day not counted. Exit code 1 when money is not
+    /// conserved.
+    #[command(
+        after_help = "Examples:\n  esim report conservation --data-dir ./esim-data\n  esim report conservation --data-dir ./esim-data --from 2026-01-01 --until 2026-02-01 --format html > january.html"
+    )]
     Conservation {
         /// The data dir of `esim serve`.
         #[arg(long)]
@@ -180,8 +197,15 @@ enum ReportKind {
         /// Only this account.
         #[arg(long)]
         account: Option<String>,
-        #[arg(long, default_value = "md", value_parser = ["json", "csv", "md"])]
+        /// md and html for people (two decimals), json and csv exact (csv: one row per account and the total).
+        #[arg(long, default_value = "md", value_parser = ["json", "csv", "md", "html"])]
         format: String,
+        /// First day counted: a date (2026-01-31) or an RFC 3339 time (its UTC day). Default: the first movement.
+        #[arg(long)]
+        from: Option<String>,
+        /// First day NOT counted: a date or an RFC 3339 time (its UTC day). Default: up to now.
+        #[arg(long)]
+        until: Option<String>,
     },
 }
 
@@ -528,11 +552,19 @@ fn print_out(text: &str) {
     }
 }
 
-fn report_conservation(data_dir: &Path, account: Option<&str>, format: &str) -> Result<(), String> {
+fn report_conservation(
+    data_dir: &Path,
+    account: Option<&str>,
+    format: &str,
+    from: Option<&str>,
+    until: Option<&str>,
+) -> Result<(), String> {
+    let period = esim_engine::finance::Period::parse(from, until)?;
     let recovery =
         journal::recover(data_dir, &RecoverOptions { repair: false, until: None }).map_err(|e| e.to_string())?;
     let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", data_dir.display())) };
-    let report = engine.conservation_report(account).ok_or_else(|| format!("no account {}", account.unwrap_or("")))?;
+    let report =
+        engine.finance_report(account, period).ok_or_else(|| format!("no account {}", account.unwrap_or("")))?;
     note_live(data_dir);
     print_out(&report.render(format).expect("format checked by clap"));
     if report.conserved {
@@ -569,8 +601,8 @@ fn main() -> ExitCode {
         Commands::Replay(args) => replay(args),
         Commands::Repair(args) => repair::run(args),
         Commands::Scenario(args) => scenario(args),
-        Commands::Report { report: ReportKind::Conservation { data_dir, account, format } } => {
-            report_conservation(&data_dir, account.as_deref(), &format)
+        Commands::Report { report: ReportKind::Conservation { data_dir, account, format, from, until } } => {
+            report_conservation(&data_dir, account.as_deref(), &format, from.as_deref(), until.as_deref())
         }
     };
     match result {

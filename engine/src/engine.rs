@@ -199,9 +199,11 @@ impl Engine {
             // due by an input fires before the time moves past it.
             assert!(deadline >= self.now, "timers fire in non-decreasing deadline order");
             self.now = deadline;
+            self.ledger.set_day(self.now.day_number());
             self.fire(timer);
         }
         self.now = self.now.max(now);
+        self.ledger.set_day(self.now.day_number());
     }
 
     /// What a restart of the shell does to the state it recovered (or kept): deliveries

@@ -43,6 +43,44 @@ pub enum SlotKind {
     GroupReported,
 }
 
+impl SlotKind {
+    /// Every kind, in declaration order (the index of [`DayMovements::net`]).
+    pub const ALL: [SlotKind; 12] = [
+        SlotKind::World,
+        SlotKind::Reseller,
+        SlotKind::ReturnsPending,
+        SlotKind::Fees,
+        SlotKind::Forfeited,
+        SlotKind::Dust,
+        SlotKind::SimCredit,
+        SlotKind::SimUnreported,
+        SlotKind::SimReported,
+        SlotKind::GroupCredit,
+        SlotKind::GroupUnreported,
+        SlotKind::GroupReported,
+    ];
+}
+
+/// What one account moved on one service day (UTC): the history a report over a period
+/// needs. A kind's balance at the start of day D is its balance now minus the net changes
+/// of the days from D on, exactly; one entry per (account, active day), whatever the
+/// number of transfers that day.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DayMovements {
+    /// Days since 1970-01-01, UTC (see [`crate::time::Millis::day_number`]).
+    pub day: i64,
+    /// The sum moved for each [`Reason`] that day, indexed like [`Reason::ALL`].
+    pub flows: [Decimal; Reason::ALL.len()],
+    /// The net change of each [`SlotKind`]'s balances that day, indexed like [`SlotKind::ALL`].
+    pub net: [Decimal; SlotKind::ALL.len()],
+}
+
+impl DayMovements {
+    fn new(day: i64) -> DayMovements {
+        DayMovements { day, flows: [Decimal::ZERO; Reason::ALL.len()], net: [Decimal::ZERO; SlotKind::ALL.len()] }
+    }
+}
+
 /// Why money moved: the lines of the finance report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Reason {
@@ -152,11 +190,47 @@ pub struct WalletSlots {
 /// Every slot's balance and every account's flows by reason: the one place money moves,
 /// so conservation is an identity (see the module docs).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "LedgerRecord")]
 pub struct Ledger {
     balances: Vec<Decimal>,
     info: Vec<SlotInfo>,
     /// Per account, the sum moved for each [`Reason`] (indexed like `Reason::ALL`).
     flows: Vec<[Decimal; Reason::ALL.len()]>,
+    /// Per account, its movements per service day, oldest first (days only grow: the
+    /// engine's time never goes back, so a transfer touches the last entry or adds one).
+    /// Absent from snapshots written before it existed: see [`LedgerRecord`].
+    history: Vec<Vec<DayMovements>>,
+    /// The service day transfers are recorded on, set by the engine as its time moves.
+    day: i64,
+}
+
+/// The ledger as a snapshot holds it. A snapshot written before the ledger kept its
+/// history has none: each account's balances and flows then count as moved on the day
+/// 0 (1970-01-01), so the history still explains every balance and a report's days start
+/// there (decision 110).
+#[derive(Deserialize)]
+struct LedgerRecord {
+    balances: Vec<Decimal>,
+    info: Vec<SlotInfo>,
+    flows: Vec<[Decimal; Reason::ALL.len()]>,
+    history: Option<Vec<Vec<DayMovements>>>,
+    #[serde(default)]
+    day: i64,
+}
+
+impl From<LedgerRecord> for Ledger {
+    fn from(record: LedgerRecord) -> Ledger {
+        let LedgerRecord { balances, info, flows, history, day } = record;
+        let history = history.unwrap_or_else(|| {
+            let mut history: Vec<Vec<DayMovements>> =
+                flows.iter().map(|flows| vec![DayMovements { flows: *flows, ..DayMovements::new(0) }]).collect();
+            for (slot, balance) in info.iter().zip(&balances) {
+                history[slot.account.0 as usize][0].net[slot.kind as usize] += balance;
+            }
+            history
+        });
+        Ledger { balances, info, flows, history, day }
+    }
 }
 
 impl Ledger {
@@ -171,6 +245,7 @@ impl Ledger {
     pub fn open_account(&mut self, account: AccountIx) -> AccountSlots {
         assert_eq!(account.0 as usize, self.flows.len(), "accounts are opened in order");
         self.flows.push([Decimal::ZERO; Reason::ALL.len()]);
+        self.history.resize_with(self.flows.len(), Vec::new);
         AccountSlots {
             world: self.open(account, SlotKind::World),
             reseller: self.open(account, SlotKind::Reseller),
@@ -225,7 +300,46 @@ impl Ledger {
         self.balances[from as usize] = from_balance;
         self.balances[to as usize] += amount;
         let index = reason as usize;
-        self.flows[from_info.account.0 as usize][index] += amount;
+        let account = from_info.account.0 as usize;
+        self.flows[account][index] += amount;
+        // O(1): the current day is the last entry of the account's history, or a new one.
+        if self.history.len() <= account {
+            self.history.resize_with(self.flows.len(), Vec::new);
+        }
+        let days = &mut self.history[account];
+        if days.last().is_none_or(|last| last.day != self.day) {
+            days.push(DayMovements::new(self.day));
+        }
+        let today = days.last_mut().expect("pushed above");
+        today.flows[index] += amount;
+        today.net[from_info.kind as usize] -= amount;
+        today.net[to_info.kind as usize] += amount;
+    }
+
+    /// Sets the service day later transfers are recorded on (the engine calls it whenever
+    /// its time moves; days never go back).
+    pub fn set_day(&mut self, day: i64) {
+        self.day = self.day.max(day);
+    }
+
+    /// The service day transfers are recorded on now.
+    pub fn day(&self) -> i64 {
+        self.day
+    }
+
+    /// An account's movements per service day, oldest first (empty for an unknown account).
+    pub fn history(&self, account: AccountIx) -> &[DayMovements] {
+        self.history.get(account.0 as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every account's balances summed by kind (indexed like [`SlotKind::ALL`]), in one
+    /// pass over the slots.
+    pub fn balances_by_kind(&self) -> Vec<[Decimal; SlotKind::ALL.len()]> {
+        let mut totals = vec![[Decimal::ZERO; SlotKind::ALL.len()]; self.flows.len()];
+        for (info, balance) in self.info.iter().zip(&self.balances) {
+            totals[info.account.0 as usize][info.kind as usize] += balance;
+        }
+        totals
     }
 
     /// Moves everything a slot holds; returns the amount.
@@ -277,6 +391,50 @@ mod tests {
         let sum: Decimal = ledger.slots().map(|(_, _, b)| b).sum();
         assert_eq!(sum, Decimal::ZERO);
         assert_eq!(ledger.flow(AccountIx(0), Reason::ProvisioningFee), Decimal::new(175, 2));
+    }
+
+    #[test]
+    fn history_keeps_one_entry_per_day_and_explains_the_balances() {
+        let mut ledger = Ledger::default();
+        let slots = ledger.open_account(AccountIx(0));
+        ledger.set_day(10);
+        ledger.transfer(slots.world, slots.reseller, Decimal::new(100, 0), Reason::TopUp);
+        ledger.transfer(slots.reseller, slots.fees, Decimal::new(175, 2), Reason::ProvisioningFee);
+        ledger.set_day(12);
+        ledger.transfer(slots.reseller, slots.fees, Decimal::new(175, 2), Reason::ProvisioningFee);
+        ledger.set_day(11); // days never go back
+        ledger.transfer(slots.reseller, slots.fees, Decimal::new(1, 0), Reason::ProvisioningFee);
+        let history = ledger.history(AccountIx(0));
+        assert_eq!(history.iter().map(|d| d.day).collect::<Vec<_>>(), vec![10, 12]);
+        assert_eq!(history[1].flows[Reason::ProvisioningFee as usize], Decimal::new(275, 2));
+        assert_eq!(history[0].net[SlotKind::Reseller as usize], Decimal::new(9825, 2));
+        let balances = ledger.balances_by_kind();
+        for kind in SlotKind::ALL {
+            let from_history: Decimal = history.iter().map(|d| d.net[kind as usize]).sum();
+            assert_eq!(from_history, balances[0][kind as usize], "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_snapshot_without_history_reads_as_everything_moved_on_day_zero() {
+        let mut ledger = Ledger::default();
+        let slots = ledger.open_account(AccountIx(0));
+        ledger.set_day(20_000);
+        ledger.transfer(slots.world, slots.reseller, Decimal::new(100, 0), Reason::TopUp);
+        ledger.transfer(slots.reseller, slots.fees, Decimal::new(175, 2), Reason::ProvisioningFee);
+        let mut old = serde_json::to_value(&ledger).unwrap();
+        let fields = old.as_object_mut().unwrap();
+        fields.remove("history");
+        fields.remove("day");
+        let read: Ledger = serde_json::from_value(old).unwrap();
+        assert_eq!(read.history(AccountIx(0)).len(), 1);
+        let entry = &read.history(AccountIx(0))[0];
+        assert_eq!(entry.day, 0);
+        assert_eq!(entry.net, ledger.history(AccountIx(0))[0].net);
+        assert_eq!(entry.flows, ledger.history(AccountIx(0))[0].flows);
+        let again: Ledger = serde_json::from_value(serde_json::to_value(&ledger).unwrap()).unwrap();
+        assert_eq!(again.history(AccountIx(0)), ledger.history(AccountIx(0)));
+        assert_eq!(again.day(), 20_000);
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //!
 //! Getters (`&self`, no effect on the state): [`Engine::now`], [`Engine::state_digest`],
 //! [`Engine::key_account`] and [`Engine::valid_keys`] (the transport's key directory),
-//! [`Engine::ledger`], [`Engine::conservation_report`], and the records
+//! [`Engine::ledger`], [`Engine::conservation_report`], [`Engine::finance_report`], and the records
 //! ([`Engine::accounts`], [`Engine::esims`], [`Engine::groups`], [`Engine::webhooks`]).
 //!
 //! A driver loop (what the transport's owner task does, minus HTTP and the journal):
@@ -114,6 +114,9 @@ pub mod error;
 pub mod esim;
 pub mod event;
 pub mod event_log;
+pub mod finance;
+pub mod finance_html;
+pub mod finance_render;
 pub mod group;
 mod idempotency;
 mod ids;

@@ -1,5 +1,7 @@
-//! The conservation report finance reads: per account and in total, every ledger line
-//! and the difference, which must be exactly 0 (DESIGN.md rule 6).
+//! The conservation lines: per account and in total, every ledger flow and balance since
+//! the start and the difference, which must be exactly 0 (DESIGN.md rule 6). The
+//! simulation's checkers and scenario scripts (`expect report.ACCOUNT.LINE`) read these;
+//! what finance reads is the [`crate::finance::FinanceReport`] built from the same ledger.
 
 use crate::engine::Engine;
 use crate::ledger::{Reason, SlotKind};
@@ -136,7 +138,7 @@ impl AccountLines {
     }
 }
 
-/// Money conservation per account and in total: what finance reads, and what the
+/// Money conservation per account and in total since the start: what the
 /// simulation requires to be exactly 0 (DESIGN.md rule 6).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConservationReport {
@@ -226,17 +228,6 @@ impl ConservationReport {
         serde_json::to_string_pretty(&copy).expect("reports serialize")
     }
 
-    /// One row per account and the total, in CSV.
-    pub fn to_csv(&self) -> String {
-        let mut out = AccountLines::COLUMNS.join(",");
-        out.push('\n');
-        for lines in self.accounts.iter().chain([&self.total]) {
-            out.push_str(&lines.cells().join(","));
-            out.push('\n');
-        }
-        out
-    }
-
     /// A Markdown table, one column per account (readable however many lines).
     pub fn to_markdown(&self) -> String {
         let mut out = String::new();
@@ -261,16 +252,6 @@ impl ConservationReport {
             let _ = writeln!(out, "| {name} | {} |", values.join(" | "));
         }
         out
-    }
-
-    /// The report as `json`, `csv` or `md`; `None` for another format.
-    pub fn render(&self, format: &str) -> Option<String> {
-        match format {
-            "json" => Some(self.to_json()),
-            "csv" => Some(self.to_csv()),
-            "md" | "markdown" => Some(self.to_markdown()),
-            _ => None,
-        }
     }
 }
 

@@ -28,6 +28,11 @@ impl Millis {
         Millis(self.0.saturating_add(ms))
     }
 
+    /// The UTC day it falls on, as days since 1970-01-01 (the ledger's history unit).
+    pub fn day_number(self) -> i64 {
+        self.0.div_euclid(Self::DAY)
+    }
+
     /// Whole seconds from `self` until `later`, rounded up (what a Retry-After header wants).
     pub fn seconds_until_ceil(self, later: Millis) -> u64 {
         let ms = (later.0 - self.0).max(0) as u64;
@@ -91,6 +96,37 @@ pub mod rfc3339 {
     }
 }
 
+/// A service day (days since 1970-01-01, UTC) as its date, `2026-01-31`.
+pub fn day_to_date(day: i64) -> String {
+    let (year, month, day) = civil_from_days(day);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Parses a report bound to the UTC day it falls on: a date (`2026-01-31`, that day) or
+/// an RFC 3339 instant (the UTC day holding it: `2026-01-31T23:30:00-02:00` is 2026-02-01).
+/// Both through `jiff`, so a date that does not exist is refused (decision 107).
+pub fn parse_day(text: &str) -> Option<i64> {
+    let text = text.trim();
+    if text.len() == 10 && !text.contains('T') {
+        let date: jiff::civil::Date = text.parse().ok()?;
+        let (year, month, day) = (i64::from(date.year()), i64::from(date.month()), i64::from(date.day()));
+        return Some(days_from_civil(year, month, day));
+    }
+    Millis::parse_rfc3339(text).map(Millis::day_number)
+}
+
+/// (year, month, day) to days since 1970-01-01; the inverse of [`civil_from_days`]
+/// (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day); Howard Hinnant's algorithm.
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
@@ -128,6 +164,19 @@ mod tests {
         assert_eq!(Millis::parse_rfc3339("2026-01-01T24:00:00Z"), None);
         assert_eq!(Millis::parse_rfc3339("2026-01-01T00:00:00"), None, "no offset: not an instant");
         assert_eq!(Millis::parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn report_days_parse_from_dates_and_instants() {
+        assert_eq!(parse_day("1970-01-01"), Some(0));
+        assert_eq!(parse_day("2026-01-01"), Some(Millis::VIRTUAL_EPOCH.day_number()));
+        assert_eq!(parse_day("2026-01-31T23:30:00-02:00"), parse_day("2026-02-01"));
+        assert_eq!(parse_day("2026-01-31T23:59:59.999Z"), parse_day("2026-01-31"));
+        assert_eq!(parse_day("2026-02-31"), None, "February has no 31st");
+        assert_eq!(parse_day("31/01/2026"), None);
+        for day in [-800, 0, 59, 60, 20_454, 20_513, 47_482] {
+            assert_eq!(parse_day(&day_to_date(day)), Some(day), "{}", day_to_date(day));
+        }
     }
 
     #[test]

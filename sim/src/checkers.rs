@@ -74,7 +74,8 @@ fn account_name(engine: &Engine, account: u32) -> String {
 pub const REPORT_EVERY_STEPS: usize = 8;
 
 /// DESIGN.md rule 6, exact, per account: the ledger sums to zero and the outside world
-/// holds minus every top-up (every step), and the conservation report's difference is 0.
+/// holds minus every top-up (every step), and the conservation report's difference is 0;
+/// at the end of a seed, the finance report cut at each day balances on both sides.
 #[derive(Default)]
 pub struct Conservation {
     steps: usize,
@@ -110,7 +111,40 @@ impl Checker for Conservation {
     }
 
     fn finish(&mut self, engine: &Engine) -> Result<(), String> {
-        Self::report_difference(engine)
+        Self::report_difference(engine)?;
+        Self::finance_periods(engine)
+    }
+}
+
+impl Conservation {
+    /// The finance report cut at every day with a movement: both halves conserved, and the
+    /// second opens per account with what the first closed with (decision 107).
+    fn finance_periods(engine: &Engine) -> Result<(), String> {
+        use esim_engine::finance::Period;
+        let mut days = std::collections::BTreeSet::new();
+        for account in 0..engine.accounts().len() as u32 {
+            days.extend(engine.ledger().history(esim_engine::state::AccountIx(account)).iter().map(|d| d.day));
+        }
+        for day in days {
+            let before = Period { from_day: None, until_day: Some(day) };
+            let after = Period { from_day: Some(day), until_day: None };
+            let (Some(before), Some(after)) = (engine.finance_report(None, before), engine.finance_report(None, after))
+            else {
+                return Ok(());
+            };
+            if !before.conserved || !after.conserved {
+                return Err(format!("the finance report cut at day {day} is not conserved"));
+            }
+            for (first, second) in before.accounts.iter().zip(&after.accounts) {
+                if first.closing != second.opening {
+                    return Err(format!(
+                        "account {}: the period from day {day} opens with {:?}, the one before closed with {:?}",
+                        first.account_id, second.opening, first.closing
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

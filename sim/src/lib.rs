@@ -13,14 +13,15 @@
 //! ## Entry points
 //! - [`run`] / [`run_with_progress`]`(&SimOptions) -> SimSummary`: many seeds on
 //!   `jobs` threads; [`SimSummary::table`] prints the summary, [`SimSummary::write_report`]
-//!   writes the conservation reports (JSON, CSV, Markdown), `summary.md` and one
+//!   writes the finance report (JSON, CSV, Markdown, HTML; a row per seed), `summary.md` and one
 //!   `.scenario` script per shrunk violation.
 //! - [`script::run_script`]: replays a scenario script of `scenarios/` (the format is in
 //!   `scenarios/README.md`); a shrunk trace is such a script too.
 //!
 //! ## Checkers (after every step; see [`checkers`])
 //! `conservation` (ledger sums to zero per account, world = minus top-ups, report
-//! difference 0), `no_negative_slot`, `display` (exact - displayed in [0, 0.05), never
+//! difference 0; at the end, the finance report cut at each day balances on both sides
+//! and chains), `no_negative_slot`, `display` (exact - displayed in [0, 0.05), never
 //! above, two decimals), `returns_exact` (defunds and moves return exactly the displayed
 //! balance; the reseller balance moves by exactly the observed flows), `lifetime_counters`,
 //! `legal_transitions` (status and euicc), `members_hold_no_wallet`,
@@ -56,7 +57,7 @@ pub use esim_engine::InjectedBug;
 #[cfg(not(feature = "test-switches"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InjectedBug {}
-pub use report::SimSummary;
+pub use report::{check_report_dir, SimSummary};
 pub use runner::Violation;
 
 use runner::RunConfig;
@@ -135,9 +136,18 @@ pub fn run(options: &SimOptions) -> SimSummary {
 
 /// Runs every seed on `options.jobs` threads, calling `progress(done, total)` as seeds
 /// finish (from worker threads). Writes the report when `options.report` is set (a
-/// failure to write is in [`SimSummary::report_error`]).
+/// failure to write is in [`SimSummary::report_error`]; a directory that cannot be
+/// written is found before any seed runs, and then none does).
 pub fn run_with_progress(options: &SimOptions, progress: impl Fn(u64, u64) + Sync) -> SimSummary {
     let started = Instant::now();
+    if let Some(dir) = &options.report {
+        // Checked before the run, not after it: nothing runs when the report has nowhere to go.
+        if let Err(error) = report::check_report_dir(dir) {
+            let mut summary = SimSummary::new(options);
+            summary.report_error = Some(error);
+            return summary;
+        }
+    }
     let config = options.run_config();
     let total = options.seeds.end.saturating_sub(options.seeds.start);
     let next = AtomicU64::new(options.seeds.start);

@@ -2,6 +2,7 @@
 
 use crate::runner::{SeedOutcome, Violation};
 use crate::SimOptions;
+use esim_engine::finance::FinanceReport;
 use esim_engine::report::{AccountLines, ConservationReport};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -36,6 +37,9 @@ pub struct SimSummary {
     pub elapsed: Duration,
     pub report_error: Option<String>,
     report_scenarios: usize,
+    /// Every seed's finance report (its total and days; sorted by seed at the end): the
+    /// rows of the report files.
+    finance: Vec<(u64, FinanceReport)>,
 }
 
 /// Adds every line of `b` to `a`.
@@ -96,6 +100,7 @@ impl SimSummary {
             elapsed: Duration::ZERO,
             report_error: None,
             report_scenarios: options.report_scenarios,
+            finance: Vec::new(),
         }
     }
 
@@ -124,6 +129,11 @@ impl SimSummary {
                 self.conservation.accounts.push(lines);
             }
         }
+        if let Some(finance) = &outcome.finance {
+            self.conservation.conserved &= finance.conserved;
+            // The seed's total is its row: its accounts are not kept (thousands of seeds).
+            self.finance.push((outcome.seed, FinanceReport { accounts: Vec::new(), ..finance.clone() }));
+        }
         self.violations.extend(violation);
         if let Some(result) = determinism {
             self.determinism_checked += 1;
@@ -148,6 +158,7 @@ impl SimSummary {
         self.conservation.conserved &= other.conservation.conserved;
         self.conservation.accounts.extend(other.conservation.accounts);
         self.violations.extend(other.violations);
+        self.finance.extend(other.finance);
         self.determinism_checked += other.determinism_checked;
         self.determinism_failures.extend(other.determinism_failures);
     }
@@ -159,6 +170,7 @@ impl SimSummary {
             .accounts
             .sort_by_key(|l| l.account_id.trim_start_matches("seed-").parse::<u64>().unwrap_or(0));
         self.violations.sort_by_key(|v| v.seed);
+        self.finance.sort_by_key(|(seed, _)| *seed);
         self.determinism_failures.sort();
     }
 
@@ -221,13 +233,33 @@ impl SimSummary {
         out
     }
 
-    /// Writes `conservation.json`, `.csv`, `.md`, `summary.md`, and for each violation a
-    /// replayable `violation-seed-N.scenario` with its shrunk trace, into `dir`.
+    /// The finance report of the run: one row per seed (that seed's accounts summed over
+    /// its whole run) and the total; the days of every seed summed by date.
+    pub fn finance_report(&self) -> FinanceReport {
+        let parts = self.finance.iter().map(|(seed, report)| (format!("seed-{seed}"), None, report.clone())).collect();
+        FinanceReport::combine(
+            format!("the end of each seed's run (seeds {}..{})", self.seeds.start, self.seeds.end),
+            format!(
+                "one row per seed ({} seeds): each seed's {} account(s) summed over its whole run; the per-day table sums every seed's day by date (every seed starts on the same virtual day)",
+                self.finance.len(),
+                self.accounts
+            ),
+            parts,
+        )
+    }
+
+    /// Writes into `dir` the finance report of the run (`conservation.json`, `.csv`, `.md`,
+    /// `.html`, see [`SimSummary::finance_report`]), `conservation-days.csv` (the per-day
+    /// table), `summary.md`, and for each violation a replayable
+    /// `violation-seed-N.scenario` with its shrunk trace.
     pub fn write_report(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("conservation.json"), self.conservation.to_json())?;
-        std::fs::write(dir.join("conservation.csv"), self.conservation.to_csv())?;
-        std::fs::write(dir.join("conservation.md"), self.conservation.to_markdown())?;
+        let finance = self.finance_report();
+        std::fs::write(dir.join("conservation.json"), finance.to_json())?;
+        std::fs::write(dir.join("conservation.csv"), finance.to_csv())?;
+        std::fs::write(dir.join("conservation-days.csv"), finance.days_to_csv())?;
+        std::fs::write(dir.join("conservation.md"), finance.to_markdown())?;
+        std::fs::write(dir.join("conservation.html"), finance.to_html())?;
         let summary = format!("# Simulation summary\n\n```text\n{}```\n", self.table());
         std::fs::write(dir.join("summary.md"), summary)?;
         for violation in &self.violations {
@@ -235,4 +267,14 @@ impl SimSummary {
         }
         Ok(())
     }
+}
+
+/// Checks before a run that the report directory can be written (creating it when
+/// missing), so a long run does not end with nowhere to put its report.
+pub fn check_report_dir(dir: &Path) -> Result<(), String> {
+    let fail = |error: std::io::Error| format!("the report directory {} cannot be written: {error}", dir.display());
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let probe = dir.join(".esim-write-check");
+    std::fs::write(&probe, b"").map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
 }

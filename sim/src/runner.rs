@@ -42,6 +42,8 @@ pub struct SeedOutcome {
     pub trace: Vec<Op>,
     pub stats: WorldStats,
     pub report: Option<ConservationReport>,
+    /// The seed's finance report over its whole run (all accounts).
+    pub finance: Option<esim_engine::finance::FinanceReport>,
     pub found: Option<Found>,
     /// (state digest, hash of every response and event), when asked for.
     pub fingerprint: Option<(String, u64)>,
@@ -112,6 +114,7 @@ pub fn run_seed(seed: u64, config: &RunConfig) -> SeedOutcome {
     SeedOutcome {
         seed,
         report: world.engine().conservation_report(None),
+        finance: world.engine().finance_report(None, esim_engine::finance::Period::ALL),
         fingerprint: config.fingerprint.then(|| (world.engine().state_digest(), hash)),
         stats: world.stats().clone(),
         trace,

@@ -78,7 +78,14 @@ fn an_injected_settlement_bug_is_caught_and_shrunk() {
     // The report files are written.
     let dir = std::env::temp_dir().join(format!("esim-sim-report-{}", std::process::id()));
     summary.write_report(&dir).unwrap();
-    for file in ["conservation.json", "conservation.csv", "conservation.md", "summary.md"] {
+    for file in [
+        "conservation.json",
+        "conservation.csv",
+        "conservation-days.csv",
+        "conservation.md",
+        "conservation.html",
+        "summary.md",
+    ] {
         assert!(dir.join(file).exists(), "{file}");
     }
     assert!(dir.join(format!("violation-seed-{}.scenario", violation.seed)).exists());
@@ -107,7 +114,41 @@ fn a_summary_does_not_depend_on_the_number_of_jobs() {
     let three = esim_sim::run(&SimOptions { seeds: 0..24, steps: 120, jobs: 3, ..SimOptions::default() });
     assert_eq!(one.commands, three.commands);
     assert_eq!(one.requests, three.requests);
-    assert_eq!(one.conservation.to_csv(), three.conservation.to_csv());
+    assert_eq!(one.finance_report().to_csv(), three.finance_report().to_csv());
+    assert_eq!(one.finance_report().days_to_csv(), three.finance_report().days_to_csv());
+}
+
+#[test]
+fn the_report_has_a_row_per_seed_and_its_directory_is_checked_before_the_run() {
+    let summary = esim_sim::run(&SimOptions { seeds: 5..17, steps: 80, jobs: 2, ..SimOptions::default() });
+    let report = summary.finance_report();
+    let rows: Vec<&str> = report.accounts.iter().map(|row| row.account_id.as_str()).collect();
+    let expected: Vec<String> = (5..17).map(|seed| format!("seed-{seed}")).collect();
+    assert_eq!(rows, expected, "every seed has its row, in order");
+    assert!(report.conserved && report.scope.contains("one row per seed"), "{}", report.scope);
+    let mut top_ups = rust_decimal::Decimal::ZERO;
+    for row in &report.accounts {
+        assert!(row.difference_usd.is_zero(), "{row:?}");
+        top_ups += row.money_in.top_ups_usd;
+    }
+    assert_eq!(top_ups, report.total.money_in.top_ups_usd);
+    assert_eq!(top_ups, summary.conservation.total.top_ups_usd.normalize(), "the same money as the summary table");
+    let last_day = report.days.last().expect("days");
+    assert_eq!(last_day.closing, report.total.closing, "every seed's balances at the end, summed");
+
+    // A report directory that cannot be made is found before any seed runs.
+    let file = std::env::temp_dir().join(format!("esim-sim-not-a-dir-{}", std::process::id()));
+    std::fs::write(&file, b"a file").unwrap();
+    let options =
+        SimOptions { seeds: 0..50, steps: 50, jobs: 1, report: Some(file.join("report")), ..SimOptions::default() };
+    let summary = esim_sim::run(&options);
+    assert_eq!(summary.scenarios, 0, "nothing ran");
+    assert!(
+        summary.report_error.as_deref().is_some_and(|e| e.contains("cannot be written")),
+        "{:?}",
+        summary.report_error
+    );
+    let _ = std::fs::remove_file(&file);
 }
 
 #[test]

@@ -27,8 +27,9 @@ pub enum Routed {
     ClockRead,
     /// `POST /sandbox/v1/clock/advance` by this many milliseconds.
     ClockAdvance { ms: i64 },
-    /// `GET /admin/v1/reports/conservation`.
-    Report { account_id: Option<String>, format: String },
+    /// `GET /admin/v1/reports/conservation`: the finance report of one account or all,
+    /// over a period of UTC days (`from` counted, `until` not: decision 107).
+    Report { account_id: Option<String>, format: String, period: esim_engine::finance::Period },
     /// `GET /admin/v1/accounts`: one page of accounts, oldest first.
     Accounts { limit: u64, offset: u64 },
     /// `GET /admin/v1/state`: the engine's state digest and clock.
@@ -381,10 +382,14 @@ fn try_route(
         }),
         E::ConservationReport => {
             let format = query_value(&query, "format").unwrap_or("json").to_string();
-            if !matches!(format.as_str(), "json" | "csv" | "md") {
-                return Err(ApiError::validation("format must be json, csv or md"));
+            if !esim_engine::finance_render::FORMATS.contains(&format.as_str()) {
+                return Err(ApiError::validation("format must be json, csv, md or html"));
             }
-            Routed::Report { account_id: query_value(&query, "account_id").map(str::to_string), format }
+            let period = esim_engine::finance::Period::parse(query_value(&query, "from"), query_value(&query, "until"))
+                .map_err(|message| {
+                    ApiError::validation(format!("{message} (in a query, write the + of an offset as %2B)"))
+                })?;
+            Routed::Report { account_id: query_value(&query, "account_id").map(str::to_string), format, period }
         }
         E::State => Routed::StateDigest,
         E::Clock => Routed::ClockRead,

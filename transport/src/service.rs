@@ -369,16 +369,12 @@ impl Service {
                 }
             }
             Routed::Accounts { limit, offset } => self.accounts_page(limit, offset),
-            Routed::Report { account_id, format } => {
+            Routed::Report { account_id, format, period } => {
                 self.advance(now);
-                match self.engine.conservation_report(account_id.as_deref()) {
+                match self.engine.finance_report(account_id.as_deref(), period) {
                     Some(report) => {
                         let body = report.render(&format).expect("format checked by the router");
-                        let content_type = match format.as_str() {
-                            "csv" => "text/csv; charset=utf-8",
-                            "md" => "text/markdown; charset=utf-8",
-                            _ => "application/json",
-                        };
+                        let content_type = esim_engine::finance::FinanceReport::content_type(&format);
                         let mut response = json_response(200, body);
                         response
                             .headers_mut()
