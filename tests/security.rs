@@ -38,11 +38,21 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The secret itself and its hex part (after `rsk_` or `whsec_`).
+/// The secret itself and its random part: after `rsk_` 48 or more hex characters, after
+/// `whsec_` the base64 of 32 bytes (decision 114).
 fn needles(secret: &str) -> Vec<String> {
-    let hex = secret.split_once('_').map(|(_, h)| h.to_string()).unwrap_or_default();
-    assert!(hex.len() >= 48 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{secret:?} has a hex part");
-    vec![secret.to_string(), hex]
+    let random = secret.split_once('_').map(|(_, r)| r.to_string()).unwrap_or_default();
+    match secret.starts_with("whsec_") {
+        true => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(&random);
+            assert_eq!(bytes.map(|b| b.len()).ok(), Some(32), "{secret:?} has a base64 part of 32 bytes");
+        }
+        false => {
+            assert!(random.len() >= 48 && random.chars().all(|c| c.is_ascii_hexdigit()), "{secret:?} has a hex part")
+        }
+    }
+    vec![secret.to_string(), random]
 }
 
 struct Session<'a> {

@@ -654,7 +654,7 @@ pub struct WebhookCreated {
     pub webhook: WebhookRecord,
     /// Filled by the shell, which drew the secret ([`Reply::show_secret`]).
     #[schemars(
-        description = "HMAC-SHA256 secret (whsec_ followed by 48 hex characters); X-Service-Signature is the lowercase hex HMAC of the raw body"
+        description = "HMAC-SHA256 secret (whsec_ followed by the base64 of 32 random bytes); X-Service-Signature is the lowercase hex HMAC of the raw body keyed with the whole secret; webhook-signature follows Standard Webhooks (key: the base64-decoded part after whsec_)"
     )]
     pub signing_secret: String,
     /// The secret as the engine holds it, sealed.

@@ -17,7 +17,7 @@ use sha2::Sha256;
 use std::collections::BTreeSet;
 
 /// The note returned with a new webhook's signing secret.
-const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. Verify X-Service-Signature as the lowercase hex HMAC-SHA256 of the raw body.";
+const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. Verify X-Service-Signature as the lowercase hex HMAC-SHA256 of the raw body keyed with the whole secret, or the webhook-id, webhook-timestamp and webhook-signature headers with any Standard Webhooks library.";
 
 /// Lowercase hex HMAC-SHA256 of `body` keyed with `secret` (`X-Service-Signature`; the
 /// sender computes it with the secret it opened).
@@ -25,6 +25,21 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
     mac.update(body);
     crate::ids::hex(&mac.finalize().into_bytes())
+}
+
+/// The `webhook-signature` value of Standard Webhooks: `v1,` and the base64 HMAC-SHA256
+/// of `{id}.{timestamp}.{body}`, keyed with the base64-decoded part of the secret after
+/// `whsec_` (what every Standard Webhooks library does with a `whsec_` secret). Every
+/// secret the service makes decodes (decision 114); a text that does not is used as its
+/// bytes, so no delivery goes unsigned.
+pub fn standard_signature(secret: &str, event_id: &str, timestamp_s: i64, body: &[u8]) -> String {
+    use base64::Engine as _;
+    let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
+    let key = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap_or_else(|_| secret.as_bytes().to_vec());
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key length");
+    mac.update(format!("{event_id}.{timestamp_s}.").as_bytes());
+    mac.update(body);
+    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
 }
 
 /// Wait before retry number `attempt + 1` after `attempt` failed attempts.

@@ -39,10 +39,14 @@ impl TestServer {
     }
 
     pub async fn start_with(options: ServerOptions) -> TestServer {
+        Self::start_on(options, ClockMode::Virtual).await
+    }
+
+    /// The real server on the given clock (service time starts at the virtual epoch).
+    pub async fn start_on(options: ServerOptions, clock: ClockMode) -> TestServer {
         let config = EngineConfig { seed: 5, allow_insecure_webhooks: true, ..EngineConfig::default() };
         let secrets = esim_transport::secrets::Secrets::seeded(5);
-        let service =
-            Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, secrets);
+        let service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), clock, secrets);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();

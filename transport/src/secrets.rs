@@ -27,8 +27,9 @@ const NONCE_BYTES: usize = 12;
 const SEALED_CONTEXT: &[u8] = b"esim webhook signing secret";
 /// Random bytes in a new API key (`rsk_` + 64 hex characters).
 const API_KEY_BYTES: usize = 32;
-/// Random bytes in a new signing secret (`whsec_` + 48 hex characters).
-const SIGNING_SECRET_BYTES: usize = 24;
+/// Random bytes in a new signing secret (`whsec_` + their base64, as Standard Webhooks
+/// libraries expect; decision 114).
+const SIGNING_SECRET_BYTES: usize = 32;
 
 /// Where new secrets get their randomness: the OS in production, a seeded stream in the
 /// simulation and tests (whose runs must repeat).
@@ -278,11 +279,12 @@ impl Secrets {
         IssuedKey { api_key, digest }
     }
 
-    /// `whsec_` and 48 hex characters, with its sealed form.
+    /// `whsec_` and the base64 of 32 random bytes (44 characters), with its sealed form.
     pub fn new_signing_secret(&mut self) -> IssuedSecret {
+        use base64::Engine as _;
         let mut bytes = [0u8; SIGNING_SECRET_BYTES];
         self.entropy.fill(&mut bytes);
-        let secret = format!("whsec_{}", hex(&bytes));
+        let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes));
         let sealed = self.key.seal(&secret, self.entropy.as_mut());
         IssuedSecret { secret, sealed }
     }
@@ -304,7 +306,7 @@ mod tests {
     fn sealed_secrets_open_only_with_their_key_and_reveal_nothing() {
         let mut secrets = Secrets::seeded(7);
         let issued = secrets.new_signing_secret();
-        assert!(issued.secret.starts_with("whsec_") && issued.secret.len() == 54);
+        assert!(issued.secret.starts_with("whsec_") && issued.secret.len() == 50);
         assert_eq!(secrets.open(&issued.sealed).unwrap(), issued.secret);
         let hex_secret = issued.secret.trim_start_matches("whsec_");
         let sealed_text = String::from_utf8_lossy(&issued.sealed.0).to_string();

@@ -80,14 +80,26 @@ fn literal_ip(url: &str) -> Option<IpAddr> {
 }
 
 /// The headers of a delivery's POST, beside `Content-Type: application/json`, signed
-/// with the webhook's secret (opened by the sender just for this).
-pub fn delivery_headers(delivery: &Delivery, secret: &str) -> [(&'static str, String); 4] {
+/// with the webhook's secret (opened by the sender just for this): ours (`X-Service-*`,
+/// the event's service time) and Standard Webhooks' (`webhook-*`, signed with the wall
+/// clock's Unix seconds `now_unix_s` of this attempt, as receivers check it against
+/// theirs; decision 114).
+pub fn delivery_headers(delivery: &Delivery, secret: &str, now_unix_s: i64) -> [(&'static str, String); 7] {
+    let body = delivery.body.as_bytes();
     [
-        ("X-Service-Signature", esim_engine::webhook::sign(secret, delivery.body.as_bytes())),
+        ("X-Service-Signature", esim_engine::webhook::sign(secret, body)),
         ("X-Service-Event-Id", delivery.event_id.clone()),
         ("X-Service-Timestamp", delivery.timestamp.to_rfc3339()),
         ("X-Service-Delivery-Attempt", delivery.attempt.to_string()),
+        ("webhook-id", delivery.event_id.clone()),
+        ("webhook-timestamp", now_unix_s.to_string()),
+        ("webhook-signature", esim_engine::webhook::standard_signature(secret, &delivery.event_id, now_unix_s, body)),
     ]
+}
+
+/// The wall clock's Unix seconds (the signed `webhook-timestamp`).
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 #[derive(Clone)]
@@ -132,7 +144,7 @@ impl Sender {
             Err(why) => return DeliveryResult::Failed(format!("the signing secret cannot be opened: {why}")),
         };
         let mut request = http::Request::post(&delivery.url).header(http::header::CONTENT_TYPE, "application/json");
-        for (name, value) in delivery_headers(delivery, &secret) {
+        for (name, value) in delivery_headers(delivery, &secret, unix_now_s()) {
             request = request.header(name, value);
         }
         let request = match request.body(Full::new(Bytes::from(delivery.body.clone()))) {
@@ -162,7 +174,8 @@ mod tests {
         sent.body = r#"{"id":"evt_1","type":"test"}"#.into();
         sent.signing_secret = issued.sealed.clone();
         let secret = secrets.open(&sent.signing_secret).unwrap();
-        let headers: std::collections::BTreeMap<&str, String> = delivery_headers(&sent, &secret).into_iter().collect();
+        let headers: std::collections::BTreeMap<&str, String> =
+            delivery_headers(&sent, &secret, 1_767_225_600).into_iter().collect();
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(issued.secret.as_bytes()).unwrap();
         mac.update(sent.body.as_bytes());
         let expected: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
@@ -170,6 +183,15 @@ mod tests {
         assert_eq!(headers["X-Service-Event-Id"], "evt_1");
         assert_eq!(headers["X-Service-Delivery-Attempt"], "1");
         assert_eq!(headers["X-Service-Timestamp"], "2026-01-01T00:00:00.000Z");
+        // Standard Webhooks: keyed with the decoded bytes after whsec_, over id.timestamp.body.
+        use base64::Engine as _;
+        let key = base64::engine::general_purpose::STANDARD.decode(&issued.secret["whsec_".len()..]).unwrap();
+        assert_eq!(key.len(), 32);
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("evt_1.1767225600.{}", sent.body).as_bytes());
+        let expected = format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()));
+        assert_eq!(headers["webhook-signature"], expected);
+        assert_eq!((headers["webhook-id"].as_str(), headers["webhook-timestamp"].as_str()), ("evt_1", "1767225600"));
     }
 
     fn key() -> Arc<SealingKey> {
