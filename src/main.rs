@@ -19,11 +19,33 @@ use std::sync::Arc;
 struct Cli {
     #[command(subcommand)]
     command: Commands,
+    /// Log format on stderr: `text` for people (colour only on a terminal), `json` for a
+    /// log collector (one object per line). Which lines: RUST_LOG (default `info`).
+    #[arg(long, global = true, env = "ESIM_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
+
+/// The end of `esim serve --help`: logs and the operator endpoints.
+const SERVE_AFTER_HELP: &str = "\
+Logs (stderr):
+  --log-format text|json   or ESIM_LOG_FORMAT; text has no colour when stderr is not a terminal
+  RUST_LOG                 which lines, e.g. RUST_LOG=warn, RUST_LOG=info,esim_transport=debug
+                           (tracing's EnvFilter syntax; default info)
+  Each request's lines carry its request id (the client's X-Request-Id when it is 1-64
+  characters of [A-Za-z0-9._-], else a new one; echoed in the X-Request-Id response header)
+  and its account id; never an API key.
+
+Operator endpoints (on the same listener, never rate-limited):
+  GET /healthz   200 while the process is alive
+  GET /readyz    200 when recovered, the journal takes writes and the request queue has
+                 room; else 503 with the reason in the error body
+  GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
+
 
 #[derive(Subcommand)]
 enum Commands {
     /// Run the HTTP service (reseller API, admin API and sandbox API on one listener).
+    #[command(after_help = SERVE_AFTER_HELP)]
     Serve(ServeArgs),
     /// Run the simulation harness: many seeded scenarios, every invariant checked after every step.
     Sim(SimArgs),
@@ -542,6 +564,21 @@ fn report_conservation(data_dir: &Path, account: Option<&str>, format: &str) -> 
     }
 }
 
+/// Logs on stderr in `format` (`text` or `json`), filtered by RUST_LOG (default
+/// `info`); colour only when stderr is a terminal (a file or a pipe gets plain text).
+fn init_logging(format: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        "json" => logs.json().init(),
+        _ => logs.init(),
+    }
+}
+
 async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -559,12 +596,17 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    init_logging(&cli.log_format);
     let result = match cli.command {
-        Commands::Serve(args) => serve(args),
+        Commands::Serve(args) => {
+            let served = serve(args);
+            // The last line of a service's log says it has stopped, and how.
+            match &served {
+                Ok(()) => tracing::info!("service stopped"),
+                Err(error) => tracing::error!(%error, "service stopped"),
+            }
+            served
+        }
         Commands::Sim(args) => simulate(args),
         Commands::Replay(args) => replay(args),
         Commands::Repair(args) => repair::run(args),
