@@ -41,7 +41,6 @@ Operator endpoints (on the same listener, never rate-limited):
                  room; else 503 with the reason in the error body
   GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
 
-
 #[derive(Subcommand)]
 enum Commands {
     /// Run the HTTP service (reseller API, admin API and sandbox API on one listener).
@@ -284,15 +283,15 @@ fn sealing_key(args: &ServeArgs, engine: Option<&Engine>) -> Result<Arc<SealingK
         )?,
     };
     if path.starts_with(&args.data_dir) {
-        eprintln!(
-            "esim: warning: the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
+        tracing::warn!(
+            "the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
             path.display()
         );
     }
     let (key, created) = SealingKey::load_or_create(&path)?;
     if created {
-        eprintln!(
-            "esim: made a new secret key file {} (key id {}); keep it apart from the data dir",
+        tracing::info!(
+            "made a new secret key file {} (key id {}); keep it apart from the data dir",
             path.display(),
             key.key_id()
         );
@@ -327,7 +326,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let recovery =
         journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None }).map_err(|e| e.to_string())?;
     for note in &recovery.repaired {
-        eprintln!("esim: recovery: {note}");
+        tracing::warn!("recovery: {note}");
     }
     let new_data_dir = recovery.engine.is_none();
     let admin_token = match args.admin_token.clone() {
@@ -348,13 +347,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 // Allowed (every journal entry carries its own service time), but rarely
                 // meant: a virtual clock is usually far ahead of the wall clock, and then
                 // service time stands still until the wall clock catches up.
-                eprintln!(
-                    "esim: warning: this data dir ran on the {} clock; it continues on the {} clock from service time {}",
+                tracing::warn!(
+                    from = clock_name(header.clock),
+                    to = clock_name(clock),
+                    "this data dir ran on the {} clock; it continues on the {} clock from service time {}",
                     clock_name(header.clock),
                     clock_name(clock),
                     engine.now()
                 );
-                tracing::warn!(from = clock_name(header.clock), to = clock_name(clock), "clock mode switched");
                 header.clock = clock;
             }
             (engine, header)

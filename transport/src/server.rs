@@ -669,7 +669,9 @@ impl Owner {
                     if let (Some(span), Some(digest)) = (&span, &digest) {
                         if !span.is_disabled() {
                             let engine = self.service.engine();
-                            if let Some(account) = engine.key_account(digest).and_then(|i| engine.accounts().get(i as usize)) {
+                            if let Some(account) =
+                                engine.key_account(digest).and_then(|i| engine.accounts().get(i as usize))
+                            {
                                 span.record("account_id", account.id.as_str());
                             }
                         }
