@@ -413,6 +413,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let address = listener.local_addr().map_err(|e| e.to_string())?;
+        let shutdown = shutdown_signal()?;
         println!("listening on http://{address}");
         match demo {
             Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
@@ -430,7 +431,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         );
         let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
         options.edge.connections_max = args.max_connections;
-        server::serve(listener, service, Box::new(journal), options, shutdown_signal()).await.map_err(|e| e.to_string())
+        server::serve(listener, service, Box::new(journal), options, shutdown).await.map_err(|e| e.to_string())
     })
 }
 
@@ -579,19 +580,27 @@ fn init_logging(format: &str) {
     }
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+/// Installs the SIGINT and SIGTERM handlers now, and returns what resolves on either: a
+/// caller installs them before it says it listens, so a SIGTERM right after that line is
+/// a graceful stop, not the default death.
+#[cfg(unix)]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    Ok(async move {
         tokio::select! {
-            _ = interrupt => {}
+            _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 fn main() -> ExitCode {
