@@ -299,3 +299,13 @@ async fn readyz_is_503_with_the_reason_while_the_journal_refuses_writes() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+#[test]
+fn serve_help_names_the_log_controls_and_the_operator_endpoints() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_esim")).args(["serve", "--help"]).output().unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8(help.stdout).unwrap();
+    for needle in ["--log-format", "ESIM_LOG_FORMAT", "RUST_LOG", "X-Request-Id", "/healthz", "/readyz", "/metrics"] {
+        assert!(text.contains(needle), "`esim serve --help` does not mention {needle}:\n{text}");
+    }
+}
