@@ -19,11 +19,32 @@ use std::sync::Arc;
 struct Cli {
     #[command(subcommand)]
     command: Commands,
+    /// Log format on stderr: `text` for people (colour only on a terminal), `json` for a
+    /// log collector (one object per line). Which lines: RUST_LOG (default `info`).
+    #[arg(long, global = true, env = "ESIM_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
+
+/// The end of `esim serve --help`: logs and the operator endpoints.
+const SERVE_AFTER_HELP: &str = "\
+Logs (stderr):
+  --log-format text|json   or ESIM_LOG_FORMAT; text has no colour when stderr is not a terminal
+  RUST_LOG                 which lines, e.g. RUST_LOG=warn, RUST_LOG=info,esim_transport=debug
+                           (tracing's EnvFilter syntax; default info)
+  Each request's lines carry its request id (the client's X-Request-Id when it is 1-64
+  characters of [A-Za-z0-9._-], else a new one; echoed in the X-Request-Id response header)
+  and its account id; never an API key.
+
+Operator endpoints (on the same listener, never rate-limited):
+  GET /healthz   200 while the process is alive
+  GET /readyz    200 when recovered, the journal takes writes and the request queue has
+                 room; else 503 with the reason in the error body
+  GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
 
 #[derive(Subcommand)]
 enum Commands {
     /// Run the HTTP service (reseller API, admin API and sandbox API on one listener).
+    #[command(after_help = SERVE_AFTER_HELP)]
     Serve(ServeArgs),
     /// Run the simulation harness: many seeded scenarios, every invariant checked after every step.
     Sim(SimArgs),
@@ -286,15 +307,15 @@ fn sealing_key(args: &ServeArgs, engine: Option<&Engine>) -> Result<Arc<SealingK
         )?,
     };
     if path.starts_with(&args.data_dir) {
-        eprintln!(
-            "esim: warning: the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
+        tracing::warn!(
+            "the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
             path.display()
         );
     }
     let (key, created) = SealingKey::load_or_create(&path)?;
     if created {
-        eprintln!(
-            "esim: made a new secret key file {} (key id {}); keep it apart from the data dir",
+        tracing::info!(
+            "made a new secret key file {} (key id {}); keep it apart from the data dir",
             path.display(),
             key.key_id()
         );
@@ -329,7 +350,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let recovery =
         journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None }).map_err(|e| e.to_string())?;
     for note in &recovery.repaired {
-        eprintln!("esim: recovery: {note}");
+        tracing::warn!("recovery: {note}");
     }
     let new_data_dir = recovery.engine.is_none();
     let admin_token = match args.admin_token.clone() {
@@ -350,13 +371,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 // Allowed (every journal entry carries its own service time), but rarely
                 // meant: a virtual clock is usually far ahead of the wall clock, and then
                 // service time stands still until the wall clock catches up.
-                eprintln!(
-                    "esim: warning: this data dir ran on the {} clock; it continues on the {} clock from service time {}",
+                tracing::warn!(
+                    from = clock_name(header.clock),
+                    to = clock_name(clock),
+                    "this data dir ran on the {} clock; it continues on the {} clock from service time {}",
                     clock_name(header.clock),
                     clock_name(clock),
                     engine.now()
                 );
-                tracing::warn!(from = clock_name(header.clock), to = clock_name(clock), "clock mode switched");
                 header.clock = clock;
             }
             (engine, header)
@@ -415,6 +437,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let address = listener.local_addr().map_err(|e| e.to_string())?;
+        let shutdown = shutdown_signal()?;
         println!("listening on http://{address}");
         match demo {
             Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
@@ -432,7 +455,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         );
         let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
         options.edge.connections_max = args.max_connections;
-        server::serve(listener, service, Box::new(journal), options, shutdown_signal()).await.map_err(|e| e.to_string())
+        server::serve(listener, service, Box::new(journal), options, shutdown).await.map_err(|e| e.to_string())
     })
 }
 
@@ -574,29 +597,57 @@ fn report_conservation(
     }
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+/// Logs on stderr in `format` (`text` or `json`), filtered by RUST_LOG (default
+/// `info`); colour only when stderr is a terminal (a file or a pipe gets plain text).
+fn init_logging(format: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        "json" => logs.json().init(),
+        _ => logs.init(),
+    }
+}
+
+/// Installs the SIGINT and SIGTERM handlers now, and returns what resolves on either: a
+/// caller installs them before it says it listens, so a SIGTERM right after that line is
+/// a graceful stop, not the default death.
+#[cfg(unix)]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    Ok(async move {
         tokio::select! {
-            _ = interrupt => {}
+            _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
+    init_logging(&cli.log_format);
     let result = match cli.command {
-        Commands::Serve(args) => serve(args),
+        Commands::Serve(args) => {
+            let served = serve(args);
+            // The last line of a service's log says it has stopped, and how.
+            match &served {
+                Ok(()) => tracing::info!("service stopped"),
+                Err(error) => tracing::error!(%error, "service stopped"),
+            }
+            served
+        }
         Commands::Sim(args) => simulate(args),
         Commands::Replay(args) => replay(args),
         Commands::Repair(args) => repair::run(args),

@@ -159,8 +159,22 @@ impl Backoff {
     }
 }
 
-/// An open connection's place under the cap; dropping it frees the place.
+/// An open connection's place under the cap; dropping it frees the place. It also
+/// counts the connection in the open connections gauge of `GET /metrics`.
 pub struct ConnectionSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl ConnectionSlot {
+    fn new(permit: OwnedSemaphorePermit) -> ConnectionSlot {
+        crate::metrics::connection_opened();
+        ConnectionSlot(permit)
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        crate::metrics::connection_closed();
+    }
+}
 
 /// Accepts connections under the cap, backing off on errors.
 pub struct Acceptor {
@@ -226,7 +240,7 @@ impl Acceptor {
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
                     self.backoff.succeeded();
-                    return (stream, peer, ConnectionSlot(slot));
+                    return (stream, peer, ConnectionSlot::new(slot));
                 }
                 Err(error) => {
                     let wait = self.backoff.failed();

@@ -1202,6 +1202,14 @@ impl FileJournal {
         sync_dir(&snapshots)
     }
 
+    /// When the newest snapshot in the data dir was written (its file's modification
+    /// time), if there is one: the snapshot age metric's starting point.
+    pub fn newest_snapshot_time(&self) -> Option<std::time::SystemTime> {
+        let snapshots = list(&self.dir.join("snapshots"), "snap").ok()?;
+        let (_, newest) = snapshots.into_iter().max_by_key(|(covered, _)| *covered)?;
+        fs::metadata(newest).and_then(|m| m.modified()).ok()
+    }
+
     pub fn next_index(&self) -> u64 {
         self.next_index
     }

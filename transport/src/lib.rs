@@ -9,6 +9,7 @@
 //! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
 //! - [`edge`]: the connection-level guards of the server (connection cap, timeouts,
 //!   body budget).
+//! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -16,6 +17,7 @@ pub mod api;
 pub mod edge;
 pub mod journal;
 pub mod lock;
+pub mod metrics;
 pub mod openapi;
 pub mod routes;
 pub mod secrets;

@@ -40,6 +40,14 @@ macro_rules! endpoints {
                 }
             }
 
+            /// Its name (`FundEsim`): the `endpoint` label of its metrics, never the path,
+            /// so that ids and keys never become labels.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Endpoint::$name => stringify!($name),)*
+                }
+            }
+
             /// Its HTTP method.
             pub const fn method(self) -> &'static str {
                 match self {

@@ -130,8 +130,33 @@ impl Sender {
         }
     }
 
-    /// POSTs one delivery and says how it ended. Never panics, never hangs past the timeout.
+    /// POSTs one delivery and says how it ended. Never panics, never hangs past the
+    /// timeout. Every attempt is counted by outcome in `GET /metrics`, and every failed
+    /// one is logged (never its URL, which may carry a receiver's token, nor its secret).
     pub async fn send(&self, delivery: &Delivery) -> DeliveryResult {
+        let result = self.attempt(delivery).await;
+        let outcome = match &result {
+            DeliveryResult::Status(200..=299) => "delivered",
+            DeliveryResult::Status(_) => "http_error",
+            DeliveryResult::Timeout => "timeout",
+            DeliveryResult::Failed(_) => "failed",
+        };
+        crate::metrics::delivery(outcome);
+        if !result.is_success() {
+            tracing::warn!(
+                delivery_id = delivery.delivery_id,
+                webhook_id = %delivery.webhook_id,
+                event_id = %delivery.event_id,
+                attempt = delivery.attempt,
+                outcome,
+                result = ?result,
+                "webhook delivery attempt failed"
+            );
+        }
+        result
+    }
+
+    async fn attempt(&self, delivery: &Delivery) -> DeliveryResult {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         if !self.allow_insecure && !delivery.url.starts_with("https://") {
             return DeliveryResult::Failed("plain http:// targets need --allow-insecure-webhooks".into());

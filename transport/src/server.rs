@@ -23,12 +23,13 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 /// A slow client must send its headers within this time.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,6 +96,11 @@ pub trait JournalSink: Send + 'static {
     fn blocks(&self) -> bool {
         true
     }
+    /// When the newest snapshot it holds was written (Unix ms), if any: where the
+    /// snapshot age of `GET /metrics` starts.
+    fn newest_snapshot_unix_ms(&self) -> Option<i64> {
+        None
+    }
 }
 
 /// No durability (tests that do not need it).
@@ -133,6 +139,10 @@ impl JournalSink for crate::journal::FileJournal {
     }
     fn probe(&mut self) -> std::io::Result<()> {
         crate::journal::FileJournal::probe(self)
+    }
+    fn newest_snapshot_unix_ms(&self) -> Option<i64> {
+        let written = self.newest_snapshot_time()?;
+        Some(written.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64)
     }
 }
 
@@ -200,9 +210,44 @@ struct Shared {
     /// position, and a floor for a wall clock.
     shown_ms: Arc<AtomicI64>,
     to_owner: mpsc::Sender<Message>,
+    readiness: Arc<Readiness>,
+    /// When this server started (Unix ms): the snapshot age counts from it when the
+    /// data dir has no snapshot.
+    started_unix_ms: i64,
+}
+
+/// What `GET /readyz` reads without asking the owner task (it must stay cheap and
+/// answer even when the owner task is busy).
+#[derive(Default)]
+struct Readiness {
+    /// The owner task took over the recovered state and takes requests.
+    started: AtomicBool,
+    /// Shutting down: in-flight requests finish; a balancer should send no more.
+    stopping: AtomicBool,
+    /// Why changes are refused (the journal does not take writes), while they are.
+    refusing: Mutex<Option<String>>,
 }
 
 impl Shared {
+    /// Why the service is not ready, or `None` when it is: recovered (the owner task
+    /// runs), the journal takes writes, the request queue has room (caught up), and
+    /// not stopping.
+    fn not_ready(&self) -> Option<String> {
+        if self.readiness.stopping.load(Ordering::Relaxed) {
+            return Some("the service is stopping".into());
+        }
+        if !self.readiness.started.load(Ordering::Relaxed) {
+            return Some("recovery is not finished: the engine's owner task has not taken over yet".into());
+        }
+        if let Some(reason) = self.readiness.refusing.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Some(reason);
+        }
+        if self.to_owner.capacity() == 0 {
+            return Some(format!("behind: the queue of {QUEUE_DEPTH} requests for the engine is full"));
+        }
+        None
+    }
+
     /// Service time at a connection task (rate windows are counted in it).
     fn now(&self) -> Millis {
         let shown = Millis(self.shown_ms.load(Ordering::Relaxed));
@@ -226,6 +271,12 @@ pub async fn serve(
     let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
     let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
     let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
+    let readiness = Arc::new(Readiness::default());
+    crate::metrics::handle();
+    if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
+        crate::metrics::snapshot_written(written_ms, false);
+    }
+    let upkeep = tokio::spawn(crate::metrics::upkeep());
     let shared = Arc::new(Shared {
         admission: service.admission(),
         admin_token: service.admin_token().to_string(),
@@ -233,6 +284,8 @@ pub async fn serve(
         clock,
         shown_ms: shown_ms.clone(),
         to_owner: to_owner.clone(),
+        readiness: readiness.clone(),
+        started_unix_ms: real_now_ms(),
     });
     let state = Owner {
         service,
@@ -244,6 +297,7 @@ pub async fn serve(
         sender,
         shown_ms,
         waiting_tests: BTreeMap::new(),
+        readiness: readiness.clone(),
     };
     let mut owner = tokio::spawn(owner_task(state, inbox));
 
@@ -291,22 +345,26 @@ pub async fn serve(
                     Ok(()) => "the engine's owner task ended".to_string(),
                 };
                 tracing::error!(%why, "stopping: no request can be applied any more");
+                upkeep.abort();
                 return Err(std::io::Error::other(why));
             }
             _ = &mut shutdown => break,
         }
     }
     drop(acceptor);
+    readiness.stopping.store(true, Ordering::Relaxed);
     tracing::info!("shutting down: finishing in-flight requests");
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
         tracing::warn!("some connections did not finish in time");
     }
     connections.abort_all();
     let _ = to_owner.send(Message::Stop).await;
+    upkeep.abort();
     owner.await.map_err(std::io::Error::other)?;
     Ok(())
 }
 
+/// One request: its id and span, the answer, its metrics and its log line.
 async fn handle(
     request: http::Request<Incoming>,
     shared: Arc<Shared>,
@@ -314,11 +372,130 @@ async fn handle(
     bodies: BodyReader,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     let started = std::time::Instant::now();
+    let request_id = request_id(request.headers());
+    // Every line logged for this request (here, in the owner task, in the sender) carries
+    // its id; the account id is filled in once known. Never a key.
+    let span = tracing::info_span!("request", request_id = %request_id, account_id = tracing::field::Empty);
+    let (endpoint, mut response) = answer(request, &shared, bodies, &span).instrument(span.clone()).await;
+    crate::metrics::request(endpoint, response.status().as_u16(), started.elapsed());
+    if let Ok(value) = http::HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    Ok(response.map(Full::new))
+}
+
+/// The request id header, taken from the client when usable and echoed in every answer.
+pub const REQUEST_ID: &str = "x-request-id";
+/// The longest client request id kept (a longer one is replaced by a new one).
+pub const REQUEST_ID_MAX_CHARS: usize = 64;
+
+/// The client's `X-Request-Id` when it is 1 to [`REQUEST_ID_MAX_CHARS`] characters of
+/// `[A-Za-z0-9._-]` (safe in a log line and a header), else a new one: `req_` and 16 hex
+/// digits, unique in this process (a counter from a per-process random start).
+fn request_id(headers: &http::HeaderMap) -> String {
+    if let Some(given) = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()) {
+        if is_plain_token(given, REQUEST_ID_MAX_CHARS) {
+            return given.to_string();
+        }
+    }
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new().build_hasher().finish()
+    });
+    format!("req_{:016x}", start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// 1 to `max_chars` characters of `[A-Za-z0-9._-]`.
+fn is_plain_token(text: &str, max_chars: usize) -> bool {
+    !text.is_empty()
+        && text.len() <= max_chars
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A request's span, handed to the owner task with the request (its lines there carry
+/// the request id, and it records the account id of a reseller key).
+#[derive(Clone)]
+struct RequestSpan(tracing::Span);
+
+/// The operator endpoints, outside the reseller, admin and sandbox APIs (decision 104):
+/// no key, no rate limit, never through the engine.
+fn operator_endpoint(method: &http::Method, path: &str) -> Option<&'static str> {
+    if method != http::Method::GET {
+        return None;
+    }
+    match path {
+        "/healthz" => Some("healthz"),
+        "/readyz" => Some("readyz"),
+        "/metrics" => Some("metrics"),
+        _ => None,
+    }
+}
+
+/// `GET /healthz`, `/readyz` and `/metrics`, answered in the connection task.
+fn operator_answer(name: &'static str, headers: &http::HeaderMap, shared: &Shared) -> http::Response<Bytes> {
+    let json = |status: http::StatusCode, body: &'static str| {
+        http::Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Bytes::from_static(body.as_bytes()))
+            .expect("a valid response")
+    };
+    match name {
+        // The process is alive and its connection tasks answer.
+        "healthz" => json(http::StatusCode::OK, r#"{"status":"ok"}"#),
+        "readyz" => match shared.not_ready() {
+            None => json(http::StatusCode::OK, r#"{"status":"ready"}"#),
+            Some(reason) => error_response(ApiError::new(ErrorCode::ServiceUnavailable, reason)),
+        },
+        _ => {
+            // Decision 103: the metrics are the operator's, behind the admin token.
+            let credential = crate::api::bearer_str(headers);
+            if !esim_engine::engine::constant_time_eq(credential.as_bytes(), shared.admin_token.as_bytes()) {
+                return error_response(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"));
+            }
+            crate::metrics::ready(shared.not_ready().is_none());
+            let text = crate::metrics::render(shared.started_unix_ms, real_now_ms());
+            http::Response::builder()
+                .header(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
+                .body(Bytes::from(text))
+                .expect("a valid response")
+        }
+    }
+}
+
+/// The answer to one request, and the endpoint name its metrics are labelled with.
+async fn answer(
+    request: http::Request<Incoming>,
+    shared: &Shared,
+    bodies: BodyReader,
+    span: &tracing::Span,
+) -> (&'static str, http::Response<Bytes>) {
+    let started = std::time::Instant::now();
     let method = request.method().clone();
+    if let Some(name) = operator_endpoint(&method, request.uri().path()) {
+        // Not logged at info: a prober calls these every few seconds.
+        let response = operator_answer(name, request.headers(), shared);
+        tracing::debug!(%method, route = name, status = response.status().as_u16(), "request");
+        return (name, response);
+    }
     // What the log says of the path: its route's pattern, never the text (it may hold
     // a key: `DELETE /admin/v1/keys/{api_key}`).
     let matched = crate::routes::find(method.as_str(), request.uri().path());
     let route = crate::routes::label_of(&matched);
+    let endpoint = match &matched {
+        crate::routes::Match::Found(endpoint, params) => {
+            // An admin request about an account names it in its path.
+            for (name, value) in endpoint.parameters().zip(params) {
+                if name == "account_id" && is_plain_token(value, REQUEST_ID_MAX_CHARS) {
+                    span.record("account_id", value.as_str());
+                }
+            }
+            endpoint.name()
+        }
+        crate::routes::Match::WrongMethod(_) | crate::routes::Match::NotFound => "none",
+    };
     // Credentials and the rate limit from the headers alone: a refused request's body
     // is never read.
     let admitted = shared.admission.screen_matched(
@@ -337,6 +514,7 @@ async fn handle(
                 parts.extensions.insert(digest);
                 parts.headers.remove(http::header::AUTHORIZATION);
             }
+            parts.extensions.insert(RequestSpan(span.clone()));
             // 413 above MAX_BODY_BYTES, 408 past the body read timeout, 503 when the body
             // budget stays spent; the body's share of the budget is held until the answer
             // is back.
@@ -356,7 +534,7 @@ async fn handle(
     };
     // One line per request; never a credential (method, route pattern, status, time).
     tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
-    Ok(response.map(Full::new))
+    (endpoint, response)
 }
 
 fn unavailable() -> http::Response<Bytes> {
@@ -419,11 +597,13 @@ struct Owner {
     sender: Sender,
     shown_ms: Arc<AtomicI64>,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
+    readiness: Arc<Readiness>,
 }
 
 async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
     owner.service.restart();
+    owner.readiness.started.store(true, Ordering::Relaxed);
     let clock = owner.clock;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
@@ -483,7 +663,23 @@ impl Owner {
             match message {
                 Message::Request(request, reply) => {
                     let digest = request.extensions().get::<KeyDigest>().copied();
-                    match self.service.handle_admitted(self.clock.now(), &request, digest) {
+                    // The owner's lines for this request carry its id, and its account.
+                    let span = request.extensions().get::<RequestSpan>().map(|s| s.0.clone());
+                    let _entered = span.as_ref().map(|s| s.enter());
+                    if let (Some(span), Some(digest)) = (&span, &digest) {
+                        if !span.is_disabled() {
+                            let engine = self.service.engine();
+                            if let Some(account) =
+                                engine.key_account(digest).and_then(|i| engine.accounts().get(i as usize))
+                            {
+                                span.record("account_id", account.id.as_str());
+                            }
+                        }
+                    }
+                    let began = std::time::Instant::now();
+                    let outcome = self.service.handle_admitted(self.clock.now(), &request, digest);
+                    crate::metrics::engine_command(began.elapsed());
+                    match outcome {
                         Outcome::Respond(response) => {
                             self.pending.answers.push(Answer { reply, response, request: Some(request) })
                         }
@@ -507,6 +703,13 @@ impl Owner {
         while let Some(Effect::Deliver(delivery)) = self.service.poll_effect() {
             self.pending.deliveries.push(delivery);
         }
+        crate::metrics::retry_queue_depth(self.service.engine().pending_deliveries().len());
+    }
+
+    /// Refuses changes for `reason` (or accepts them again), and tells `/readyz`.
+    fn refuse_changes(&mut self, reason: Option<String>) {
+        *self.readiness.refusing.lock().unwrap_or_else(|p| p.into_inner()) = reason.clone();
+        self.service.refuse_changes(reason);
     }
 
     /// With no append in flight: releases the pending group at once when it has no
@@ -532,10 +735,13 @@ impl Owner {
         };
         let entries = std::mem::take(&mut group.entries);
         let work = move |journal: &mut dyn JournalSink| {
+            let began = std::time::Instant::now();
             let appended = journal.append(&entries);
+            crate::metrics::journal_append(entries.len(), began.elapsed(), appended.is_ok());
             if let (Ok(()), Some(snapshot)) = (&appended, snapshot) {
-                if let Err(error) = journal.write_snapshot(snapshot) {
-                    tracing::warn!(%error, "snapshot failed; the journal still holds everything");
+                match journal.write_snapshot(snapshot) {
+                    Ok(()) => crate::metrics::snapshot_written(real_now_ms(), true),
+                    Err(error) => tracing::warn!(%error, "snapshot failed; the journal still holds everything"),
                 }
             }
             appended
@@ -594,7 +800,7 @@ impl Owner {
             Ok(engine) => self.service.replace_engine(engine),
             Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
         }
-        self.service.refuse_changes(Some(reason));
+        self.refuse_changes(Some(reason));
         // The answers saw changes that are not durable: each request is answered again
         // from the durable state (its changes now refused, 503; its reads served). Their
         // deliveries are dropped (the durable state hands out its own).
@@ -642,7 +848,7 @@ impl Owner {
         self.journal = Some(journal);
         if probed.is_ok() {
             tracing::info!("the journal takes writes again: changes are accepted");
-            self.service.refuse_changes(None);
+            self.refuse_changes(None);
             // Outcomes of deliveries that came back meanwhile were not recorded: hand
             // the deliveries in flight out again (receivers de-duplicate).
             self.service.engine_mut().restart();
