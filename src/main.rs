@@ -49,6 +49,11 @@ enum Commands {
     /// Run the simulation harness: many seeded scenarios, every invariant checked after every step.
     Sim(SimArgs),
     /// Rebuild the state from a data dir's journal; print its digest and a summary.
+    ///
+    /// Read-only: a live data dir (held by a running `esim serve`) is read without taking
+    /// it over, and says it is live. A torn tail is reported, not cut. Journals of another
+    /// format version are refused with the reason. No secret key file is needed: the
+    /// journal holds key digests and sealed secrets only.
     Replay(ReplayArgs),
     /// Finance reports rebuilt offline.
     Report {
@@ -56,6 +61,12 @@ enum Commands {
         report: ReportKind,
     },
     /// Find damage in a data dir's journal and what cutting there drops; --cut-at-damage cuts it.
+    ///
+    /// Without `--cut-at-damage` nothing changes (exit 1 when there is damage). With it, the
+    /// damaged segment is cut at the damage offset, later segments are removed, and the
+    /// entries dropped and the index and service time of the last entry kept are printed.
+    /// Refuses a live (locked) data dir, a damaged snapshot (restore it from a backup) and
+    /// another format version.
     Repair(repair::RepairArgs),
     /// Replay a scenario script (`scenarios/*.scenario`, or a `violation-seed-N.scenario`
     /// that `esim sim --report DIR` wrote) with every checker after every step; exit 1 on a
