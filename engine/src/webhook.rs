@@ -400,7 +400,10 @@ impl Engine {
         // Only an active webhook counts failures, and it is disabled at the limit.
         assert!(record.failure_count <= limits::WEBHOOK_DISABLE_AT, "failures beyond the disable limit");
         record.last_failure_at = Some(now);
-        if record.failure_count >= limits::WEBHOOK_DISABLE_AT {
+        // 410 Gone: the receiver says the endpoint is gone for good (Standard Webhooks),
+        // so it is disabled at once rather than retried (decision 115).
+        let gone = matches!(result, DeliveryResult::Status(410));
+        if gone || record.failure_count >= limits::WEBHOOK_DISABLE_AT {
             record.active = false;
             // Disabled: nothing more goes to it, including retries already waiting.
             self.deliveries.retain(|_, d| d.webhook != webhook || d.in_flight);

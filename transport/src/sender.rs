@@ -4,7 +4,7 @@
 use crate::secrets::SealingKey;
 use bytes::Bytes;
 use esim_engine::webhook::is_public_ip;
-use esim_engine::{Delivery, DeliveryResult};
+use esim_engine::{Delivery, DeliveryResult, EventName};
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -21,6 +21,17 @@ use tokio::sync::Semaphore;
 
 /// Per-POST timeout (documented in docs/decisions.md).
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `POST /webhooks/{id}/test` waits for the receiver: well under the 10 s that
+/// clients commonly give a call, so the caller learns "timeout" rather than giving up
+/// itself (decision 115).
+pub const TEST_CALL_TIMEOUT: Duration = Duration::from_secs(4);
+/// Deliveries in flight to one webhook at most: a slow receiver holds at most this many
+/// of the [`MAX_CONCURRENT_DELIVERIES`] slots, so it delays only its own deliveries.
+pub const PER_WEBHOOK_CONCURRENT_MAX: usize = 2;
+// One account's webhooks together never hold every slot.
+const _: () =
+    assert!(PER_WEBHOOK_CONCURRENT_MAX * esim_engine::config::limits::MAX_WEBHOOKS < MAX_CONCURRENT_DELIVERIES);
+const _: () = assert!(TEST_CALL_TIMEOUT.as_secs() < DELIVERY_TIMEOUT.as_secs());
 /// Deliveries in flight at once.
 pub const MAX_CONCURRENT_DELIVERIES: usize = 64;
 
@@ -106,6 +117,10 @@ fn unix_now_s() -> i64 {
 pub struct Sender {
     client: HttpsClient,
     permits: Arc<Semaphore>,
+    /// Per webhook id, its share of the slots ([`PER_WEBHOOK_CONCURRENT_MAX`]); an entry
+    /// nobody holds is dropped once the map grows, so it stays as small as the set of
+    /// webhooks with deliveries in flight.
+    webhook_permits: Arc<std::sync::Mutex<std::collections::BTreeMap<String, Arc<Semaphore>>>>,
     allow_insecure: bool,
     /// Opens each delivery's sealed signing secret to sign it.
     sealing_key: Arc<SealingKey>,
@@ -125,6 +140,7 @@ impl Sender {
         Sender {
             client: Client::builder(TokioExecutor::new()).build(https),
             permits: Arc::new(Semaphore::new(MAX_CONCURRENT_DELIVERIES)),
+            webhook_permits: Arc::default(),
             allow_insecure,
             sealing_key,
         }
@@ -156,7 +172,33 @@ impl Sender {
         result
     }
 
+    /// One attempt. A test call (`POST /webhooks/{id}/test`) is bounded as a whole by
+    /// [`TEST_CALL_TIMEOUT`], waiting for a slot included, and does not queue behind its
+    /// webhook's own deliveries; any other delivery first takes its webhook's share.
     async fn attempt(&self, delivery: &Delivery) -> DeliveryResult {
+        if delivery.event == EventName::Test {
+            return tokio::time::timeout(TEST_CALL_TIMEOUT, self.post(delivery, TEST_CALL_TIMEOUT))
+                .await
+                .unwrap_or(DeliveryResult::Timeout);
+        }
+        let share = self.share_of(&delivery.webhook_id);
+        let _share = share.acquire().await.expect("the semaphore is never closed");
+        self.post(delivery, DELIVERY_TIMEOUT).await
+    }
+
+    /// The webhook's share of the delivery slots.
+    fn share_of(&self, webhook_id: &str) -> Arc<Semaphore> {
+        let mut shares = self.webhook_permits.lock().unwrap_or_else(|e| e.into_inner());
+        if shares.len() >= 1_024 {
+            shares.retain(|_, share| Arc::strong_count(share) > 1);
+        }
+        shares
+            .entry(webhook_id.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(PER_WEBHOOK_CONCURRENT_MAX)))
+            .clone()
+    }
+
+    async fn post(&self, delivery: &Delivery, timeout: Duration) -> DeliveryResult {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         if !self.allow_insecure && !delivery.url.starts_with("https://") {
             return DeliveryResult::Failed("plain http:// targets need --allow-insecure-webhooks".into());
@@ -176,7 +218,7 @@ impl Sender {
             Ok(request) => request,
             Err(error) => return DeliveryResult::Failed(format!("bad request: {error}")),
         };
-        match tokio::time::timeout(DELIVERY_TIMEOUT, self.client.request(request)).await {
+        match tokio::time::timeout(timeout, self.client.request(request)).await {
             Err(_) => DeliveryResult::Timeout,
             Ok(Err(error)) => DeliveryResult::Failed(with_causes(&error)),
             Ok(Ok(response)) => DeliveryResult::Status(response.status().as_u16()),
