@@ -126,3 +126,46 @@ async fn deliveries_verify_with_the_standard_webhooks_library_on_the_virtual_clo
 async fn deliveries_verify_with_the_standard_webhooks_library_on_the_wall_clock() {
     deliveries_verify_with_the_library(ClockMode::Wall).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_rotation_both_secrets_verify_for_24_hours_then_only_the_new_one() {
+    let server = TestServer::start().await;
+    let receiver = Receiver::start().await;
+    let (_, key) = server.account(100.0).await;
+    let hook = server.api("POST", "/webhooks", &key, Some(json!({"url": receiver.url, "events": ["*"]}))).await;
+    let old = hook.body["signing_secret"].as_str().unwrap().to_string();
+    let id = hook.body["id"].as_str().unwrap().to_string();
+
+    let path = format!("/api/v2/reseller/webhooks/{id}/rotate-secret");
+    let headers = [("content-type", "application/json"), ("idempotency-key", "rotate-1")];
+    let rotated = server.raw("POST", &path, Some(&key), &headers, bytes::Bytes::new()).await;
+    assert_eq!(rotated.status, 200, "{}", rotated.body);
+    let new = rotated.body["signing_secret"].as_str().unwrap().to_string();
+    assert!(new.starts_with("whsec_") && new != old);
+    assert_eq!(rotated.body["id"], json!(id));
+    // The same Idempotency-Key answers the same secret, and rotates nothing more.
+    let again = server.raw("POST", &path, Some(&key), &headers, bytes::Bytes::new()).await;
+    assert_eq!(again.body["signing_secret"], json!(new), "{} {}", again.status, again.body);
+    let unknown = server.api("POST", "/webhooks/wh_0000000000000000/rotate-secret", &key, None).await;
+    assert_eq!((unknown.status, unknown.body["code"].clone()), (404, json!("NOT_FOUND")));
+
+    // During the overlap: two signatures, each secret verifies; ours uses the new one.
+    server.provision(&key, None).await;
+    let during = receiver.wait_for(1).await.pop().unwrap();
+    let signatures = during.headers.get("webhook-signature").unwrap().to_str().unwrap().to_string();
+    assert_eq!(signatures.split(' ').count(), 2, "{signatures}");
+    verify_signature(&during, &new);
+    let verdicts = library_verdicts(&[(old.clone(), &during, None), (new.clone(), &during, None)]);
+    assert_eq!(verdicts, ["ok", "ok"]);
+
+    // After 24 hours: the new secret only.
+    server.advance(24 * 3600).await;
+    server.provision(&key, None).await;
+    let after = receiver.wait_for(2).await.pop().unwrap();
+    let signatures = after.headers.get("webhook-signature").unwrap().to_str().unwrap().to_string();
+    assert_eq!(signatures.split(' ').count(), 1, "{signatures}");
+    verify_signature(&after, &new);
+    let verdicts = library_verdicts(&[(old, &after, None), (new, &after, None)]);
+    assert!(verdicts[0].starts_with("fail") && verdicts[1] == "ok", "{verdicts:?}");
+    server.stop().await;
+}

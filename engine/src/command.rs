@@ -106,6 +106,11 @@ pub enum ResellerOp {
     },
     Account,
     ListWebhooks,
+    RotateWebhookSecret {
+        webhook_id: String,
+        /// Filled by the shell (sealed), like a creation's.
+        signing_secret: crate::secret::SealedSecret,
+    },
     ListEvents {
         filter: crate::event_log::EventFilter,
         limit: Option<u64>,
@@ -186,6 +191,7 @@ impl ResellerOp {
             Account => "account",
             ListWebhooks => "list_webhooks",
             ListEvents { .. } => "list_events",
+            RotateWebhookSecret { .. } => "rotate_webhook_secret",
             GetEvent { .. } => "get_event",
             CreateWebhook { .. } => "create_webhook",
             GetWebhook { .. } => "get_webhook",

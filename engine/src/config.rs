@@ -58,6 +58,9 @@ pub mod limits {
     pub const MAX_WEBHOOKS: usize = 5;
     /// Consecutive failed attempts after which a webhook turns inactive (decision 38).
     pub const WEBHOOK_DISABLE_AT: u32 = 10;
+    /// After a secret rotation, how long the previous secret still signs deliveries
+    /// beside the new one (decision 116).
+    pub const SECRET_ROTATION_OVERLAP_MS: i64 = 24 * crate::Millis::HOUR;
     /// Auto-refill charges in 24 hours: the next one switches auto-refill off (decision 34).
     pub const AUTO_REFILL_MAX_PER_DAY: usize = 10;
     /// How long an `Idempotency-Key` replays its stored answer (decision 40).

@@ -32,6 +32,8 @@ pub struct Delivery {
     /// The webhook's signing secret, sealed: the sender opens it and signs `body`
     /// (the engine never holds the secret itself).
     pub signing_secret: SealedSecret,
+    /// The secret before a rotation, during its overlap: the sender signs with both.
+    pub previous_signing_secret: Option<SealedSecret>,
     /// `X-Service-Timestamp` of this attempt.
     pub timestamp: Millis,
     /// `X-Service-Delivery-Attempt`: 1 for the first POST.

@@ -292,6 +292,9 @@ impl Engine {
             }
             DeleteWebhook { webhook_id } => self.delete_webhook(account, webhook_id),
             TestWebhook { webhook_id } => self.test_webhook(account, webhook_id),
+            RotateWebhookSecret { webhook_id, signing_secret } => {
+                self.rotate_webhook_secret(account, webhook_id, signing_secret.clone())
+            }
             ListEvents { filter, limit, offset } => self.list_events(account, filter, *limit, *offset),
             GetEvent { event_id } => self.get_event(account, event_id),
         }

@@ -110,6 +110,13 @@ fn request_fingerprint(op: &ResellerOp) -> [u8; 32] {
             };
             serde_json::to_vec(&blank)
         }
+        ResellerOp::RotateWebhookSecret { webhook_id, signing_secret } if !signing_secret.is_unset() => {
+            let blank = ResellerOp::RotateWebhookSecret {
+                webhook_id: webhook_id.clone(),
+                signing_secret: SealedSecret::default(),
+            };
+            serde_json::to_vec(&blank)
+        }
         other => serde_json::to_vec(other),
     };
     Sha256::digest(bytes.expect("commands serialize")).into()

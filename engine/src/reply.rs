@@ -40,6 +40,9 @@ pub enum Reply {
     WebhookList(WebhookList),
     Webhook(WebhookRecord),
     WebhookCreated(WebhookCreated),
+    /// A rotated secret: the same shape as a creation's answer (the webhook, the new
+    /// secret shown once, a note), status 200.
+    WebhookSecretRotated(WebhookCreated),
     Success(Success),
     /// The test event was handed out as an effect; the shell answers the caller with
     /// the reply to the matching [`crate::Command::DeliveryOutcome`].
@@ -111,7 +114,9 @@ impl Reply {
         match self {
             Reply::AccountCreated(created) => created.api_key = secret.to_string(),
             Reply::KeyCreated(created) => created.api_key = secret.to_string(),
-            Reply::WebhookCreated(created) => created.signing_secret = secret.to_string(),
+            Reply::WebhookCreated(created) | Reply::WebhookSecretRotated(created) => {
+                created.signing_secret = secret.to_string()
+            }
             Reply::Replayed { body, signing_secret: Some(_), .. } => {
                 let shown = serde_json::to_string(secret).expect("a string serializes");
                 *body = body.replacen(&format!("\"{SECRET_FIELD}\":\"\""), &format!("\"{SECRET_FIELD}\":{shown}"), 1);
@@ -123,7 +128,7 @@ impl Reply {
     /// The sealed secret a reply must show, for the shell to open.
     pub fn sealed_secret(&self) -> Option<&crate::secret::SealedSecret> {
         match self {
-            Reply::WebhookCreated(created) => Some(&created.sealed),
+            Reply::WebhookCreated(created) | Reply::WebhookSecretRotated(created) => Some(&created.sealed),
             Reply::Replayed { signing_secret, .. } => signing_secret.as_ref(),
             _ => None,
         }

@@ -605,6 +605,9 @@ pub struct Webhook {
     pub subscription: Subscription,
     /// Sealed by the shell; opened only by the sender, to sign.
     pub signing_secret: crate::secret::SealedSecret,
+    /// The secret before the last rotation, and until when it still signs (decision 116).
+    #[serde(default)]
+    pub previous_secret: Option<(crate::secret::SealedSecret, Millis)>,
     /// Inactive webhooks receive nothing (decision 38).
     pub active: bool,
     /// Consecutive failed attempts; at `WEBHOOK_DISABLE_AT` it turns inactive.

@@ -19,6 +19,9 @@ use std::collections::BTreeSet;
 /// The note returned with a new webhook's signing secret.
 const SECRET_NOTE: &str = "Store the signing_secret now: it is shown only once. Verify X-Service-Signature as the lowercase hex HMAC-SHA256 of the raw body keyed with the whole secret, or the webhook-id, webhook-timestamp and webhook-signature headers with any Standard Webhooks library.";
 
+/// The note returned with a rotated secret.
+const ROTATION_NOTE: &str = "Store the new signing_secret now: it is shown only once. For 24 hours deliveries carry both signatures in webhook-signature (new and previous secret); X-Service-Signature uses the new secret at once.";
+
 /// Lowercase hex HMAC-SHA256 of `body` keyed with `secret` (`X-Service-Signature`; the
 /// sender computes it with the secret it opened).
 pub fn sign(secret: &str, body: &[u8]) -> String {
@@ -199,6 +202,28 @@ impl Engine {
         }
     }
 
+    /// `POST /webhooks/{id}/rotate-secret`: the shell's new secret signs from now on; the
+    /// current one keeps signing beside it for `SECRET_ROTATION_OVERLAP_MS` (decision 116).
+    pub(crate) fn rotate_webhook_secret(
+        &mut self,
+        account: AccountIx,
+        webhook_id: &str,
+        signing_secret: SealedSecret,
+    ) -> Response {
+        assert!(!signing_secret.is_unset(), "the shell seals a new secret into every rotation");
+        let webhook = self.webhook_of(account, webhook_id)?;
+        let until = self.now.plus_ms(limits::SECRET_ROTATION_OVERLAP_MS);
+        let record = &mut self.webhooks[webhook];
+        let previous = std::mem::replace(&mut record.signing_secret, signing_secret.clone());
+        record.previous_secret = Some((previous, until));
+        Ok(Reply::WebhookSecretRotated(WebhookCreated {
+            webhook: self.webhook_record(webhook),
+            signing_secret: String::new(),
+            sealed: signing_secret,
+            note: ROTATION_NOTE,
+        }))
+    }
+
     fn webhook_record(&self, webhook: WebhookIx) -> WebhookRecord {
         let w = &self.webhooks[webhook];
         WebhookRecord {
@@ -245,6 +270,7 @@ impl Engine {
             events,
             subscription,
             signing_secret: signing_secret.clone(),
+            previous_secret: None,
             active: true,
             failure_count: 0,
             last_triggered_at: None,
@@ -349,6 +375,11 @@ impl Engine {
             event_id: state.event_id.clone(),
             event: state.event,
             signing_secret: webhook.signing_secret.clone(),
+            previous_signing_secret: webhook
+                .previous_secret
+                .as_ref()
+                .filter(|(_, until)| self.now < *until)
+                .map(|(sealed, _)| sealed.clone()),
             body: state.body.clone(),
             timestamp: self.now,
             attempt: state.attempt,

@@ -335,6 +335,11 @@ fn try_route(
             offset: query_u64(&query, "offset")?,
         }),
         E::GetEvent => reseller(ResellerOp::GetEvent { event_id: param(0) }),
+        E::RotateWebhookSecret => reseller(ResellerOp::RotateWebhookSecret {
+            webhook_id: param(0),
+            // Drawn and sealed by the service (`Service::issue_secrets`).
+            signing_secret: SealedSecret::default(),
+        }),
         E::UpdateWebhook => reseller(ResellerOp::UpdateWebhook {
             webhook_id: param(0),
             url: body.string("url")?,

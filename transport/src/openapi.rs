@@ -507,6 +507,10 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Sends one event of type test to this webhook (no subscription needed, no retry, not counted in failure_count) and answers with the receiver's status.")
             .ok(200, "WebhookTestResult", "What the receiver answered")
             .errors(&[NO_WEBHOOK]),
+        E::RotateWebhookSecret => Operation::new("rotateWebhookSecret", "Webhooks", "Rotate the signing secret")
+            .describe("Returns a new signing secret, shown only here. For 24 hours deliveries carry two signatures in webhook-signature (the new and the previous secret); X-Service-Signature uses the new secret at once.")
+            .ok(200, "WebhookWithSecret", "The webhook with its new signing secret")
+            .errors(&[NO_WEBHOOK]),
         E::ListEvents => Operation::new("listEvents", "Events", "List events")
             .describe("The account's events of the last 30 days, newest first, each exactly as it was delivered to webhooks (whether or not a webhook was subscribed). Test events are not listed.")
             .ok(200, "EventPage", "A page of events")
@@ -746,7 +750,7 @@ mod tests {
             .map(|endpoint| (endpoint.method().to_string(), endpoint.full_pattern()))
             .collect();
         assert_eq!(documented, routed);
-        assert_eq!(routed.len(), 30);
+        assert_eq!(routed.len(), 31);
         assert!(documented.iter().all(|(_, path)| path.starts_with(RESELLER_BASE)), "no admin or sandbox path");
     }
 
@@ -1184,6 +1188,9 @@ mod tests {
         let update = json!({ "active": true, "events": ["esim.provisioned", "group.balance_low"] });
         c.expect("PUT", &format!("/webhooks/{wid}"), &key, Some(update), 200);
         c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
+        let rotated = c.expect("POST", &format!("/webhooks/{wid}/rotate-secret"), &key, None, 200);
+        assert!(rotated["signing_secret"].as_str().is_some_and(|s| s.starts_with("whsec_")), "{rotated}");
+        c.expect_code("POST", "/webhooks/wh_0000000000000000/rotate-secret", &key, None, "NOT_FOUND");
         c.delivery = DeliveryResult::Timeout;
         let timeout = c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
         assert_eq!((timeout["status"].clone(), timeout["error"].is_string()), (json!(0), true));

@@ -96,6 +96,7 @@ endpoints! {
     UpdateWebhook => Reseller PUT "/webhooks/{id}",
     DeleteWebhook => Reseller DELETE "/webhooks/{id}",
     TestWebhook => Reseller POST "/webhooks/{id}/test",
+    RotateWebhookSecret => Reseller POST "/webhooks/{id}/rotate-secret",
     ListEvents => Reseller GET "/events",
     GetEvent => Reseller GET "/events/{id}",
     OpenApi => Public GET "/openapi.json",

@@ -94,9 +94,22 @@ fn literal_ip(url: &str) -> Option<IpAddr> {
 /// with the webhook's secret (opened by the sender just for this): ours (`X-Service-*`,
 /// the event's service time) and Standard Webhooks' (`webhook-*`, signed with the wall
 /// clock's Unix seconds `now_unix_s` of this attempt, as receivers check it against
-/// theirs; decision 114).
-pub fn delivery_headers(delivery: &Delivery, secret: &str, now_unix_s: i64) -> [(&'static str, String); 7] {
+/// theirs; decision 114). During a rotation's overlap `previous` (the secret before it)
+/// signs too: `webhook-signature` carries both, space-separated, the new one first;
+/// `X-Service-Signature` uses the new one only (decision 116).
+pub fn delivery_headers(
+    delivery: &Delivery,
+    secret: &str,
+    previous: Option<&str>,
+    now_unix_s: i64,
+) -> [(&'static str, String); 7] {
     let body = delivery.body.as_bytes();
+    let standard =
+        |secret: &str| esim_engine::webhook::standard_signature(secret, &delivery.event_id, now_unix_s, body);
+    let signatures = match previous {
+        Some(previous) => format!("{} {}", standard(secret), standard(previous)),
+        None => standard(secret),
+    };
     [
         ("X-Service-Signature", esim_engine::webhook::sign(secret, body)),
         ("X-Service-Event-Id", delivery.event_id.clone()),
@@ -104,7 +117,7 @@ pub fn delivery_headers(delivery: &Delivery, secret: &str, now_unix_s: i64) -> [
         ("X-Service-Delivery-Attempt", delivery.attempt.to_string()),
         ("webhook-id", delivery.event_id.clone()),
         ("webhook-timestamp", now_unix_s.to_string()),
-        ("webhook-signature", esim_engine::webhook::standard_signature(secret, &delivery.event_id, now_unix_s, body)),
+        ("webhook-signature", signatures),
     ]
 }
 
@@ -210,8 +223,15 @@ impl Sender {
             Ok(secret) => secret,
             Err(why) => return DeliveryResult::Failed(format!("the signing secret cannot be opened: {why}")),
         };
+        let previous = match delivery.previous_signing_secret.as_ref().map(|sealed| self.sealing_key.open(sealed)) {
+            None => None,
+            Some(Ok(previous)) => Some(previous),
+            Some(Err(why)) => {
+                return DeliveryResult::Failed(format!("the previous signing secret cannot be opened: {why}"))
+            }
+        };
         let mut request = http::Request::post(&delivery.url).header(http::header::CONTENT_TYPE, "application/json");
-        for (name, value) in delivery_headers(delivery, &secret, unix_now_s()) {
+        for (name, value) in delivery_headers(delivery, &secret, previous.as_deref(), unix_now_s()) {
             request = request.header(name, value);
         }
         let request = match request.body(Full::new(Bytes::from(delivery.body.clone()))) {
@@ -242,7 +262,7 @@ mod tests {
         sent.signing_secret = issued.sealed.clone();
         let secret = secrets.open(&sent.signing_secret).unwrap();
         let headers: std::collections::BTreeMap<&str, String> =
-            delivery_headers(&sent, &secret, 1_767_225_600).into_iter().collect();
+            delivery_headers(&sent, &secret, None, 1_767_225_600).into_iter().collect();
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(issued.secret.as_bytes()).unwrap();
         mac.update(sent.body.as_bytes());
         let expected: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
@@ -274,6 +294,7 @@ mod tests {
             event: EventName::Test,
             body: "{}".into(),
             signing_secret: Secrets::seeded(3).new_signing_secret().sealed,
+            previous_signing_secret: None,
             timestamp: Millis::VIRTUAL_EPOCH,
             attempt: 1,
         }

@@ -242,7 +242,8 @@ impl Service {
                 Some(new_key(&mut self.secrets, api_key_digest))
             }
             Command::Reseller(request) => match &mut request.op {
-                ResellerOp::CreateWebhook { signing_secret, .. } => {
+                ResellerOp::CreateWebhook { signing_secret, .. }
+                | ResellerOp::RotateWebhookSecret { signing_secret, .. } => {
                     let issued = self.secrets.new_signing_secret();
                     *signing_secret = issued.sealed;
                     Some(Issued { shown: issued.secret })
@@ -301,7 +302,10 @@ impl Service {
                 Ok(secret) => reply.show_secret(&secret),
                 Err(why) => tracing::error!(%why, "a replayed webhook creation's secret cannot be opened"),
             },
-            Reply::AccountCreated(_) | Reply::KeyCreated(_) | Reply::WebhookCreated(_) => {
+            Reply::AccountCreated(_)
+            | Reply::KeyCreated(_)
+            | Reply::WebhookCreated(_)
+            | Reply::WebhookSecretRotated(_) => {
                 let issued = issued.expect("a secret was drawn for every command that shows one");
                 reply.show_secret(&issued.shown);
             }

@@ -474,6 +474,9 @@ pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
         // The events API shows what the event log already holds; its own tests check it
         // against the delivered envelopes (tests/events_api.rs).
         E::ListEvents | E::GetEvent => return None,
+        // Not simulated yet: a rotation changes only which secrets sign, which the
+        // simulation's receivers do not check; tests/standard_webhooks.rs covers it.
+        E::RotateWebhookSecret => return None,
     })
 }
 
