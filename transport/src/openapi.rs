@@ -11,7 +11,7 @@
 //! that produces it. A test drives the real [`crate::Service`] through every operation
 //! and validates each answer against this document.
 
-use crate::routes::{Api, Endpoint};
+use crate::routes::{Api, Endpoint, RESELLER_BASE};
 use esim_engine::{ErrorCode, EventName};
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
@@ -673,7 +673,8 @@ fn build() -> Value {
     let mut paths = Map::new();
     for &endpoint in Endpoint::ALL {
         let Some(op) = operation(endpoint) else { continue };
-        let item = paths.entry(endpoint.full_pattern()).or_insert_with(|| json!({}));
+        // Relative to the server's URL (the spec's base), as client generators expect.
+        let item = paths.entry(endpoint.pattern().to_string()).or_insert_with(|| json!({}));
         item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op);
     }
     json!({
@@ -683,7 +684,7 @@ fn build() -> Value {
             "version": "2.0",
             "description": "Provision eSIM profiles with pay-as-you-go data, fund per-eSIM wallets or shared-balance groups, and receive signed webhook notifications. Money amounts are USD JSON numbers; timestamps are RFC 3339 UTC with milliseconds. Every call but this document needs `Authorization: Bearer <API key>` and is limited to 100 requests per minute per key (429 RATE_LIMITED with Retry-After). Errors carry the Error body.",
         },
-        "servers": [{ "url": "/", "description": "Paths are absolute; the API lives under /api/v2/reseller" }],
+        "servers": [{ "url": RESELLER_BASE, "description": "The reseller API; paths are relative to it" }],
         "security": [{ "bearer": [] }],
         "tags": [
             { "name": "eSIMs", "description": "Provisioning, reads, data switch, throttle, terminate, fund and defund" },
@@ -709,7 +710,7 @@ fn build() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routes::{find, Match, RESELLER_BASE};
+    use crate::routes::{find, Match};
     use crate::service::{ClockMode, Outcome, Service};
     use bytes::Bytes;
     use esim_engine::{DeliveryResult, Engine, EngineConfig, Millis};
@@ -726,10 +727,10 @@ mod tests {
         assert_eq!(doc["info"]["title"], "Reseller eSIM Connectivity Service");
         assert_eq!(doc["info"]["version"], "2.0");
         assert_eq!(doc["servers"].as_array().map(Vec::len), Some(1));
-        assert_eq!(doc["servers"][0]["url"], "/");
+        assert_eq!(doc["servers"][0]["url"], RESELLER_BASE);
         assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
         assert_eq!(doc["security"], json!([{ "bearer": [] }]));
-        assert_eq!(doc["paths"][format!("{RESELLER_BASE}/openapi.json")]["get"]["security"], json!([]));
+        assert_eq!(doc["paths"]["/openapi.json"]["get"]["security"], json!([]));
         assert!(document().contains("\n  \"openapi\""), "pretty-printed");
     }
 
@@ -747,11 +748,14 @@ mod tests {
         let routed: BTreeSet<(String, String)> = Endpoint::ALL
             .iter()
             .filter(|endpoint| matches!(endpoint.api(), Api::Reseller | Api::Public))
-            .map(|endpoint| (endpoint.method().to_string(), endpoint.full_pattern()))
+            .map(|endpoint| (endpoint.method().to_string(), endpoint.pattern().to_string()))
             .collect();
         assert_eq!(documented, routed);
         assert_eq!(routed.len(), 31);
-        assert!(documented.iter().all(|(_, path)| path.starts_with(RESELLER_BASE)), "no admin or sandbox path");
+        assert!(
+            documented.iter().all(|(_, path)| !path.starts_with(RESELLER_BASE) && !path.starts_with("/admin/")),
+            "relative paths, no admin or sandbox path"
+        );
     }
 
     /// Every JSON value under `value` with its key path.
@@ -1004,7 +1008,7 @@ mod tests {
             let value: Value = serde_json::from_slice(response.body()).unwrap();
             let bare = uri.split('?').next().unwrap();
             let Match::Found(endpoint, _) = find(method, bare) else { panic!("{method} {bare} is not routed") };
-            let full = endpoint.full_pattern();
+            let full = endpoint.pattern().to_string();
             let documented = &self.doc["paths"][&full][method.to_ascii_lowercase()]["responses"][status.to_string()];
             assert!(documented.is_object(), "{method} {full} answered an undocumented {status}: {value}");
             let content = &documented["content"]["application/json"];
