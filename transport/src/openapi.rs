@@ -133,6 +133,7 @@ fn schemas() -> Value {
                     "type": "number",
                     "minimum": 0.01,
                     "maximum": 10000,
+                    "multipleOf": 0.01,
                     "description": "USD, 0.01 to 10000, at most 2 decimals; taken from the reseller balance",
                 },
             }),
@@ -140,8 +141,8 @@ fn schemas() -> Value {
     };
     let group_settings = json!({
         "name": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Unique on the account (compared after trimming)" },
-        "low_balance_threshold_usd": { "type": "number", "minimum": 0, "maximum": 10000, "description": "USD, default 10, at most 2 decimals" },
-        "refill_amount_usd": { "type": "number", "minimum": 0.01, "maximum": 10000, "description": "USD, default 25, at most 2 decimals" },
+        "low_balance_threshold_usd": { "type": "number", "minimum": 0, "maximum": 10000, "multipleOf": 0.01, "description": "USD, default 10, at most 2 decimals" },
+        "refill_amount_usd": { "type": "number", "minimum": 0.01, "maximum": 10000, "multipleOf": 0.01, "description": "USD, default 25, at most 2 decimals" },
     });
     let events = json!({
         "type": "array",
@@ -731,6 +732,10 @@ mod tests {
         assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
         assert_eq!(doc["security"], json!([{ "bearer": [] }]));
         assert_eq!(doc["paths"]["/openapi.json"]["get"]["security"], json!([]));
+        // Amounts that validation refuses past two decimals say so.
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(schemas["FundRequest"]["properties"]["amount"]["multipleOf"], json!(0.01));
+        assert_eq!(schemas["GroupFundRequest"]["properties"]["amount"]["multipleOf"], json!(0.01));
         assert!(document().contains("\n  \"openapi\""), "pretty-printed");
     }
 
