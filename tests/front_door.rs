@@ -131,3 +131,26 @@ fn a_scenario_file_replays_from_the_command_line() {
     assert!(stdout.contains(&format!("line {line}")), "the failure names line {line}: {stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `--help` of each offline command says what README says of it.
+#[test]
+fn every_command_help_says_what_readme_says() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_esim")).args(args).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let expected: [(&[&str], &[&str]); 5] = [
+        (&["report", "conservation"], &["--from", "--until", "html", "csv", "Exit code 1", "one row per account"]),
+        (&["sim"], &["--report", "checked before the run", "one row per seed", "violation-seed-N.scenario"]),
+        (&["replay"], &["--until", "live", "torn tail"]),
+        (&["repair"], &["--cut-at-damage", "changes", "live (locked)"]),
+        (&["scenario"], &["violation-seed-N.scenario", "--transcript"]),
+    ];
+    for (args, words) in expected {
+        let text = help(args);
+        for word in words {
+            assert!(text.contains(word), "esim {} --help lacks {word:?}:\n{text}", args.join(" "));
+        }
+    }
+}

@@ -149,16 +149,6 @@ impl EventLog {
         debug_assert_eq!(event.seq, seq);
         event
     }
-
-    /// How many events are kept (all accounts).
-    pub fn len(&self) -> usize {
-        self.kept.len()
-    }
-
-    /// Whether no event is kept.
-    pub fn is_empty(&self) -> bool {
-        self.kept.is_empty()
-    }
 }
 
 /// Whether an event created at `created_at` is past its retention at `now`.

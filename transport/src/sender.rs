@@ -190,13 +190,13 @@ impl Sender {
     /// webhook's own deliveries; any other delivery first takes its webhook's share.
     async fn attempt(&self, delivery: &Delivery) -> DeliveryResult {
         if delivery.event == EventName::Test {
-            return tokio::time::timeout(TEST_CALL_TIMEOUT, self.post(delivery, TEST_CALL_TIMEOUT))
+            return tokio::time::timeout(TEST_CALL_TIMEOUT, self.post(delivery))
                 .await
                 .unwrap_or(DeliveryResult::Timeout);
         }
         let share = self.share_of(&delivery.webhook_id);
         let _share = share.acquire().await.expect("the semaphore is never closed");
-        self.post(delivery, DELIVERY_TIMEOUT).await
+        self.post(delivery).await
     }
 
     /// The webhook's share of the delivery slots.
@@ -211,7 +211,8 @@ impl Sender {
             .clone()
     }
 
-    async fn post(&self, delivery: &Delivery, timeout: Duration) -> DeliveryResult {
+    /// Takes a slot and POSTs, bounded by [`DELIVERY_TIMEOUT`].
+    async fn post(&self, delivery: &Delivery) -> DeliveryResult {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         if !self.allow_insecure && !delivery.url.starts_with("https://") {
             return DeliveryResult::Failed("plain http:// targets need --allow-insecure-webhooks".into());
@@ -238,7 +239,7 @@ impl Sender {
             Ok(request) => request,
             Err(error) => return DeliveryResult::Failed(format!("bad request: {error}")),
         };
-        match tokio::time::timeout(timeout, self.client.request(request)).await {
+        match tokio::time::timeout(DELIVERY_TIMEOUT, self.client.request(request)).await {
             Err(_) => DeliveryResult::Timeout,
             Ok(Err(error)) => DeliveryResult::Failed(with_causes(&error)),
             Ok(Ok(response)) => DeliveryResult::Status(response.status().as_u16()),
