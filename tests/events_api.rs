@@ -1,7 +1,8 @@
 //! The events API over real HTTP (issue 14): `GET /events` lists an account's events
 //! newest first with its filters, and `GET /events/{id}` answers the very bytes a real
 //! receiver on loopback was sent; another account's events are unknown; after 30 days
-//! an event is gone.
+//! an event is gone. The delivery log (`GET /webhooks/{id}/deliveries`) shows a failed
+//! attempt, its retry and manual resends (`POST /events/{id}/resend`).
 
 mod common;
 use common::*;
@@ -109,5 +110,130 @@ async fn events_are_listed_newest_first_filtered_and_answered_as_delivered() {
     assert_eq!(events(&server, &key, "").await["total"], json!(0), "all older than 30 days");
     let gone = server.api("GET", &format!("/events/{}", listed[0]), &key, None).await;
     assert_eq!(gone.status, 404, "{}", gone.body);
+    server.stop().await;
+}
+
+/// Polls a webhook's delivery log until it shows `count` attempts (outcomes come back
+/// from the sender asynchronously), at most 10 s.
+async fn delivery_log(server: &TestServer, key: &str, webhook: &str, count: u64) -> Value {
+    for _ in 0..1_000 {
+        let page = server.api("GET", &format!("/webhooks/{webhook}/deliveries"), key, None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        if page.body["total"].as_u64().unwrap() >= count {
+            return page.body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the delivery log of {webhook} never showed {count} attempts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_delivery_log_shows_a_failed_attempt_its_retry_and_a_manual_resend() {
+    let server = TestServer::start().await;
+    let receiver = Receiver::start().await;
+    receiver.status.store(500, std::sync::atomic::Ordering::SeqCst);
+    let (_, key) = server.account(100.0).await;
+    let hook =
+        server.api("POST", "/webhooks", &key, Some(json!({"url": receiver.url, "events": ["esim.provisioned"]}))).await;
+    assert_eq!(hook.status, 201, "{}", hook.body);
+    let webhook = hook.body["id"].as_str().unwrap().to_string();
+    let secret = hook.body["signing_secret"].as_str().unwrap().to_string();
+
+    // The first attempt fails: logged with its status, duration and next retry time.
+    server.provision(&key, None).await;
+    let first = receiver.wait_for(1).await.remove(0);
+    let event_id = first.json()["id"].as_str().unwrap().to_string();
+    let log = delivery_log(&server, &key, &webhook, 1).await;
+    let failed = &log["attempts"][0];
+    assert_eq!(
+        (failed["event_id"].as_str(), failed["attempt"].clone(), failed["status"].clone(), failed["success"].clone()),
+        (Some(event_id.as_str()), json!(1), json!(500), json!(false)),
+        "{log}"
+    );
+    assert_eq!((failed["error"].clone(), failed["manual"].clone()), (Value::Null, json!(false)));
+    assert!(failed["duration_ms"].is_u64(), "{failed}");
+    let attempted_at = failed["attempted_at"].as_str().unwrap();
+    let retry_at = failed["next_retry_at"].as_str().unwrap();
+    let ms = |text: &str| esim_engine::Millis::parse_rfc3339(text).unwrap().0;
+    assert_eq!(ms(retry_at) - ms(attempted_at), 30_000, "{attempted_at} -> {retry_at}");
+
+    // Its retry, 30 s later, succeeds: newest first.
+    receiver.status.store(200, std::sync::atomic::Ordering::SeqCst);
+    server.advance(30).await;
+    receiver.wait_for(2).await;
+    let log = delivery_log(&server, &key, &webhook, 2).await;
+    let retried = &log["attempts"][0];
+    assert_eq!(
+        (retried["attempt"].clone(), retried["status"].clone(), retried["success"].clone()),
+        (json!(2), json!(200), json!(true)),
+        "{log}"
+    );
+    assert_eq!(
+        (retried["next_retry_at"].clone(), retried["delivery_id"].clone()),
+        (Value::Null, failed["delivery_id"].clone())
+    );
+
+    // A manual resend: 202, the same bytes and event id at once, signed, attempt 1.
+    let resend =
+        server.api("POST", &format!("/events/{event_id}/resend"), &key, Some(json!({"webhook_id": webhook}))).await;
+    assert_eq!(resend.status, 202, "{}", resend.body);
+    assert_eq!(
+        (resend.body["event_id"].as_str(), resend.body["webhook_id"].as_str()),
+        (Some(event_id.as_str()), Some(webhook.as_str()))
+    );
+    let again = receiver.wait_for(3).await.remove(2);
+    assert_eq!(again.body, first.body, "the same envelope, byte for byte");
+    verify_signature(&again, &secret);
+    assert_eq!(again.headers["webhook-id"].to_str().unwrap(), event_id);
+    assert_eq!(again.headers["x-service-delivery-attempt"].to_str().unwrap(), "1");
+    let log = delivery_log(&server, &key, &webhook, 3).await;
+    let manual = &log["attempts"][0];
+    assert_eq!((manual["manual"].clone(), manual["success"].clone()), (json!(true), json!(true)), "{log}");
+    assert_eq!(manual["delivery_id"], resend.body["delivery_id"]);
+    assert_ne!(manual["delivery_id"], failed["delivery_id"], "a resend is a delivery of its own");
+
+    // A failing resend is not retried and not counted in failure_count.
+    receiver.status.store(503, std::sync::atomic::Ordering::SeqCst);
+    let resend =
+        server.api("POST", &format!("/events/{event_id}/resend"), &key, Some(json!({"webhook_id": webhook}))).await;
+    assert_eq!(resend.status, 202, "{}", resend.body);
+    let log = delivery_log(&server, &key, &webhook, 4).await;
+    assert_eq!(
+        (log["attempts"][0]["status"].clone(), log["attempts"][0]["next_retry_at"].clone()),
+        (json!(503), Value::Null)
+    );
+    let shown = server.api("GET", &format!("/webhooks/{webhook}"), &key, None).await;
+    assert_eq!(shown.body["failure_count"], json!(0), "{}", shown.body);
+    server.advance(3600).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(receiver.received.lock().unwrap().len(), 4, "never retried");
+
+    // A receiver that is not there: no status, the error text says why.
+    let dead =
+        server.api("POST", "/webhooks", &key, Some(json!({"url": "http://127.0.0.1:1/none", "events": ["*"]}))).await;
+    let dead = dead.body["id"].as_str().unwrap().to_string();
+    let resend =
+        server.api("POST", &format!("/events/{event_id}/resend"), &key, Some(json!({"webhook_id": dead}))).await;
+    assert_eq!(resend.status, 202, "{}", resend.body);
+    let log = delivery_log(&server, &key, &dead, 1).await;
+    assert_eq!(log["attempts"][0]["status"], Value::Null, "{log}");
+    assert!(!log["attempts"][0]["error"].as_str().unwrap().is_empty(), "{log}");
+
+    // Paging and the event filter; the spec's errors.
+    let page = server.api("GET", &format!("/webhooks/{webhook}/deliveries?limit=1&offset=3"), &key, None).await;
+    assert_eq!((page.body["total"].clone(), page.body["attempts"][0]["attempt"].clone()), (json!(4), json!(1)));
+    assert_eq!(page.body["attempts"][0]["manual"], json!(false), "the oldest: the first failed attempt");
+    let none = server.api("GET", &format!("/webhooks/{webhook}/deliveries?event_id=evt_other"), &key, None).await;
+    assert_eq!(none.body["total"], json!(0));
+    let (_, other) = server.account(10.0).await;
+    for (method, path, body) in [
+        ("GET", format!("/webhooks/{webhook}/deliveries"), None),
+        ("POST", format!("/events/{event_id}/resend"), Some(json!({"webhook_id": webhook}))),
+    ] {
+        let reply = server.api(method, &path, &other, body).await;
+        assert_eq!((reply.status, reply.body["code"].clone()), (404, json!("NOT_FOUND")), "{path}");
+    }
+    let missing = server.api("POST", &format!("/events/{event_id}/resend"), &key, Some(json!({}))).await;
+    assert_eq!((missing.status, missing.body["code"].clone()), (400, json!("VALIDATION_ERROR")));
     server.stop().await;
 }

@@ -15,7 +15,14 @@ pub enum Command {
     /// The world: devices, the network and its faults (sandbox API).
     Sandbox(SandboxOp),
     /// What became of a webhook delivery the engine handed out as an effect.
-    DeliveryOutcome { delivery_id: u64, result: DeliveryResult },
+    DeliveryOutcome {
+        delivery_id: u64,
+        result: DeliveryResult,
+        /// How long the POST took on the shell's clock, for the delivery log (absent in
+        /// journals written before the log existed).
+        #[serde(default)]
+        duration_ms: Option<u64>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,6 +126,19 @@ pub enum ResellerOp {
     GetEvent {
         event_id: String,
     },
+    /// `POST /events/{id}/resend`: the kept envelope to one webhook, at once (decision 118).
+    ResendEvent {
+        event_id: String,
+        webhook_id: String,
+    },
+    /// `GET /webhooks/{id}/deliveries`: its delivery log, newest first.
+    ListDeliveries {
+        webhook_id: String,
+        /// Only the attempts of this event.
+        event_id: Option<String>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
     CreateWebhook {
         url: String,
         events: Vec<String>,
@@ -161,6 +181,7 @@ impl ResellerOp {
                 | GetWebhook { .. }
                 | ListEvents { .. }
                 | GetEvent { .. }
+                | ListDeliveries { .. }
         )
     }
 
@@ -193,6 +214,8 @@ impl ResellerOp {
             ListEvents { .. } => "list_events",
             RotateWebhookSecret { .. } => "rotate_webhook_secret",
             GetEvent { .. } => "get_event",
+            ResendEvent { .. } => "resend_event",
+            ListDeliveries { .. } => "list_deliveries",
             CreateWebhook { .. } => "create_webhook",
             GetWebhook { .. } => "get_webhook",
             UpdateWebhook { .. } => "update_webhook",

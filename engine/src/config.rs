@@ -83,6 +83,12 @@ pub mod limits {
     pub const MAX_TEXT_LEN: usize = 256;
     /// How long the events API keeps an event (decision 113).
     pub const EVENT_RETENTION_MS: i64 = 30 * crate::Millis::DAY;
+    /// Delivery attempts a webhook's log keeps (`GET /webhooks/{id}/deliveries`),
+    /// newest kept; older ones also leave after `EVENT_RETENTION_MS` (decision 118).
+    pub const DELIVERY_LOG_PER_WEBHOOK_MAX: usize = 200;
+    /// Longest error text a delivery log entry keeps (a receiver's or resolver's
+    /// message is cut there, on a character boundary).
+    pub const DELIVERY_ERROR_TEXT_MAX: usize = 300;
     /// Largest single usage report from a device, in MB.
     pub const MAX_USAGE_MB: i64 = 1_000_000;
 }

@@ -38,4 +38,7 @@ pub struct Delivery {
     pub timestamp: Millis,
     /// `X-Service-Delivery-Attempt`: 1 for the first POST.
     pub attempt: u32,
+    /// A manual resend (`POST /events/{id}/resend`): one attempt, never retried.
+    #[serde(default)]
+    pub manual: bool,
 }

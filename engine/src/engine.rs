@@ -170,8 +170,8 @@ impl Engine {
             Command::Reseller(request) => self.handle_reseller(request),
             Command::Admin(op) => self.handle_admin(op.clone()),
             Command::Sandbox(op) => self.handle_sandbox(op),
-            Command::DeliveryOutcome { delivery_id, result } => {
-                self.record_delivery_outcome(DeliveryId(*delivery_id), result.clone())
+            Command::DeliveryOutcome { delivery_id, result, duration_ms } => {
+                self.record_delivery_outcome(DeliveryId(*delivery_id), result.clone(), *duration_ms)
             }
         }
     }
@@ -297,6 +297,10 @@ impl Engine {
             }
             ListEvents { filter, limit, offset } => self.list_events(account, filter, *limit, *offset),
             GetEvent { event_id } => self.get_event(account, event_id),
+            ResendEvent { event_id, webhook_id } => self.resend_event(account, event_id, webhook_id),
+            ListDeliveries { webhook_id, event_id, limit, offset } => {
+                self.list_deliveries(account, webhook_id, event_id.as_deref(), *limit, *offset)
+            }
         }
     }
 

@@ -144,6 +144,12 @@ impl EventLog {
         }
     }
 
+    /// The name and exact envelope of one of `account`'s kept events (a resend's body).
+    pub(crate) fn kept_envelope(&self, account: AccountIx, event_id: &str, now: Millis) -> Option<(EventName, &str)> {
+        let event = self.get(*self.by_id.get(event_id)?);
+        (event.account == account && !expired(event.created_at, now)).then_some((event.name, event.envelope.as_str()))
+    }
+
     fn get(&self, seq: u64) -> &KeptEvent {
         let event = &self.kept[(seq - self.first_seq) as usize];
         debug_assert_eq!(event.seq, seq);

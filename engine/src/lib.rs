@@ -56,7 +56,7 @@
 //!     while let Some(Effect::Deliver(delivery)) = engine.poll_effect() {
 //!         // POST it (signed by the shell), then report how it went: another input.
 //!         let result = DeliveryResult::Status(200);
-//!         inbox.push(Command::DeliveryOutcome { delivery_id: delivery.delivery_id, result });
+//!         inbox.push(Command::DeliveryOutcome { delivery_id: delivery.delivery_id, result, duration_ms: Some(12) });
 //!     }
 //!     while engine.poll_event().is_some() {} // observers: logs, tests, the simulation
 //!     if let Some(deadline) = engine.poll_timeout() {

@@ -52,6 +52,10 @@ pub enum Reply {
     WebhookTest(WebhookTestResult),
     EventPage(EventPage),
     Event(EventEnvelope),
+    /// `GET /webhooks/{id}/deliveries`.
+    DeliveryAttemptPage(DeliveryAttemptPage),
+    /// `POST /events/{id}/resend`, status 202: the attempt shows in the delivery log.
+    ResendAccepted(ResendAccepted),
     AccountCreated(AccountCreated),
     ToppedUp(ToppedUp),
     KeyCreated(KeyCreated),
@@ -90,7 +94,7 @@ impl Reply {
             | Reply::AccountCreated(_)
             | Reply::ToppedUp(_)
             | Reply::KeyCreated(_) => 201,
-            Reply::DefundAccepted(_) | Reply::GroupMovePending(_) => 202,
+            Reply::DefundAccepted(_) | Reply::GroupMovePending(_) | Reply::ResendAccepted(_) => 202,
             Reply::Replayed { status, .. } => *status,
             _ => 200,
         }
@@ -374,6 +378,69 @@ pub struct EventPage {
     pub limit: u64,
     #[schemars(description = "Position of the first event of the page")]
     pub offset: u64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "A page of a webhook's finished delivery attempts of the last 30 days, newest first")]
+pub struct DeliveryAttemptPage {
+    #[schemars(description = "The page: one entry per attempt")]
+    pub attempts: Vec<DeliveryAttemptRecord>,
+    #[schemars(description = "Number of matching attempts")]
+    pub total: u64,
+    #[schemars(description = "Page size applied (default 50, at most 100)")]
+    pub limit: u64,
+    #[schemars(description = "Position of the first attempt of the page")]
+    pub offset: u64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "One delivery attempt and how it ended")]
+pub struct DeliveryAttemptRecord {
+    #[schemars(description = "The delivery (one event to this webhook): its retries share it; a resend is a new one")]
+    pub delivery_id: String,
+    #[schemars(description = "The event's id (webhook-id and X-Service-Event-Id): the same on retries and resends")]
+    pub event_id: String,
+    #[schemars(description = "The event's name")]
+    pub event_type: &'static str,
+    #[schemars(description = "1 for the first attempt of the delivery, then its retries", range(min = 1))]
+    pub attempt: u32,
+    #[schemars(
+        description = "A resend asked with POST /events/{id}/resend: one attempt, not counted in failure_count"
+    )]
+    pub manual: bool,
+    #[serde(with = "rfc3339")]
+    #[schemars(description = "When the attempt was sent (service time)", with = "schema::Timestamp")]
+    pub attempted_at: Millis,
+    #[schemars(description = "True when the receiver answered 2xx")]
+    pub success: bool,
+    #[schemars(description = "The receiver's HTTP status; null when it gave none", range(max = 999))]
+    pub status: Option<u16>,
+    #[schemars(description = "Why there was no HTTP answer (timeout, refused connection); null when there was one")]
+    pub error: Option<String>,
+    #[schemars(description = "How long the POST took, in milliseconds")]
+    pub duration_ms: Option<u64>,
+    #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(
+        description = "When the next attempt of this delivery is due; null when none is",
+        with = "Option<schema::Timestamp>"
+    )]
+    pub next_retry_at: Option<Millis>,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[schemars(description = "The event is on its way to the webhook; the attempt shows in its delivery log")]
+pub struct ResendAccepted {
+    #[schemars(description = "The new delivery's id")]
+    pub delivery_id: String,
+    #[schemars(description = "The event resent (its id is unchanged)")]
+    pub event_id: String,
+    #[schemars(description = "The event's name")]
+    pub event_type: &'static str,
+    #[schemars(description = "The webhook it goes to")]
+    pub webhook_id: String,
+    #[serde(with = "rfc3339")]
+    #[schemars(description = "When it was handed to the sender (service time)", with = "schema::Timestamp")]
+    pub queued_at: Millis,
 }
 
 #[derive(Clone, Debug, Serialize, JsonSchema)]

@@ -620,6 +620,33 @@ pub struct Webhook {
     pub created_at: Millis,
     /// Deleted: kept so indexes stay stable, invisible to the API.
     pub deleted: bool,
+    /// Its last delivery attempts, oldest first (`GET /webhooks/{id}/deliveries`; at
+    /// most `DELIVERY_LOG_PER_WEBHOOK_MAX`, none older than `EVENT_RETENTION_MS`).
+    #[serde(default)]
+    pub delivery_log: std::collections::VecDeque<DeliveryAttempt>,
+}
+
+/// One finished delivery attempt, as the delivery log shows it (decision 118).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryAttempt {
+    /// The delivery (one event to one webhook); its attempts share it.
+    pub delivery_id: u64,
+    /// The event's envelope id (the same on every attempt and every resend).
+    pub event_id: String,
+    /// The event's name.
+    pub event: EventName,
+    /// 1 for the first attempt of a delivery, then counting its retries.
+    pub attempt: u32,
+    /// A manual resend (`POST /events/{id}/resend`): never retried, counts nothing.
+    pub manual: bool,
+    /// Service time the attempt was handed to the sender.
+    pub attempted_at: Millis,
+    /// What the sender saw.
+    pub result: crate::command::DeliveryResult,
+    /// How long the POST took on the sender's wall clock (None when not measured).
+    pub duration_ms: Option<u64>,
+    /// When the next attempt of this delivery is due, if one was scheduled.
+    pub next_retry_at: Option<Millis>,
 }
 
 /// A delivery the engine is responsible for until it succeeds or is given up.
@@ -641,6 +668,12 @@ pub struct DeliveryState {
     pub in_flight: bool,
     /// A `test` delivery: one attempt, outcome answered to the caller, counts nothing.
     pub test: bool,
+    /// A manual resend: one attempt, counts nothing (decision 118).
+    #[serde(default)]
+    pub manual: bool,
+    /// Service time of the last hand-out (the delivery log's `attempted_at`).
+    #[serde(default)]
+    pub handed_out_at: Millis,
 }
 
 /// An API key, as its digest only (decision 69).

@@ -277,6 +277,7 @@ impl Engine {
             last_failure_at: None,
             created_at: self.now,
             deleted: false,
+            delivery_log: Default::default(),
         });
         self.webhook_index.insert(id, webhook);
         self.accounts[account].webhooks.push(webhook);
@@ -325,6 +326,8 @@ impl Engine {
         let webhook = self.webhook_of(account, webhook_id)?;
         self.webhooks[webhook].deleted = true;
         self.webhooks[webhook].active = false;
+        // Invisible from now on: its log would only hold memory.
+        self.webhooks[webhook].delivery_log.clear();
         self.accounts[account].webhooks.retain(|&w| w != webhook);
         Ok(Reply::Success(Success { success: true }))
     }
@@ -346,19 +349,33 @@ impl Engine {
 
     /// Hands a first attempt to the shell.
     pub(crate) fn start_delivery(&mut self, webhook: WebhookIx, event: &Event, body: String, test: bool) -> DeliveryId {
+        self.start_delivery_of(webhook, event.id.clone(), event.name, body, test, false)
+    }
+
+    fn start_delivery_of(
+        &mut self,
+        webhook: WebhookIx,
+        event_id: String,
+        event: EventName,
+        body: String,
+        test: bool,
+        manual: bool,
+    ) -> DeliveryId {
         let id = DeliveryId(self.next_delivery_id);
         self.next_delivery_id += 1;
         self.deliveries.insert(
             id,
             DeliveryState {
                 webhook,
-                event_id: event.id.clone(),
-                event: event.name,
+                event_id,
+                event,
                 body,
                 attempt: 1,
                 first_attempt_at: self.now,
                 in_flight: true,
                 test,
+                manual,
+                handed_out_at: self.now,
             },
         );
         self.push_delivery_effect(id);
@@ -383,6 +400,7 @@ impl Engine {
             body: state.body.clone(),
             timestamp: self.now,
             attempt: state.attempt,
+            manual: state.manual,
         };
         self.effects.push_back(Effect::Deliver(delivery));
     }
@@ -396,15 +414,42 @@ impl Engine {
         }
     }
 
-    pub(crate) fn record_delivery_outcome(&mut self, id: DeliveryId, result: DeliveryResult) -> Response {
+    pub(crate) fn record_delivery_outcome(
+        &mut self,
+        id: DeliveryId,
+        result: DeliveryResult,
+        duration_ms: Option<u64>,
+    ) -> Response {
         let Some(state) = self.deliveries.get_mut(&id).filter(|d| d.in_flight) else {
             return Err(ApiError::new(ErrorCode::NotFound, format!("no delivery {} awaits an outcome", id.0)));
         };
         state.in_flight = false;
-        let (webhook, test, attempt, first) = (state.webhook, state.test, state.attempt, state.first_attempt_at);
+        let (webhook, test, manual, attempt, first) =
+            (state.webhook, state.test, state.manual, state.attempt, state.first_attempt_at);
+        let logged = DeliveryAttempt {
+            delivery_id: id.0,
+            event_id: state.event_id.clone(),
+            event: state.event,
+            attempt,
+            manual,
+            attempted_at: state.handed_out_at,
+            result: match result.clone() {
+                DeliveryResult::Failed(why) => DeliveryResult::Failed(cut_text(why, limits::DELIVERY_ERROR_TEXT_MAX)),
+                other => other,
+            },
+            duration_ms,
+            next_retry_at: None,
+        };
         let success = result.is_success();
-        if test {
+        if test || manual {
+            // One attempt each, counting nothing (decision 118): a probe or a resend the
+            // reseller asked for says nothing of the receiver's health that automatic
+            // deliveries would not.
             self.deliveries.remove(&id);
+            self.log_attempt(webhook, logged);
+            if manual {
+                return Ok(Reply::Success(Success { success: true }));
+            }
             let (status, error) = match &result {
                 DeliveryResult::Status(code) => (*code, None),
                 DeliveryResult::Timeout => (0, Some("timeout".to_string())),
@@ -419,12 +464,14 @@ impl Engine {
             // out: its outcome changes nothing, so an auto-disabled webhook keeps its
             // failure_count of 10 until the reseller re-enables it.
             self.deliveries.remove(&id);
+            self.log_attempt(webhook, logged);
             return Ok(Reply::Success(Success { success: true }));
         }
         record.last_triggered_at = Some(now);
         if success {
             record.failure_count = 0;
             self.deliveries.remove(&id);
+            self.log_attempt(webhook, logged);
             return Ok(Reply::Success(Success { success: true }));
         }
         record.failure_count += 1;
@@ -439,15 +486,85 @@ impl Engine {
             // Disabled: nothing more goes to it, including retries already waiting.
             self.deliveries.retain(|_, d| d.webhook != webhook || d.in_flight);
             self.deliveries.remove(&id);
+            self.log_attempt(webhook, logged);
             return Ok(Reply::Success(Success { success: true }));
         }
         let retry_at = now.plus_ms(retry_wait_ms(attempt));
-        if retry_at.0 - first.0 > limits::RETRY_WINDOW_MS {
+        let next_retry_at = if retry_at.0 - first.0 > limits::RETRY_WINDOW_MS {
             self.deliveries.remove(&id);
+            None
         } else {
             self.schedule(retry_at, Timer::RetryDelivery(id));
-        }
+            Some(retry_at)
+        };
+        self.log_attempt(webhook, DeliveryAttempt { next_retry_at, ..logged });
         Ok(Reply::Success(Success { success: true }))
+    }
+
+    /// Keeps a finished attempt in its webhook's log, letting the oldest go past the
+    /// count or age limit (decision 118).
+    fn log_attempt(&mut self, webhook: WebhookIx, attempt: DeliveryAttempt) {
+        let now = self.now;
+        let record = &mut self.webhooks[webhook];
+        if record.deleted {
+            return;
+        }
+        let log = &mut record.delivery_log;
+        while log.len() >= limits::DELIVERY_LOG_PER_WEBHOOK_MAX
+            || log.front().is_some_and(|oldest| now.0 - oldest.attempted_at.0 >= limits::EVENT_RETENTION_MS)
+        {
+            log.pop_front();
+        }
+        log.push_back(attempt);
+        assert!(log.len() <= limits::DELIVERY_LOG_PER_WEBHOOK_MAX, "the delivery log is bounded");
+    }
+
+    /// `GET /webhooks/{id}/deliveries`: its finished attempts, newest first, one page.
+    pub(crate) fn list_deliveries(
+        &self,
+        account: AccountIx,
+        webhook_id: &str,
+        event_id: Option<&str>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    ) -> Response {
+        let webhook = self.webhook_of(account, webhook_id)?;
+        let (limit, offset) = crate::esim::page(limit, offset)?;
+        let now = self.now;
+        let shown = self.webhooks[webhook].delivery_log.iter().rev().filter(|attempt| {
+            now.0 - attempt.attempted_at.0 < limits::EVENT_RETENTION_MS
+                && event_id.is_none_or(|event_id| attempt.event_id == event_id)
+        });
+        let mut total = 0u64;
+        let mut attempts = Vec::new();
+        for attempt in shown {
+            if total >= offset && (attempts.len() as u64) < limit {
+                attempts.push(delivery_attempt_record(attempt));
+            }
+            total += 1;
+        }
+        Ok(Reply::DeliveryAttemptPage(DeliveryAttemptPage { attempts, total, limit, offset }))
+    }
+
+    /// `POST /events/{id}/resend`: the event's kept envelope, byte for byte, to one of
+    /// the account's webhooks at once, as a manual delivery (decision 118). A disabled
+    /// webhook takes it too: that is how a reseller checks a fixed receiver before
+    /// switching it back on.
+    pub(crate) fn resend_event(&mut self, account: AccountIx, event_id: &str, webhook_id: &str) -> Response {
+        let (name, envelope) = self
+            .event_log
+            .kept_envelope(account, event_id, self.now)
+            .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no event {event_id}")))?;
+        let envelope = envelope.to_string();
+        let webhook = self.webhook_of(account, webhook_id)?;
+        let id = self.start_delivery_of(webhook, event_id.to_string(), name, envelope, false, true);
+        Ok(Reply::ResendAccepted(ResendAccepted {
+            delivery_id: delivery_id_text(id.0),
+            event_id: event_id.to_string(),
+            event_type: name.as_str(),
+            webhook_id: webhook_id.to_string(),
+            queued_at: self.now,
+        }))
     }
 
     pub(crate) fn retry_delivery(&mut self, id: DeliveryId) {
@@ -464,13 +581,61 @@ impl Engine {
         let state = self.deliveries.get_mut(&id).expect("checked above");
         state.attempt += 1;
         state.in_flight = true;
+        // A restart hands in-flight attempts out again without touching the state
+        // (`redeliver_in_flight`), so the hand-out time is set here and at the start.
+        state.handed_out_at = self.now;
         self.push_delivery_effect(id);
+    }
+}
+
+/// A delivery's id as the API shows it.
+fn delivery_id_text(id: u64) -> String {
+    format!("dlv_{id}")
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut_text(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+fn delivery_attempt_record(attempt: &DeliveryAttempt) -> DeliveryAttemptRecord {
+    let (status, error) = match &attempt.result {
+        DeliveryResult::Status(code) => (Some(*code), None),
+        DeliveryResult::Timeout => (None, Some("timeout".to_string())),
+        DeliveryResult::Failed(why) => (None, Some(why.clone())),
+    };
+    DeliveryAttemptRecord {
+        delivery_id: delivery_id_text(attempt.delivery_id),
+        event_id: attempt.event_id.clone(),
+        event_type: attempt.event.as_str(),
+        attempt: attempt.attempt,
+        manual: attempt.manual,
+        attempted_at: attempt.attempted_at,
+        success: attempt.result.is_success(),
+        status,
+        error,
+        duration_ms: attempt.duration_ms,
+        next_retry_at: attempt.next_retry_at,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_text_is_cut_on_a_character_boundary() {
+        assert_eq!(cut_text("abc".into(), 5), "abc");
+        assert_eq!(cut_text("abcdef".into(), 3), "abc");
+        assert_eq!(cut_text("aé".into(), 2), "a");
+    }
 
     #[test]
     fn retry_schedule_doubles_and_caps() {

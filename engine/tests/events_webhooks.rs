@@ -166,7 +166,8 @@ fn deliveries_reach_subscribed_active_webhooks_with_a_verifiable_signature() {
 }
 
 fn fail(h: &mut Harness, id: u64) {
-    h.run(Command::DeliveryOutcome { delivery_id: id, result: DeliveryResult::Status(500) }).unwrap();
+    h.run(Command::DeliveryOutcome { delivery_id: id, result: DeliveryResult::Status(500), duration_ms: None })
+        .unwrap();
 }
 
 fn webhook(h: &mut Harness, r: &Reseller, id: &str) -> esim_engine::reply::WebhookRecord {
@@ -191,7 +192,12 @@ fn ten_consecutive_failures_disable_a_webhook_success_resets_and_put_active_rese
         h.advance_secs(7 * 3600);
         delivery = deliveries(&mut h).remove(0);
     }
-    h.run(Command::DeliveryOutcome { delivery_id: delivery.delivery_id, result: DeliveryResult::Status(200) }).unwrap();
+    h.run(Command::DeliveryOutcome {
+        delivery_id: delivery.delivery_id,
+        result: DeliveryResult::Status(200),
+        duration_ms: None,
+    })
+    .unwrap();
     assert_eq!(webhook(&mut h, &r, &id).failure_count, 0);
     // 10 in a row (timeouts count too): inactive, and nothing more is sent.
     h.provision(&r);
@@ -200,6 +206,7 @@ fn ten_consecutive_failures_disable_a_webhook_success_resets_and_put_active_rese
         h.run(Command::DeliveryOutcome {
             delivery_id: delivery.delivery_id,
             result: if attempt % 2 == 0 { DeliveryResult::Timeout } else { DeliveryResult::Status(503) },
+            duration_ms: None,
         })
         .unwrap();
         h.advance_secs(7 * 3600);
@@ -298,7 +305,7 @@ fn test_endpoint_reports_the_receivers_status_without_counting() {
     let sent = deliveries(&mut h);
     assert_eq!(sent[0].event, EventName::Test);
     let Ok(Reply::WebhookTest(result)) =
-        h.run(Command::DeliveryOutcome { delivery_id, result: DeliveryResult::Status(418) })
+        h.run(Command::DeliveryOutcome { delivery_id, result: DeliveryResult::Status(418), duration_ms: None })
     else {
         panic!()
     };

@@ -7,7 +7,7 @@
 //! Every checker has a unit test that feeds it a corrupted state or a fabricated
 //! observation and sees it fire: a checker that cannot fail is a defect.
 
-use crate::world::{decimal, Fact, Idempotency, StepLog};
+use crate::world::{decimal, DeliveryRecord, Fact, Idempotency, StepLog};
 use esim_engine::ledger::SlotKind;
 use esim_engine::state::{EsimIx, EsimStatus, EuiccState, GroupIx, WalletOwner};
 use esim_engine::{money, Engine, EventName, Millis};
@@ -50,6 +50,8 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(MembersHoldNoWallet),
         Box::new(WebhookAutoDisable::default()),
         Box::new(EventDelivery::default()),
+        Box::new(DeliveryLog::default()),
+        Box::new(WebhookSigning::default()),
         Box::new(LowBalanceOnce::default()),
         Box::new(RateLimit::default()),
         Box::new(IdempotentReplay),
@@ -715,9 +717,7 @@ impl Checker for EventDelivery {
         let restarted = log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. }));
         // First attempts of this step's events, by event.
         let mut first: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-        for delivery in
-            log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && d.attempt == 1 && !restarted)
-        {
+        for delivery in log.deliveries.iter().filter(|d| automatic(d) && d.handed_out && d.attempt == 1 && !restarted) {
             let Some(webhook) = delivery.webhook else { continue };
             if !first.entry(delivery.event_id.as_str()).or_default().insert(webhook) {
                 return Err(format!("event {} handed to webhook {webhook} twice at once", delivery.event_id));
@@ -753,9 +753,7 @@ impl Checker for EventDelivery {
             }
         }
         // Retries go only where a delivery is owed.
-        for delivery in
-            log.deliveries.iter().filter(|d| d.handed_out && d.event != EventName::Test && (d.attempt > 1 || restarted))
-        {
+        for delivery in log.deliveries.iter().filter(|d| automatic(d) && d.handed_out && (d.attempt > 1 || restarted)) {
             let Some(webhook) = delivery.webhook else { continue };
             match self.owed.get_mut(&(delivery.event_id.clone(), webhook)) {
                 Some(owed) => owed.last_attempt = delivery.attempt,
@@ -774,7 +772,7 @@ impl Checker for EventDelivery {
         {
             return Err(format!("first delivery of event {event_id}, which was not emitted in this step"));
         }
-        for delivery in &log.deliveries {
+        for delivery in log.deliveries.iter().filter(|d| automatic(d)) {
             if let (Some(webhook), Some(answer)) = (delivery.webhook, &delivery.answer) {
                 if answer.is_success() {
                     self.owed.remove(&(delivery.event_id.clone(), webhook));
@@ -815,6 +813,197 @@ impl Checker for EventDelivery {
             }
             // Excused or not, what the engine no longer holds is no longer owed.
             self.owed.retain(|(event_id, webhook), _| owes.contains(&(event_id.as_str(), *webhook)));
+        }
+        Ok(())
+    }
+}
+
+/// A delivery the engine made of its own accord: not a test probe, not a manual resend
+/// (those are judged by [`DeliveryLog`]).
+fn automatic(delivery: &DeliveryRecord) -> bool {
+    delivery.event != EventName::Test && !delivery.manual
+}
+
+/// The delivery log and manual resends (decision 118):
+/// - every attempt answered in a step shows in its webhook's log with its result (unless
+///   the webhook is deleted, or the attempt already left the bounded log), and no log
+///   holds more than `DELIVERY_LOG_PER_WEBHOOK_MAX` attempts;
+/// - a manual delivery is handed out exactly for each accepted resend of the step, as a
+///   first and only attempt whose body is the event's envelope byte for byte;
+/// - a step whose only answered attempts of a webhook are manual resends or test probes
+///   leaves its `failure_count` and `active` as they were.
+#[derive(Default)]
+pub struct DeliveryLog {
+    /// Envelopes of the events seen so far, by event id (what a resend must send).
+    envelopes: BTreeMap<String, String>,
+    /// Per engine webhook index: (failure_count, active) after the last step.
+    health: Vec<(u32, bool)>,
+}
+
+impl Checker for DeliveryLog {
+    fn name(&self) -> &'static str {
+        "delivery_log"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        let (engine, log) = (ctx.engine, ctx.log);
+        for event in &log.events {
+            let envelope = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
+            self.envelopes.insert(event.id.clone(), envelope);
+        }
+        let webhooks = engine.webhooks();
+        for webhook in webhooks {
+            if webhook.delivery_log.len() > esim_engine::limits::DELIVERY_LOG_PER_WEBHOOK_MAX {
+                return Err(format!("webhook {} logs {} attempts", webhook.id, webhook.delivery_log.len()));
+            }
+        }
+        // Answered attempts are logged.
+        for delivery in &log.deliveries {
+            let (Some(index), Some(answer)) = (delivery.webhook, &delivery.answer) else { continue };
+            let webhook = &webhooks[index as usize];
+            let full = webhook.delivery_log.len() == esim_engine::limits::DELIVERY_LOG_PER_WEBHOOK_MAX;
+            if webhook.deleted || full {
+                continue;
+            }
+            let logged = webhook
+                .delivery_log
+                .iter()
+                .rev()
+                .find(|a| a.delivery_id == delivery.delivery_id && a.attempt == delivery.attempt);
+            match logged {
+                None => {
+                    return Err(format!(
+                        "attempt {} of delivery {} ({}) to webhook {} is missing from its delivery log",
+                        delivery.attempt, delivery.delivery_id, delivery.event_id, webhook.id
+                    ))
+                }
+                Some(attempt)
+                    if attempt.event_id != delivery.event_id
+                        || attempt.manual != delivery.manual
+                        || (&attempt.result != answer && !matches!(answer, esim_engine::DeliveryResult::Failed(_))) =>
+                {
+                    return Err(format!(
+                        "the delivery log of webhook {} shows {attempt:?} for an attempt answered {answer:?}",
+                        webhook.id
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        // Manual deliveries answer accepted resends, one for one.
+        let mut resent: Vec<(&str, u32)> = log
+            .facts
+            .iter()
+            .filter_map(|fact| match fact {
+                Fact::Resent { event_id, webhook } => Some((event_id.as_str(), *webhook)),
+                _ => None,
+            })
+            .collect();
+        for delivery in log.deliveries.iter().filter(|d| d.manual && d.handed_out) {
+            let Some(webhook) = delivery.webhook else { continue };
+            let restarted = log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. }));
+            match resent.iter().position(|&(event, w)| event == delivery.event_id && w == webhook) {
+                Some(found) => {
+                    resent.remove(found);
+                }
+                // After a restart an unanswered resend is handed out again.
+                None if restarted => continue,
+                None => {
+                    return Err(format!(
+                        "a manual delivery of {} to webhook {webhook} that no resend asked for",
+                        delivery.event_id
+                    ))
+                }
+            }
+            if delivery.attempt != 1 {
+                return Err(format!("a manual delivery of {} at attempt {}", delivery.event_id, delivery.attempt));
+            }
+            if let Some(envelope) = self.envelopes.get(&delivery.event_id) {
+                if *envelope != delivery.body {
+                    return Err(format!("the resend of {} is not the envelope delivered first", delivery.event_id));
+                }
+            }
+        }
+        if let Some((event, webhook)) = resent.first() {
+            return Err(format!("a resend of {event} to webhook {webhook} was accepted but nothing was handed out"));
+        }
+        // Manual and test attempts count nothing.
+        let reset: BTreeSet<u32> = log
+            .facts
+            .iter()
+            .filter_map(|fact| match fact {
+                Fact::WebhookSet { webhook, .. } => Some(*webhook),
+                _ => None,
+            })
+            .collect();
+        let mut answered: BTreeMap<u32, bool> = BTreeMap::new();
+        for delivery in log.deliveries.iter().filter(|d| d.answer.is_some()) {
+            if let Some(webhook) = delivery.webhook {
+                *answered.entry(webhook).or_insert(true) &= !automatic(delivery);
+            }
+        }
+        for (&index, &only_manual) in &answered {
+            let webhook = &webhooks[index as usize];
+            let before = self.health.get(index as usize).copied();
+            let now = (webhook.failure_count, webhook.active);
+            if only_manual && !reset.contains(&index) && !webhook.deleted && before.is_some_and(|b| b != now) {
+                return Err(format!(
+                    "webhook {} went from (failure_count, active) {before:?} to {now:?} on manual or test attempts only",
+                    webhook.id
+                ));
+            }
+        }
+        self.health = webhooks.iter().map(|w| (w.failure_count, w.active)).collect();
+        Ok(())
+    }
+}
+
+/// Every delivery is signed with the secret the webhook's creation or last rotation
+/// showed, and also with the one before it exactly while the rotation's overlap
+/// (`SECRET_ROTATION_OVERLAP_MS`) lasts (decision 116).
+#[derive(Default)]
+pub struct WebhookSigning {
+    /// Per engine webhook index: the secret shown last, and the one before with the
+    /// time it stops signing.
+    shown: BTreeMap<u32, (String, Option<(String, Millis)>)>,
+}
+
+impl Checker for WebhookSigning {
+    fn name(&self) -> &'static str {
+        "webhook_signing"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for fact in &ctx.log.facts {
+            if let Fact::SecretShown { webhook, secret, rotated_at } = fact {
+                let previous = match (rotated_at, self.shown.remove(webhook)) {
+                    (Some(at), Some((current, _))) => {
+                        Some((current, at.plus_ms(esim_engine::limits::SECRET_ROTATION_OVERLAP_MS)))
+                    }
+                    _ => None,
+                };
+                self.shown.insert(*webhook, (secret.clone(), previous));
+            }
+        }
+        for delivery in ctx.log.deliveries.iter().filter(|d| d.handed_out) {
+            let Some(webhook) = delivery.webhook else { continue };
+            let Some((current, previous)) = self.shown.get(&webhook) else { continue };
+            let Some((signed, also)) = &delivery.secrets else {
+                return Err(format!("delivery {} carries a secret that does not open", delivery.delivery_id));
+            };
+            let expected_also =
+                previous.as_ref().filter(|(_, until)| delivery.timestamp < *until).map(|(secret, _)| secret);
+            if signed != current || also.as_ref() != expected_also {
+                return Err(format!(
+                    "delivery {} of {} to webhook {webhook} at {} is signed with {} secret(s) other than the shown ones \
+                     (previous secret expected: {})",
+                    delivery.delivery_id,
+                    delivery.event_id,
+                    delivery.timestamp.to_rfc3339(),
+                    1 + usize::from(also.is_some()),
+                    expected_also.is_some()
+                ));
+            }
         }
         Ok(())
     }
@@ -1093,6 +1282,11 @@ mod tests {
             "defund alice s1",
             "restart",
             "advance 16m",
+            "rotate alice w1",
+            "resend alice esim.provisioned w1",
+            "deliveries alice w1",
+            "advance 25h",
+            "provision alice as s2",
             "wallet alice",
         ];
         for line in lines {
@@ -1105,7 +1299,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 13);
+        assert_eq!(names().len(), 15);
     }
 
     #[test]
@@ -1366,6 +1560,55 @@ mod tests {
         let log =
             StepLog { facts: vec![Fact::Restarted { rebuild: Some(Err("bad magic".into())) }], ..StepLog::default() };
         assert!(check_with(&mut CrashRecovery, &world, &log).unwrap_err().contains("did not rebuild"));
+    }
+
+    #[test]
+    fn delivery_log_fires_on_a_missing_attempt_an_unasked_resend_and_a_counted_resend() {
+        let mut checker = DeliveryLog::default();
+        let mut world = seen(&mut checker, None);
+        run(&mut checker, &mut world, &["receiver w1 fail"]).unwrap();
+        world.apply(&"resend alice esim.provisioned w1".parse::<Op>().unwrap());
+        let log = world.log().clone();
+        let manual = log.deliveries.iter().find(|d| d.manual).expect("the resend is handed out").clone();
+        assert_eq!(manual.answer, Some(esim_engine::DeliveryResult::Status(500)));
+        check_with(&mut checker, &world, &log).unwrap();
+        // The attempt answered is not in the log.
+        let mut missing = log.clone();
+        missing.deliveries[0].delivery_id += 1_000;
+        let error = check_with(&mut checker, &world, &missing).unwrap_err();
+        assert!(error.contains("missing from its delivery log"), "{error}");
+        // A manual delivery nobody asked for.
+        let mut unasked = log.clone();
+        unasked.facts.retain(|f| !matches!(f, Fact::Resent { .. }));
+        let error = check_with(&mut checker, &world, &unasked).unwrap_err();
+        assert!(error.contains("no resend asked for"), "{error}");
+        // A failed resend that counted: the webhook's failure_count moved.
+        let mut checker = DeliveryLog::default();
+        let mut world = seen(&mut checker, None);
+        run(&mut checker, &mut world, &["receiver w1 fail"]).unwrap();
+        world.apply(&"resend alice esim.provisioned w1".parse::<Op>().unwrap());
+        checker.health[0].0 += 1;
+        let error = check_with(&mut checker, &world, world.log()).unwrap_err();
+        assert!(error.contains("on manual or test attempts only"), "{error}");
+    }
+
+    #[test]
+    fn webhook_signing_fires_when_the_previous_secret_signs_past_the_overlap() {
+        let mut checker = WebhookSigning::default();
+        let mut world = seen(&mut checker, None);
+        run(&mut checker, &mut world, &["rotate alice w1", "provision alice as s2"]).unwrap();
+        let during = world.log().clone();
+        let secrets = during.deliveries[0].secrets.clone().expect("opened");
+        assert!(secrets.1.is_some(), "during the overlap both secrets sign");
+        run(&mut checker, &mut world, &["advance 24h", "provision alice as s3"]).unwrap();
+        let mut after = world.log().clone();
+        assert!(after.deliveries[0].secrets.as_ref().unwrap().1.is_none(), "after it only the new one");
+        after.deliveries[0].secrets = Some(secrets.clone());
+        let error = check_with(&mut checker, &world, &after).unwrap_err();
+        assert!(error.contains("previous secret expected: false"), "{error}");
+        // Signed with the old secret alone.
+        after.deliveries[0].secrets = Some((secrets.1.unwrap(), None));
+        assert!(check_with(&mut checker, &world, &after).is_err());
     }
 
     #[test]

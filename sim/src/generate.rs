@@ -47,6 +47,9 @@ enum What {
     PutWebhook,
     DeleteWebhook,
     TestWebhook,
+    RotateSecret,
+    Deliveries,
+    Resend,
     ReceiverMode,
     TopUp,
     Freeze,
@@ -61,7 +64,7 @@ enum What {
     Faults,
 }
 
-const WEIGHTS: [(u32, What); 32] = [
+const WEIGHTS: [(u32, What); 35] = [
     (120, What::Advance),
     (140, What::Usage),
     (45, What::Install),
@@ -82,6 +85,9 @@ const WEIGHTS: [(u32, What); 32] = [
     (12, What::PutWebhook),
     (3, What::DeleteWebhook),
     (8, What::TestWebhook),
+    (3, What::RotateSecret),
+    (4, What::Deliveries),
+    (8, What::Resend),
     (20, What::ReceiverMode),
     (25, What::TopUp),
     (10, What::Freeze),
@@ -224,7 +230,13 @@ impl Generator {
             {
                 What::CreateGroup
             }
-            What::PutWebhook | What::DeleteWebhook | What::TestWebhook | What::ReceiverMode
+            What::PutWebhook
+            | What::DeleteWebhook
+            | What::TestWebhook
+            | What::RotateSecret
+            | What::Deliveries
+            | What::Resend
+            | What::ReceiverMode
                 if world.webhooks().is_empty() && self.chance(80) =>
             {
                 What::CreateWebhook
@@ -350,6 +362,15 @@ impl Generator {
                 let (caller, webhook) = self.webhook_of(world);
                 self.call(caller, Call::TestWebhook { webhook }, false)
             }
+            What::RotateSecret => {
+                let (caller, webhook) = self.webhook_of(world);
+                self.call(caller, Call::RotateSecret { webhook }, true)
+            }
+            What::Deliveries => {
+                let (caller, webhook) = self.webhook_of(world);
+                self.call(caller, Call::Deliveries { webhook }, false)
+            }
+            What::Resend => self.resend(world),
             What::ReceiverMode => {
                 let (_, webhook) = self.webhook_of(world);
                 let mode = match self.below(11) {
@@ -494,6 +515,29 @@ impl Generator {
             Some(webhook) => (world.accounts()[webhook.owner].name.clone(), webhook.name.clone()),
             None => (caller, "wh_unknown".to_string()),
         }
+    }
+
+    /// A resend of a recent event: mostly to a webhook of the event's account, sometimes
+    /// to any webhook or of an unknown event (404s).
+    fn resend(&mut self, world: &World) -> Op {
+        let (caller, webhook) = self.webhook_of(world);
+        let Some((account, _, event)) = self.pick(world.recent_events()).cloned() else {
+            return self.call(caller, Call::Resend { event: "evt_unknown".into(), webhook }, false);
+        };
+        let owned: Vec<&str> = world
+            .webhooks()
+            .iter()
+            .filter(|w| !w.deleted && world.accounts()[w.owner].engine == account)
+            .map(|w| w.name.as_str())
+            .collect();
+        let (caller, webhook) = match self.pick(&owned) {
+            Some(name) if self.chance(85) => {
+                let owner = world.accounts().iter().find(|a| a.engine == account).map(|a| a.name.clone());
+                (owner.unwrap_or(caller), name.to_string())
+            }
+            _ => (caller, webhook),
+        };
+        self.call(caller, Call::Resend { event, webhook }, true)
     }
 
     fn webhook(&mut self, account: &str, events: Vec<String>) -> Op {

@@ -31,33 +31,116 @@ pub enum Receiver {
 /// A call of the reseller API. Entities are names (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Call {
-    Provision { bind: Option<String>, group: Option<String>, label: Option<String>, reference: Option<String> },
-    List { status: Option<String>, limit: Option<u64>, offset: Option<u64> },
-    Get { sim: String },
-    Enable { sim: String },
-    Disable { sim: String },
-    Terminate { sim: String },
-    Throttle { sim: String, speed: String },
-    Fund { sim: String, amount: Decimal },
-    Defund { sim: String },
+    Provision {
+        bind: Option<String>,
+        group: Option<String>,
+        label: Option<String>,
+        reference: Option<String>,
+    },
+    List {
+        status: Option<String>,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
+    Get {
+        sim: String,
+    },
+    Enable {
+        sim: String,
+    },
+    Disable {
+        sim: String,
+    },
+    Terminate {
+        sim: String,
+    },
+    Throttle {
+        sim: String,
+        speed: String,
+    },
+    Fund {
+        sim: String,
+        amount: Decimal,
+    },
+    Defund {
+        sim: String,
+    },
     Groups,
-    CreateGroup { bind: Option<String>, name: String, threshold: Option<Decimal>, refill: Option<Decimal> },
-    GetGroup { group: String },
-    UpdateGroup { group: String, name: Option<String>, threshold: Option<Decimal>, refill: Option<Decimal> },
-    FundGroup { group: String, amount: Decimal },
-    DefundGroup { group: String },
-    Members { group: String, limit: Option<u64>, offset: Option<u64> },
-    Add { group: String, sim: String },
-    Remove { group: String, sim: String },
+    CreateGroup {
+        bind: Option<String>,
+        name: String,
+        threshold: Option<Decimal>,
+        refill: Option<Decimal>,
+    },
+    GetGroup {
+        group: String,
+    },
+    UpdateGroup {
+        group: String,
+        name: Option<String>,
+        threshold: Option<Decimal>,
+        refill: Option<Decimal>,
+    },
+    FundGroup {
+        group: String,
+        amount: Decimal,
+    },
+    DefundGroup {
+        group: String,
+    },
+    Members {
+        group: String,
+        limit: Option<u64>,
+        offset: Option<u64>,
+    },
+    Add {
+        group: String,
+        sim: String,
+    },
+    Remove {
+        group: String,
+        sim: String,
+    },
     Wallet,
-    Rates { country: Option<String>, continent: Option<String> },
+    Rates {
+        country: Option<String>,
+        continent: Option<String>,
+    },
     AccountInfo,
     Webhooks,
-    CreateWebhook { bind: Option<String>, events: Vec<String>, url: Option<String> },
-    GetWebhook { webhook: String },
-    UpdateWebhook { webhook: String, events: Option<Vec<String>>, active: Option<bool>, url: Option<String> },
-    DeleteWebhook { webhook: String },
-    TestWebhook { webhook: String },
+    CreateWebhook {
+        bind: Option<String>,
+        events: Vec<String>,
+        url: Option<String>,
+    },
+    GetWebhook {
+        webhook: String,
+    },
+    UpdateWebhook {
+        webhook: String,
+        events: Option<Vec<String>>,
+        active: Option<bool>,
+        url: Option<String>,
+    },
+    DeleteWebhook {
+        webhook: String,
+    },
+    TestWebhook {
+        webhook: String,
+    },
+    /// `POST /webhooks/{id}/rotate-secret`.
+    RotateSecret {
+        webhook: String,
+    },
+    /// `GET /webhooks/{id}/deliveries`.
+    Deliveries {
+        webhook: String,
+    },
+    /// `POST /events/{id}/resend` to `webhook` (`event` is an event id).
+    Resend {
+        event: String,
+        webhook: String,
+    },
 }
 
 impl Call {
@@ -91,6 +174,9 @@ impl Call {
             Call::UpdateWebhook { .. } => "putwebhook",
             Call::DeleteWebhook { .. } => "deletewebhook",
             Call::TestWebhook { .. } => "testwebhook",
+            Call::RotateSecret { .. } => "rotate",
+            Call::Deliveries { .. } => "deliveries",
+            Call::Resend { .. } => "resend",
         }
     }
 
@@ -108,6 +194,7 @@ impl Call {
                 | Call::AccountInfo
                 | Call::Webhooks
                 | Call::GetWebhook { .. }
+                | Call::Deliveries { .. }
         )
     }
 }
@@ -377,9 +464,12 @@ impl fmt::Display for Call {
                 out.push_str(&format!(" {}", token(&events.join(","))));
                 opt(&mut out, "url", url);
             }
-            Call::GetWebhook { webhook } | Call::DeleteWebhook { webhook } | Call::TestWebhook { webhook } => {
-                out.push_str(&format!(" {}", token(webhook)))
-            }
+            Call::GetWebhook { webhook }
+            | Call::DeleteWebhook { webhook }
+            | Call::TestWebhook { webhook }
+            | Call::RotateSecret { webhook }
+            | Call::Deliveries { webhook } => out.push_str(&format!(" {}", token(webhook))),
+            Call::Resend { event, webhook } => out.push_str(&format!(" {} {}", token(event), token(webhook))),
             Call::UpdateWebhook { webhook, events, active, url } => {
                 out.push_str(&format!(" {}", token(webhook)));
                 opt(&mut out, "events", &events.as_ref().map(|e| e.join(",")));
@@ -749,6 +839,9 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
         }
         "deletewebhook" => Call::DeleteWebhook { webhook: args.string("webhook")? },
         "testwebhook" => Call::TestWebhook { webhook: args.string("webhook")? },
+        "rotate" => Call::RotateSecret { webhook: args.string("webhook")? },
+        "deliveries" => Call::Deliveries { webhook: args.string("webhook")? },
+        "resend" => Call::Resend { event: args.string("event")?, webhook: args.string("webhook")? },
         other => return Err(format!("unknown step {other:?}")),
     };
     args.done()?;

@@ -120,6 +120,8 @@ pub struct World {
     /// Every journal entry the service handed out since the world began, in order:
     /// what a crash rebuilds the engine from.
     journal: Vec<JournalEntry>,
+    /// The newest events (engine account, name, id): what resends pick from.
+    recent_events: Vec<(u32, esim_engine::EventName, String)>,
 }
 
 impl World {
@@ -152,6 +154,7 @@ impl World {
             config,
             bug,
             journal: Vec::new(),
+            recent_events: Vec::new(),
         }
     }
 
@@ -191,6 +194,11 @@ impl World {
 
     pub fn webhooks(&self) -> &[WebhookRec] {
         &self.webhooks
+    }
+
+    /// The newest events the world saw, oldest first: (engine account, name, id).
+    pub fn recent_events(&self) -> &[(u32, esim_engine::EventName, String)] {
+        &self.recent_events
     }
 
     pub fn entity(&self, name: &str) -> Option<Entity> {

@@ -168,6 +168,7 @@ fn generated_worlds_reach_every_endpoint_the_simulation_names() {
     use esim_transport::routes::{self, Endpoint, Match};
     use std::collections::BTreeSet;
     let mut seen = BTreeSet::new();
+    let mut succeeded = BTreeSet::new();
     for seed in 0..20 {
         let mut world = World::new(seed, None);
         let mut generator = Generator::new(seed, 2, true);
@@ -178,6 +179,9 @@ fn generated_worlds_reach_every_endpoint_the_simulation_names() {
                 let path = exchange.path.split('?').next().unwrap_or_default();
                 if let Match::Found(endpoint, _) = routes::find(exchange.method.as_str(), path) {
                     seen.insert(endpoint);
+                    if (200..300).contains(&exchange.status) {
+                        succeeded.insert(endpoint);
+                    }
                 }
             }
         }
@@ -188,4 +192,9 @@ fn generated_worlds_reach_every_endpoint_the_simulation_names() {
         .filter(|(endpoint, _)| !seen.contains(endpoint))
         .collect();
     assert!(missing.is_empty(), "endpoints the generated worlds never sent: {missing:?}");
+    // The checkers of manual resends, delivery logs and rotations judge only what
+    // succeeded: those must succeed, not only be refused.
+    for endpoint in [Endpoint::ResendEvent, Endpoint::ListDeliveries, Endpoint::RotateWebhookSecret] {
+        assert!(succeeded.contains(&endpoint), "{endpoint:?} never succeeded in the generated worlds");
+    }
 }

@@ -335,6 +335,15 @@ fn try_route(
             offset: query_u64(&query, "offset")?,
         }),
         E::GetEvent => reseller(ResellerOp::GetEvent { event_id: param(0) }),
+        E::ResendEvent => {
+            reseller(ResellerOp::ResendEvent { event_id: param(0), webhook_id: body.required_string("webhook_id")? })
+        }
+        E::ListDeliveries => reseller(ResellerOp::ListDeliveries {
+            webhook_id: param(0),
+            event_id: query_value(&query, "event_id").map(str::to_string),
+            limit: query_u64(&query, "limit")?,
+            offset: query_u64(&query, "offset")?,
+        }),
         E::RotateWebhookSecret => reseller(ResellerOp::RotateWebhookSecret {
             webhook_id: param(0),
             // Drawn and sealed by the service (`Service::issue_secrets`).

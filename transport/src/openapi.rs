@@ -85,6 +85,8 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<WebhookTestResult>();
     generator.subschema_for::<EventPage>();
     generator.subschema_for::<EventEnvelope>();
+    generator.subschema_for::<DeliveryAttemptPage>();
+    generator.subschema_for::<ResendAccepted>();
     generator.take_definitions(true)
 }
 
@@ -238,6 +240,14 @@ fn schemas() -> Value {
                 "events": events,
                 "active": boolean("true re-activates the webhook and resets failure_count to 0"),
             }),
+        ),
+    );
+    add(
+        "EventResendRequest",
+        object(
+            "Where to send the event again",
+            &["webhook_id"],
+            json!({ "webhook_id": string("One of the account's webhooks (active or not)") }),
         ),
     );
     Value::Object(all)
@@ -536,6 +546,23 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("The event exactly as it was delivered (the same bytes), for 30 days after it was created.")
             .ok(200, "EventEnvelope", "The event")
             .errors(&[(NotFound, "the event id is unknown, expired, or of another account")]),
+        E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
+            .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
+            .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
+            .query(
+                std::iter::once(query_parameter("event_id", json!({ "type": "string" }), "Only the attempts of this event"))
+                    .chain(paging_parameters())
+                    .collect(),
+            )
+            .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_WEBHOOK]),
+        E::ResendEvent => Operation::new("resendEvent", "Events", "Resend an event to a webhook")
+            .describe("Sends the event again, byte for byte and with the same id, to one of the account's webhooks (active or not, subscribed or not), at once and once: a manual resend is not retried and does not count in failure_count. The attempt shows in the webhook's delivery log.")
+            .ok(202, "ResendAccepted", "The event is on its way")
+            .body("EventResendRequest", true)
+            .errors(&[
+                (ValidationError, "webhook_id is missing or not a string"),
+                (NotFound, "the event id is unknown, expired or of another account, or the webhook id is unknown"),
+            ]),
         E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
             .describe("Public: needs no API key.")
             .ok(200, "OpenApiDocument", "The document"),
@@ -756,7 +783,7 @@ mod tests {
             .map(|endpoint| (endpoint.method().to_string(), endpoint.pattern().to_string()))
             .collect();
         assert_eq!(documented, routed);
-        assert_eq!(routed.len(), 31);
+        assert_eq!(routed.len(), 33);
         assert!(
             documented.iter().all(|(_, path)| !path.starts_with(RESELLER_BASE) && !path.starts_with("/admin/")),
             "relative paths, no admin or sandbox path"
@@ -987,7 +1014,7 @@ mod tests {
             match self.service.handle(Millis::VIRTUAL_EPOCH, &request) {
                 Outcome::Respond(response) => response,
                 Outcome::AwaitDelivery(id) => {
-                    self.service.delivery_outcome(Millis::VIRTUAL_EPOCH, id, self.delivery.clone())
+                    self.service.delivery_outcome(Millis::VIRTUAL_EPOCH, id, self.delivery.clone(), None)
                 }
             }
         }
@@ -1203,6 +1230,16 @@ mod tests {
         c.delivery = DeliveryResult::Timeout;
         let timeout = c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
         assert_eq!((timeout["status"].clone(), timeout["error"].is_string()), (json!(0), true));
+        let log = c.expect("GET", &format!("/webhooks/{wid}/deliveries?limit=5"), &key, None, 200);
+        assert_eq!(log["total"], json!(2), "the two test calls: {log}");
+        c.expect_code("GET", &format!("/webhooks/{wid}/deliveries?limit=0"), &key, None, "VALIDATION_ERROR");
+        c.expect_code("GET", "/webhooks/wh_0000000000000000/deliveries", &key, None, "NOT_FOUND");
+        let page = c.expect("GET", "/events?limit=1", &key, None, 200);
+        let newest = page["events"][0]["id"].as_str().expect("an event was emitted").to_string();
+        let resend = json!({ "webhook_id": wid });
+        c.expect("POST", &format!("/events/{newest}/resend"), &key, Some(resend.clone()), 202);
+        c.expect_code("POST", "/events/evt_000000000000000000000000/resend", &key, Some(resend), "NOT_FOUND");
+        c.expect_code("POST", &format!("/events/{newest}/resend"), &key, Some(json!({})), "VALIDATION_ERROR");
         c.expect("DELETE", &format!("/webhooks/{wid}"), &key, None, 200);
         c.expect_code("DELETE", &format!("/webhooks/{wid}"), &key, None, "NOT_FOUND");
         c.provision(&key, None);

@@ -298,6 +298,7 @@ mod tests {
             previous_signing_secret: None,
             timestamp: Millis::VIRTUAL_EPOCH,
             attempt: 1,
+            manual: false,
         }
     }
 

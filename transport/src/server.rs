@@ -174,7 +174,8 @@ impl WallClock {
 
 enum Message {
     Request(Box<http::Request<Bytes>>, oneshot::Sender<http::Response<Bytes>>),
-    Delivered(u64, DeliveryResult),
+    /// A delivery's outcome and how long its POST took (ms).
+    Delivered(u64, DeliveryResult, u64),
     /// Every connection is closed: flush and end.
     Stop,
 }
@@ -689,8 +690,8 @@ impl Owner {
                         }
                     }
                 }
-                Message::Delivered(id, result) => {
-                    let response = self.service.delivery_outcome(self.clock.now(), id, result);
+                Message::Delivered(id, result, duration_ms) => {
+                    let response = self.service.delivery_outcome(self.clock.now(), id, result, Some(duration_ms));
                     if let Some((reply, _)) = self.waiting_tests.remove(&id) {
                         self.pending.answers.push(Answer { reply, response, request: None });
                     }
@@ -777,8 +778,10 @@ impl Owner {
             let sender = self.sender.clone();
             let to_owner = self.to_owner.clone();
             tokio::spawn(async move {
+                let started = std::time::Instant::now();
                 let result = sender.send(&delivery).await;
-                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result)).await;
+                let duration_ms = started.elapsed().as_millis() as u64;
+                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result, duration_ms)).await;
             });
         }
     }

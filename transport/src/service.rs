@@ -450,8 +450,9 @@ impl Service {
         wall_now: Millis,
         delivery_id: u64,
         result: DeliveryResult,
+        duration_ms: Option<u64>,
     ) -> http::Response<Bytes> {
         let now = self.now(wall_now);
-        respond(&self.apply(now, Command::DeliveryOutcome { delivery_id, result }))
+        respond(&self.apply(now, Command::DeliveryOutcome { delivery_id, result, duration_ms }))
     }
 }

@@ -226,9 +226,11 @@ impl World {
                 let pending: Vec<u64> = self.h.effects.iter().map(|Effect::Deliver(d)| d.delivery_id).collect();
                 if let Some(&id) = pick(&pending, p) {
                     self.h.effects.retain(|Effect::Deliver(d)| d.delivery_id != id);
-                    let response = self
-                        .h
-                        .run(Command::DeliveryOutcome { delivery_id: id, result: DeliveryResult::Status(status) });
+                    let response = self.h.run(Command::DeliveryOutcome {
+                        delivery_id: id,
+                        result: DeliveryResult::Status(status),
+                        duration_ms: None,
+                    });
                     let _ = self.record(response);
                 }
             }

@@ -70,6 +70,17 @@ pub enum Fact {
         active: Option<bool>,
         deleted: bool,
     },
+    /// A webhook's signing secret was shown: at its creation, or by a rotation at `at`.
+    SecretShown {
+        webhook: u32,
+        secret: String,
+        rotated_at: Option<Millis>,
+    },
+    /// A resend was accepted: the event goes to the webhook once, at once.
+    Resent {
+        event_id: String,
+        webhook: u32,
+    },
     /// The service restarted (`crash` or `restart`). For a crash, `rebuild` holds the
     /// state digest before it and the digest of the engine rebuilt from the journal's
     /// bytes, or why the rebuild failed.
@@ -111,6 +122,13 @@ pub struct DeliveryRecord {
     pub event_id: String,
     pub event: EventName,
     pub attempt: u32,
+    /// A manual resend.
+    pub manual: bool,
+    /// The engine time the attempt was handed out at.
+    pub timestamp: Millis,
+    /// The signing secrets it carried, opened (the current one, and the previous one
+    /// during a rotation's overlap); None when one could not be opened.
+    pub secrets: Option<(String, Option<String>)>,
     /// False for a delivery handed out earlier and held, answered now.
     pub handed_out: bool,
     /// None while the receiver holds it.
@@ -154,7 +172,7 @@ impl StepLog {
 impl World {
     /// Reads the facts out of a successful, freshly executed response.
     pub(super) fn observe(&mut self, who: Who, kind: &Kind, body: &Bytes) {
-        if matches!(kind, Kind::TestWebhook | Kind::Raw | Kind::Other) {
+        if matches!(kind, Kind::TestWebhook | Kind::Raw | Kind::Other | Kind::Deliveries) {
             return;
         }
         let Ok(fields) = serde_json::from_slice::<Fields>(body) else { return };
@@ -256,6 +274,27 @@ impl World {
                 });
                 let webhook = webhook as u32;
                 self.log.facts.push(Fact::WebhookSet { webhook, account, events, active: Some(true), deleted: false });
+                if let Some(secret) = fields.signing_secret.clone() {
+                    self.log.facts.push(Fact::SecretShown { webhook, secret, rotated_at: None });
+                }
+            }
+            Kind::RotateSecret => {
+                let (Some(Entity::Webhook(i)), Some(secret)) =
+                    (text("id").and_then(|id| self.ids.get(&id).copied()), fields.signing_secret.clone())
+                else {
+                    return;
+                };
+                let webhook = self.webhooks[i].engine;
+                self.log.facts.push(Fact::SecretShown { webhook, secret, rotated_at: Some(self.now) });
+            }
+            Kind::Resend => {
+                let (Some(event_id), Some(Entity::Webhook(i))) =
+                    (fields.event_id.clone(), fields.webhook_id.as_ref().and_then(|id| self.ids.get(id).copied()))
+                else {
+                    return;
+                };
+                let webhook = self.webhooks[i].engine;
+                self.log.facts.push(Fact::Resent { event_id, webhook });
             }
             Kind::UpdateWebhook { events, active } => {
                 let (Some(Entity::Webhook(i)), Some(account)) =
@@ -305,7 +344,7 @@ impl World {
                     account.revoked = true;
                 }
             }
-            Kind::TestWebhook | Kind::Raw | Kind::Other => {}
+            Kind::TestWebhook | Kind::Raw | Kind::Other | Kind::Deliveries => {}
         }
     }
 }
@@ -327,6 +366,9 @@ struct Fields {
     lifetime_topup_usd: Option<serde_json::Number>,
     lifetime_usage_usd: Option<serde_json::Number>,
     amount_usd: Option<serde_json::Number>,
+    signing_secret: Option<String>,
+    event_id: Option<String>,
+    webhook_id: Option<String>,
 }
 
 impl Fields {

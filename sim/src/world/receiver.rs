@@ -5,7 +5,10 @@ use super::observe::DeliveryRecord;
 use super::{Entity, World};
 use crate::op::Receiver;
 use bytes::Bytes;
-use esim_engine::{DeliveryResult, Effect, Millis};
+use esim_engine::{Delivery, DeliveryResult, Effect, Millis};
+
+/// Events the world remembers for resends.
+const RECENT_EVENTS: usize = 32;
 
 /// Answering a delivery cannot start new deliveries, but the loop is bounded anyway.
 const MAX_DRAIN_ROUNDS: usize = 16;
@@ -45,10 +48,12 @@ impl World {
                 // Receivers answer after this, so these are the flags at emission.
                 let flags = self.service.engine().webhooks().iter().map(|w| w.active && !w.deleted).collect();
                 self.log.webhooks_active.push((self.log.events.len(), flags));
+                self.keep_recent(&event);
                 self.stats.events += 1;
                 self.log.events.push(event);
             }
             while let Some(event) = self.service.poll_event() {
+                self.keep_recent(&event);
                 self.stats.events += 1;
                 self.log.events.push(event);
             }
@@ -58,6 +63,17 @@ impl World {
                 break;
             }
         }
+    }
+
+    /// Remembers an event for resends (the newest [`RECENT_EVENTS`]).
+    fn keep_recent(&mut self, event: &esim_engine::Event) {
+        if event.name == esim_engine::EventName::Test {
+            return;
+        }
+        if self.recent_events.len() == RECENT_EVENTS {
+            self.recent_events.remove(0);
+        }
+        self.recent_events.push((event.account, event.name, event.id.clone()));
     }
 
     fn webhook_rec(&self, webhook_id: &str) -> Option<usize> {
@@ -91,6 +107,33 @@ impl World {
         }
     }
 
+    /// What the step log keeps of a delivery, its signing secrets opened as the sender
+    /// opens them.
+    fn record_of(&self, delivery: &Delivery, handed_out: bool, answer: Option<DeliveryResult>) -> DeliveryRecord {
+        let secrets = self.service.secrets();
+        let current = secrets.open(&delivery.signing_secret).ok();
+        let previous = delivery.previous_signing_secret.as_ref().map(|sealed| secrets.open(sealed).ok());
+        let secrets = match (current, previous) {
+            (Some(current), None) => Some((current, None)),
+            (Some(current), Some(Some(previous))) => Some((current, Some(previous))),
+            _ => None,
+        };
+        DeliveryRecord {
+            delivery_id: delivery.delivery_id,
+            webhook: self.webhook_engine(&delivery.webhook_id),
+            webhook_id: delivery.webhook_id.clone(),
+            event_id: delivery.event_id.clone(),
+            event: delivery.event,
+            attempt: delivery.attempt,
+            manual: delivery.manual,
+            timestamp: delivery.timestamp,
+            secrets,
+            handed_out,
+            answer,
+            body: delivery.body.clone(),
+        }
+    }
+
     /// Takes every delivery the engine handed out; answers it now unless its receiver
     /// holds it. Returns the answer to the test delivery `test`, if it was among them.
     pub(super) fn process_effects(&mut self, test: Option<u64>) -> Option<http::Response<Bytes>> {
@@ -101,7 +144,9 @@ impl World {
             let is_test = test == Some(delivery.delivery_id);
             let answer = self.answer_for(&delivery.webhook_id, is_test);
             let response = match &answer {
-                Some(result) => Some(self.service.delivery_outcome(self.now, delivery.delivery_id, result.clone())),
+                Some(result) => {
+                    Some(self.service.delivery_outcome(self.now, delivery.delivery_id, result.clone(), None))
+                }
                 None => None,
             };
             if is_test {
@@ -110,17 +155,7 @@ impl World {
             if answer.as_ref().is_some_and(DeliveryResult::is_success) {
                 self.stats.deliveries_ok += 1;
             }
-            let record = DeliveryRecord {
-                delivery_id: delivery.delivery_id,
-                webhook: self.webhook_engine(&delivery.webhook_id),
-                webhook_id: delivery.webhook_id.clone(),
-                event_id: delivery.event_id.clone(),
-                event: delivery.event,
-                attempt: delivery.attempt,
-                handed_out: true,
-                answer: answer.clone(),
-                body: delivery.body.clone(),
-            };
+            let record = self.record_of(&delivery, true, answer.clone());
             self.log.deliveries.push(record);
             if answer.is_none() {
                 self.held.push(delivery);
@@ -137,21 +172,12 @@ impl World {
             match self.answer_for(&delivery.webhook_id, false) {
                 None => self.held.push(delivery),
                 Some(result) => {
-                    let _ = self.service.delivery_outcome(self.now, delivery.delivery_id, result.clone());
+                    let _ = self.service.delivery_outcome(self.now, delivery.delivery_id, result.clone(), None);
                     if result.is_success() {
                         self.stats.deliveries_ok += 1;
                     }
-                    self.log.deliveries.push(DeliveryRecord {
-                        delivery_id: delivery.delivery_id,
-                        webhook: self.webhook_engine(&delivery.webhook_id),
-                        webhook_id: delivery.webhook_id,
-                        event_id: delivery.event_id,
-                        event: delivery.event,
-                        attempt: delivery.attempt,
-                        handed_out: false,
-                        answer: Some(result),
-                        body: delivery.body,
-                    });
+                    let record = self.record_of(&delivery, false, Some(result));
+                    self.log.deliveries.push(record);
                 }
             }
         }

@@ -50,6 +50,12 @@ pub(super) enum Kind {
         id: String,
     },
     TestWebhook,
+    /// `POST /webhooks/{id}/rotate-secret`: the new secret.
+    RotateSecret,
+    /// `POST /events/{id}/resend`: the event and webhook of the manual delivery.
+    Resend,
+    /// `GET /webhooks/{id}/deliveries` (the checkers read the engine's log itself).
+    Deliveries,
     /// A hand-written request: the production router says what it is.
     Raw,
     CreateAccount {
@@ -261,6 +267,24 @@ impl World {
                 (E::DeleteWebhook, vec![id(webhook)], none(), none(), kind)
             }
             Call::TestWebhook { webhook } => (E::TestWebhook, vec![id(webhook)], none(), none(), Kind::TestWebhook),
+            Call::RotateSecret { webhook } => {
+                (E::RotateWebhookSecret, vec![id(webhook)], none(), none(), Kind::RotateSecret)
+            }
+            Call::Deliveries { webhook } => (E::ListDeliveries, vec![id(webhook)], none(), none(), Kind::Deliveries),
+            Call::Resend { event, webhook } => {
+                let body = Json::new().string("webhook_id", &id(webhook)).finish();
+                // An event name stands for the newest event of that name the world saw.
+                let event = match esim_engine::EventName::parse(event) {
+                    Some(name) => self
+                        .recent_events
+                        .iter()
+                        .rev()
+                        .find(|(_, seen, _)| *seen == name)
+                        .map_or_else(|| event.clone(), |(_, _, id)| id.clone()),
+                    None => id(event),
+                };
+                (E::ResendEvent, vec![event], none(), body, Kind::Resend)
+            }
         };
         let params: Vec<&str> = params.iter().map(String::as_str).collect();
         self.send_to(who, endpoint, &params, &query, body, idempotency_key, kind);
@@ -474,9 +498,9 @@ pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
         // The events API shows what the event log already holds; its own tests check it
         // against the delivered envelopes (tests/events_api.rs).
         E::ListEvents | E::GetEvent => return None,
-        // Not simulated yet: a rotation changes only which secrets sign, which the
-        // simulation's receivers do not check; tests/standard_webhooks.rs covers it.
-        E::RotateWebhookSecret => return None,
+        E::RotateWebhookSecret => "rotate",
+        E::ListDeliveries => "deliveries",
+        E::ResendEvent => "resend",
     })
 }
 
@@ -501,6 +525,8 @@ fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
                 ResellerOp::UpdateWebhook { events, active, .. } => Kind::UpdateWebhook { events, active },
                 ResellerOp::DeleteWebhook { webhook_id } => Kind::DeleteWebhook { id: webhook_id },
                 ResellerOp::TestWebhook { .. } => Kind::TestWebhook,
+                ResellerOp::RotateWebhookSecret { .. } => Kind::RotateSecret,
+                ResellerOp::ResendEvent { .. } => Kind::Resend,
                 _ => Kind::Other,
             };
             (true, read, kind)
