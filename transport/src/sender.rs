@@ -1,5 +1,8 @@
 //! The webhook sender: real HTTP POSTs of the deliveries the engine hands out, with a
-//! 10-second timeout and bounded concurrency. The outcome goes back to the engine.
+//! 10-second timeout, and the [`Dispatcher`] that bounds them: at most
+//! [`MAX_CONCURRENT_DELIVERIES`] tasks POST at once, at most
+//! [`PER_WEBHOOK_CONCURRENT_MAX`] of them for one webhook, and the rest wait as data in
+//! per-webhook queues served in turn. The outcome goes back to the engine.
 
 use crate::secrets::SealingKey;
 use bytes::Bytes;
@@ -10,14 +13,17 @@ use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
-use tokio::sync::Semaphore;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
 
 /// Per-POST timeout (documented in docs/decisions.md).
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,8 +38,12 @@ pub const PER_WEBHOOK_CONCURRENT_MAX: usize = 2;
 const _: () =
     assert!(PER_WEBHOOK_CONCURRENT_MAX * esim_engine::config::limits::MAX_WEBHOOKS < MAX_CONCURRENT_DELIVERIES);
 const _: () = assert!(TEST_CALL_TIMEOUT.as_secs() < DELIVERY_TIMEOUT.as_secs());
-/// Deliveries in flight at once.
+/// Deliveries in flight at once (test calls aside).
 pub const MAX_CONCURRENT_DELIVERIES: usize = 64;
+/// Test calls (`POST /webhooks/{id}/test`) in flight at once: they skip the delivery
+/// queues, so they have their own bound; a test call waits for one of these within its
+/// [`TEST_CALL_TIMEOUT`].
+pub const MAX_CONCURRENT_TEST_CALLS: usize = 16;
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector<PublicOnly>>, Full<Bytes>>;
 
@@ -129,11 +139,9 @@ fn unix_now_s() -> i64 {
 #[derive(Clone)]
 pub struct Sender {
     client: HttpsClient,
-    permits: Arc<Semaphore>,
-    /// Per webhook id, its share of the slots ([`PER_WEBHOOK_CONCURRENT_MAX`]); an entry
-    /// nobody holds is dropped once the map grows, so it stays as small as the set of
-    /// webhooks with deliveries in flight.
-    webhook_permits: Arc<std::sync::Mutex<std::collections::BTreeMap<String, Arc<Semaphore>>>>,
+    /// The test calls' own slots ([`MAX_CONCURRENT_TEST_CALLS`]); deliveries are bounded
+    /// by the [`Dispatcher`].
+    test_permits: Arc<Semaphore>,
     allow_insecure: bool,
     /// Opens each delivery's sealed signing secret to sign it.
     sealing_key: Arc<SealingKey>,
@@ -152,8 +160,7 @@ impl Sender {
             .wrap_connector(http);
         Sender {
             client: Client::builder(TokioExecutor::new()).build(https),
-            permits: Arc::new(Semaphore::new(MAX_CONCURRENT_DELIVERIES)),
-            webhook_permits: Arc::default(),
+            test_permits: Arc::new(Semaphore::new(MAX_CONCURRENT_TEST_CALLS)),
             allow_insecure,
             sealing_key,
         }
@@ -186,34 +193,21 @@ impl Sender {
     }
 
     /// One attempt. A test call (`POST /webhooks/{id}/test`) is bounded as a whole by
-    /// [`TEST_CALL_TIMEOUT`], waiting for a slot included, and does not queue behind its
-    /// webhook's own deliveries; any other delivery first takes its webhook's share.
+    /// [`TEST_CALL_TIMEOUT`], waiting for a test slot included, and does not queue behind
+    /// its webhook's own deliveries; other deliveries come bounded by the [`Dispatcher`].
     async fn attempt(&self, delivery: &Delivery) -> DeliveryResult {
         if delivery.event == EventName::Test {
-            return tokio::time::timeout(TEST_CALL_TIMEOUT, self.post(delivery))
-                .await
-                .unwrap_or(DeliveryResult::Timeout);
+            let probe = async {
+                let _permit = self.test_permits.acquire().await.expect("the semaphore is never closed");
+                self.post(delivery).await
+            };
+            return tokio::time::timeout(TEST_CALL_TIMEOUT, probe).await.unwrap_or(DeliveryResult::Timeout);
         }
-        let share = self.share_of(&delivery.webhook_id);
-        let _share = share.acquire().await.expect("the semaphore is never closed");
         self.post(delivery).await
     }
 
-    /// The webhook's share of the delivery slots.
-    fn share_of(&self, webhook_id: &str) -> Arc<Semaphore> {
-        let mut shares = self.webhook_permits.lock().unwrap_or_else(|e| e.into_inner());
-        if shares.len() >= 1_024 {
-            shares.retain(|_, share| Arc::strong_count(share) > 1);
-        }
-        shares
-            .entry(webhook_id.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(PER_WEBHOOK_CONCURRENT_MAX)))
-            .clone()
-    }
-
-    /// Takes a slot and POSTs, bounded by [`DELIVERY_TIMEOUT`].
+    /// POSTs, bounded by [`DELIVERY_TIMEOUT`].
     async fn post(&self, delivery: &Delivery) -> DeliveryResult {
-        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         if !self.allow_insecure && !delivery.url.starts_with("https://") {
             return DeliveryResult::Failed("plain http:// targets need --allow-insecure-webhooks".into());
         }
@@ -244,6 +238,147 @@ impl Sender {
             Ok(Err(error)) => DeliveryResult::Failed(with_causes(&error)),
             Ok(Ok(response)) => DeliveryResult::Status(response.status().as_u16()),
         }
+    }
+}
+
+/// Where a delivery's outcome goes: (delivery id, result, duration in ms).
+pub type Report = Box<dyn Fn(u64, DeliveryResult, u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// Hands deliveries to the [`Sender`] with a bounded set of tasks (decision 115): at most
+/// [`MAX_CONCURRENT_DELIVERIES`] POSTs at once and [`PER_WEBHOOK_CONCURRENT_MAX`] per
+/// webhook; the others wait in their webhook's queue, and webhooks with work take turns,
+/// so a slow receiver delays only its own deliveries. The queues hold what the engine has
+/// handed out and not yet seen answered, no more. Test calls skip the queues (bounded by
+/// [`MAX_CONCURRENT_TEST_CALLS`]).
+pub struct Dispatcher {
+    inbox: mpsc::UnboundedSender<Delivery>,
+    running: Arc<AtomicUsize>,
+}
+
+impl Dispatcher {
+    /// Starts the dispatching task; it ends when the dispatcher is dropped.
+    pub fn start(sender: Sender, report: Report) -> Dispatcher {
+        let (inbox, deliveries) = mpsc::unbounded_channel();
+        let running = Arc::new(AtomicUsize::new(0));
+        let state = Dispatching {
+            sender,
+            report,
+            queues: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            ready: VecDeque::new(),
+            tasks: JoinSet::new(),
+            posting: 0,
+            running: running.clone(),
+        };
+        tokio::spawn(state.run(deliveries));
+        Dispatcher { inbox, running }
+    }
+
+    /// Queues a delivery (never blocks: the owner task calls it).
+    pub fn dispatch(&self, delivery: Delivery) {
+        let _ = self.inbox.send(delivery);
+    }
+
+    /// POST tasks running now, test calls included.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+}
+
+/// The dispatching task's state. Invariant: a webhook is in `ready` (once) exactly when
+/// its queue is not empty and it has fewer than [`PER_WEBHOOK_CONCURRENT_MAX`] in flight.
+struct Dispatching {
+    sender: Sender,
+    report: Report,
+    /// Per webhook id, its deliveries waiting, oldest first (no entry when none).
+    queues: BTreeMap<String, VecDeque<Delivery>>,
+    /// Per webhook id, its POSTs running (no entry when none).
+    in_flight: BTreeMap<String, usize>,
+    /// Webhooks that may start a POST now, in turn.
+    ready: VecDeque<String>,
+    /// Every running POST: (webhook id, or None for a test call; delivery id; result; ms).
+    tasks: JoinSet<(Option<String>, u64, DeliveryResult, u64)>,
+    /// Running POSTs of deliveries (test calls aside): at most [`MAX_CONCURRENT_DELIVERIES`].
+    posting: usize,
+    running: Arc<AtomicUsize>,
+}
+
+impl Dispatching {
+    async fn run(mut self, mut deliveries: mpsc::UnboundedReceiver<Delivery>) {
+        loop {
+            tokio::select! {
+                delivery = deliveries.recv() => match delivery {
+                    Some(delivery) => self.enqueue(delivery),
+                    None => return,
+                },
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    let Ok((webhook, delivery_id, result, duration_ms)) = done else { continue };
+                    if let Some(webhook) = webhook {
+                        self.finished(webhook);
+                    }
+                    (self.report)(delivery_id, result, duration_ms).await;
+                }
+            }
+            self.fill();
+            self.running.store(self.tasks.len(), Ordering::Relaxed);
+        }
+    }
+
+    fn enqueue(&mut self, delivery: Delivery) {
+        if delivery.event == EventName::Test {
+            self.spawn(None, delivery);
+            return;
+        }
+        let webhook = delivery.webhook_id.clone();
+        let queue = self.queues.entry(webhook.clone()).or_default();
+        queue.push_back(delivery);
+        let busy = self.in_flight.get(&webhook).copied().unwrap_or(0);
+        if queue.len() == 1 && busy < PER_WEBHOOK_CONCURRENT_MAX {
+            self.ready.push_back(webhook);
+        }
+    }
+
+    fn finished(&mut self, webhook: String) {
+        self.posting -= 1;
+        let busy = self.in_flight.get_mut(&webhook).expect("a running POST is counted");
+        *busy -= 1;
+        let was_full = *busy + 1 == PER_WEBHOOK_CONCURRENT_MAX;
+        if *busy == 0 {
+            self.in_flight.remove(&webhook);
+        }
+        if was_full && self.queues.contains_key(&webhook) {
+            self.ready.push_back(webhook);
+        }
+    }
+
+    /// Starts POSTs while slots are free, one per ready webhook in turn.
+    fn fill(&mut self) {
+        while self.posting < MAX_CONCURRENT_DELIVERIES {
+            let Some(webhook) = self.ready.pop_front() else { return };
+            let queue = self.queues.get_mut(&webhook).expect("a ready webhook has a queue");
+            let delivery = queue.pop_front().expect("a ready webhook's queue is not empty");
+            let left = !queue.is_empty();
+            if !left {
+                self.queues.remove(&webhook);
+            }
+            let busy = self.in_flight.entry(webhook.clone()).or_default();
+            *busy += 1;
+            assert!(*busy <= PER_WEBHOOK_CONCURRENT_MAX, "a webhook's share is bounded");
+            if left && *busy < PER_WEBHOOK_CONCURRENT_MAX {
+                self.ready.push_back(webhook.clone());
+            }
+            self.posting += 1;
+            self.spawn(Some(webhook), delivery);
+        }
+    }
+
+    fn spawn(&mut self, webhook: Option<String>, delivery: Delivery) {
+        let sender = self.sender.clone();
+        self.tasks.spawn(async move {
+            let started = Instant::now();
+            let result = sender.send(&delivery).await;
+            (webhook, delivery.delivery_id, result, started.elapsed().as_millis() as u64)
+        });
     }
 }
 
@@ -325,5 +460,99 @@ mod tests {
             panic!("nothing listens there")
         };
         assert!(!why.contains("private addresses"), "{why}");
+    }
+
+    /// POSTs in progress at a receiver: (now in total, most in total, per path (now, most)).
+    type Concurrency = Arc<std::sync::Mutex<(usize, usize, BTreeMap<String, (usize, usize)>)>>;
+
+    /// A receiver on loopback that holds every POST for `hold`, counting the POSTs in
+    /// progress, in total and per path; `/fast` answers at once.
+    async fn slow_receiver(hold: Duration) -> (String, Concurrency) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let seen: Concurrency = Arc::default();
+        let counts = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let counts = counts.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                        let counts = counts.clone();
+                        async move {
+                            let path = request.uri().path().to_string();
+                            if path != "/fast" {
+                                {
+                                    let mut c = counts.lock().unwrap();
+                                    c.0 += 1;
+                                    c.1 = c.1.max(c.0);
+                                    let one = c.2.entry(path.clone()).or_default();
+                                    one.0 += 1;
+                                    one.1 = one.1.max(one.0);
+                                }
+                                tokio::time::sleep(hold).await;
+                                let mut c = counts.lock().unwrap();
+                                c.0 -= 1;
+                                c.2.get_mut(&path).unwrap().0 -= 1;
+                            }
+                            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+                        }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        (base, seen)
+    }
+
+    /// 40 webhooks with 5 deliveries each on a receiver that holds every POST: never more
+    /// than 64 POSTs (and tasks) at once, never more than 2 for one webhook, every outcome
+    /// reported; a test call sent meanwhile is answered at once (its own slots).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_dispatcher_bounds_posts_per_webhook_and_in_total() {
+        let (base, seen) = slow_receiver(Duration::from_millis(300)).await;
+        let (outcomes, mut reported) = mpsc::unbounded_channel();
+        let dispatcher = Dispatcher::start(
+            Sender::new(true, key()),
+            Box::new(move |id, result, _| {
+                let outcomes = outcomes.clone();
+                Box::pin(async move {
+                    let _ = outcomes.send((id, result));
+                })
+            }),
+        );
+        let mut id = 0;
+        for webhook in 0..40 {
+            for _ in 0..5 {
+                id += 1;
+                let mut one = delivery(&format!("{base}/w{webhook}"));
+                (one.delivery_id, one.webhook_id, one.event) = (id, format!("w{webhook}"), EventName::EsimProvisioned);
+                dispatcher.dispatch(one);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut most_running = dispatcher.running();
+        let mut probe = delivery(&format!("{base}/fast"));
+        probe.delivery_id = 10_000;
+        dispatcher.dispatch(probe);
+        let mut answers = Vec::new();
+        while answers.len() < 201 {
+            let (id, result) = tokio::time::timeout(Duration::from_secs(20), reported.recv()).await.unwrap().unwrap();
+            assert_eq!(result, DeliveryResult::Status(200), "delivery {id}");
+            answers.push(id);
+            most_running = most_running.max(dispatcher.running());
+        }
+        // Sent while every slot was held, the test call is answered before the first
+        // held POSTs finish (it would come after 64 of them in one queue).
+        let probe_at = answers.iter().position(|&id| id == 10_000).unwrap();
+        assert!(probe_at < MAX_CONCURRENT_DELIVERIES, "the test call was answered {probe_at}th");
+        answers.sort_unstable();
+        answers.dedup();
+        assert_eq!(answers.len(), 201, "every outcome reported once");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.1, MAX_CONCURRENT_DELIVERIES, "all the slots were used, never more");
+        assert!(seen.2.values().all(|(_, most)| *most == PER_WEBHOOK_CONCURRENT_MAX), "{:?}", seen.2);
+        assert!(most_running <= MAX_CONCURRENT_DELIVERIES + 1, "{most_running} tasks");
     }
 }

@@ -11,7 +11,7 @@ use crate::admission::{Admission, Admitted};
 use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
 use crate::journal::EncodedSnapshot;
-use crate::sender::Sender;
+use crate::sender::{Dispatcher, Sender};
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use bytes::Bytes;
 use esim_engine::{ApiError, Delivery, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
@@ -271,6 +271,16 @@ pub async fn serve(
     let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
     let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
     let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
+    let outcomes = to_owner.clone();
+    let dispatcher = Dispatcher::start(
+        sender,
+        Box::new(move |delivery_id, result, duration_ms| {
+            let outcomes = outcomes.clone();
+            Box::pin(async move {
+                let _ = outcomes.send(Message::Delivered(delivery_id, result, duration_ms)).await;
+            })
+        }),
+    );
     let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
     let readiness = Arc::new(Readiness::default());
     crate::metrics::handle();
@@ -294,8 +304,7 @@ pub async fn serve(
         appending: None,
         pending: Group::default(),
         clock,
-        to_owner: to_owner.clone(),
-        sender,
+        dispatcher,
         shown_ms,
         waiting_tests: BTreeMap::new(),
         readiness: readiness.clone(),
@@ -594,8 +603,8 @@ struct Owner {
     appending: Option<Appending>,
     pending: Group,
     clock: WallClock,
-    to_owner: mpsc::Sender<Message>,
-    sender: Sender,
+    /// Sends the deliveries, bounded (decision 115).
+    dispatcher: Dispatcher,
     shown_ms: Arc<AtomicI64>,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
     readiness: Arc<Readiness>,
@@ -775,14 +784,7 @@ impl Owner {
             let _ = answer.reply.send(answer.response);
         }
         for delivery in group.deliveries {
-            let sender = self.sender.clone();
-            let to_owner = self.to_owner.clone();
-            tokio::spawn(async move {
-                let started = std::time::Instant::now();
-                let result = sender.send(&delivery).await;
-                let duration_ms = started.elapsed().as_millis() as u64;
-                let _ = to_owner.send(Message::Delivered(delivery.delivery_id, result, duration_ms)).await;
-            });
+            self.dispatcher.dispatch(delivery);
         }
     }
 
