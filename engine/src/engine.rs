@@ -220,6 +220,12 @@ impl Engine {
         self.timers.keys().next().map(|(deadline, _)| *deadline)
     }
 
+    /// How many timers are pending (for benchmarks and observers: a sync cycle's or a
+    /// clock advance's work is proportional to the timers it fires).
+    pub fn pending_timer_count(&self) -> usize {
+        self.timers.len()
+    }
+
     /// The next effect for the shell (webhook deliveries to make).
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
