@@ -120,6 +120,9 @@ impl Engine {
         let index = AccountIx(self.accounts.len() as u32);
         let id = self.random_id(Purpose::ResourceId, "acc_", 8);
         let slots = self.ledger.open_account(index);
+        if self.status_counts_built() {
+            self.status_counts.push([0; 4]);
+        }
         self.accounts.push(Account {
             id: id.clone(),
             contact_email: email.to_string(),
@@ -269,7 +272,7 @@ impl Engine {
 
     pub(crate) fn account_record(&self, account: AccountIx) -> Result<AccountRecord, ApiError> {
         let record = &self.accounts[account];
-        let active = record.esims.iter().filter(|&&s| self.esims[s].status == EsimStatus::Active).count();
+        let active = self.status_count(account, EsimStatus::Active);
         Ok(AccountRecord {
             id: record.id.clone(),
             company_name: record.company_name.clone(),

@@ -103,11 +103,18 @@ impl EsimStatus {
             EsimStatus::Terminated => "terminated",
         }
     }
+    /// Every status, in the order of [`EsimStatus::index`].
+    pub const ALL: [EsimStatus; 4] =
+        [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated];
+
+    /// Its place in [`EsimStatus::ALL`] (the index of a per-status count).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The status of the API's text (the `status` filter of the list).
     pub fn parse(text: &str) -> Option<EsimStatus> {
-        [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        EsimStatus::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 
