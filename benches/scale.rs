@@ -383,6 +383,28 @@ impl Scale {
         ((live_bytes() - baseline - own as i64) as f64 / esims, rss_bytes() as f64 / esims)
     }
 
+    /// Heap bytes per eSIM of the parts of the state that can be copied from outside:
+    /// each copied (exact-size lists, no spare capacity), its live bytes counted, then
+    /// dropped. What the total holds beyond them is the rest (the events API's log, the
+    /// indexes, timers, stored answers, spare list capacity).
+    fn memory_parts(&self) -> Vec<(&'static str, f64)> {
+        let esims = self.engine().esims().len() as f64;
+        let measure = |copy: &dyn Fn() -> Box<dyn std::any::Any>| {
+            let before = live_bytes();
+            let copied = copy();
+            let bytes = live_bytes() - before;
+            drop(copied);
+            bytes as f64 / esims
+        };
+        let engine = self.engine();
+        vec![
+            ("eSIM records", measure(&|| Box::new(engine.esims().to_vec()))),
+            ("ledger", measure(&|| Box::new(engine.ledger().clone()))),
+            ("accounts", measure(&|| Box::new(engine.accounts().to_vec()))),
+            ("groups", measure(&|| Box::new(engine.groups().to_vec()))),
+        ]
+    }
+
     /// Times one command in the engine (`Service::apply_command`), then drains.
     fn timed(
         &mut self,
@@ -776,6 +798,9 @@ fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Che
     );
     let (heap, rss) = scale.memory_per_esim(baseline);
     println!("  memory: {heap:.0} heap bytes per eSIM (counting allocator), RSS {rss:.0} bytes per eSIM");
+    let parts: Vec<String> =
+        scale.memory_parts().into_iter().map(|(name, bytes)| format!("{name} {bytes:.0}")).collect();
+    println!("  heap bytes per eSIM by part (copied exactly, without spare capacity): {}", parts.join(", "));
     result.bytes_per_esim = heap;
     result.rss_per_esim = rss;
 
@@ -868,6 +893,8 @@ fn main() {
     let dropped = started_drop.elapsed();
     scale.after_command();
     let (heap, rss) = scale.memory_per_esim(baseline);
+    let parts: Vec<String> =
+        scale.memory_parts().into_iter().map(|(name, bytes)| format!("{name} {bytes:.0}")).collect();
     println!(
         "\n## 31 days later (events of the growth out of the 30-day window)\n  the read that fired the \
          timers: {:.1} ms; the command whose event dropped the old ones: {:.1} ms\n  memory: {heap:.0} heap bytes \
@@ -875,6 +902,7 @@ fn main() {
         fired.as_secs_f64() * 1e3,
         dropped.as_secs_f64() * 1e3
     );
+    println!("  heap bytes per eSIM by part: {}", parts.join(", "));
 
     println!("\n## Summary");
     println!("| eSIMs | heap B/eSIM | RSS B/eSIM | worst p99 (µs) | mix cmd/s | mix vs first | snapshot stall ms | clone ms | recovery s |");

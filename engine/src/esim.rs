@@ -100,7 +100,7 @@ impl Engine {
         let esim = &self.esims[sim];
         let group = esim.funding.group().map(|g| &self.groups[g]);
         EsimItem {
-            id: esim.id.clone(),
+            id: esim.id.to_string(),
             iccid: esim.iccid.clone(),
             status: esim.status.as_str(),
             euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),
@@ -157,13 +157,14 @@ impl Engine {
         self.next_serial += 1;
         let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>(Purpose::MatchingId)));
         let id = self.random_uuid();
+        let uuid = uuid::Uuid::try_parse(&id).expect("a drawn id is a UUID");
         let slots = self.ledger.open_sim_wallet(account);
         let sim = EsimIx(self.esims.len() as u32);
         self.esims.push(Esim {
-            id: id.clone(),
+            id: uuid,
             iccid: iccid.clone(),
             account,
-            lpa_string: lpa_string.clone(),
+            lpa: ActivationCode::new(&lpa_string),
             status: EsimStatus::Pending,
             euicc_network: EuiccState::Released,
             euicc_cached: EuiccState::Released,
@@ -173,7 +174,7 @@ impl Engine {
             activated_at: None,
             terminated_at: None,
             data_enabled: true,
-            throttle: "NO_LIMIT".into(),
+            throttle: Throttle::NO_LIMIT,
             // Armed only once the balance shows $5 or more (decision 56).
             wallet: Wallet::new(slots, CrossingAlarm::UNARMED),
             funding: match group {
@@ -281,9 +282,9 @@ impl Engine {
         });
         Ok(Reply::Esim(EsimDetail {
             item: self.esim_item(sim, Some(euicc)),
-            lpa_string: esim.lpa_string.clone(),
+            lpa_string: esim.lpa.text(),
             data_enabled: esim.data_enabled,
-            throttle: esim.throttle.clone(),
+            throttle: esim.throttle.to_string(),
             group_total_data_charged_usd: group_total,
             pending: esim.funding.pending().map(|p| match p {
                 PendingReturn::Defund { .. } => "defund_pending",
@@ -361,7 +362,7 @@ impl Engine {
             ));
         }
         self.require_not_terminated(sim)?;
-        self.esims[sim].throttle = speed.clone();
+        self.esims[sim].throttle = Throttle::parse(&speed).expect("a valid speed has a throttle");
         Ok(Reply::Throttled(Throttled { success: true, iccid: iccid.to_string(), throttle: speed }))
     }
 
