@@ -128,3 +128,36 @@ fn counted_pages_and_active_counts_match_a_scan_before_and_after_a_snapshot() {
     let mut more = more;
     check_all(&mut more, &resellers);
 }
+
+/// The events of a burst leave a few per new event, never all in one command (decision
+/// 113): the reads show none of them from the moment they expire, and they all leave.
+#[test]
+fn expired_events_leave_a_few_per_new_event_and_reads_never_show_them() {
+    let mut h = Harness::new();
+    let reseller = h.reseller("1000");
+    for _ in 0..40 {
+        h.provision(&reseller);
+    }
+    let kept = |engine: &Engine| serde_json::to_value(engine).unwrap()["event_log"]["kept"].as_array().unwrap().len();
+    let burst = kept(&h.engine);
+    assert!(burst >= 40, "every provisioning's event is kept");
+    h.advance_secs(31 * 24 * 3600);
+    let events = |h: &mut Harness| match h.call(&reseller, ResellerOp::ListEvents {
+        filter: Default::default(),
+        limit: Some(100),
+        offset: None,
+    }) {
+        Ok(Reply::EventPage(page)) => page.total,
+        other => panic!("events failed: {other:?}"),
+    };
+    assert_eq!(events(&mut h), 0, "expired events are never shown");
+    h.provision(&reseller);
+    let after_one = kept(&h.engine);
+    assert!(after_one > 1 && after_one < burst + 1, "a few left with the new event, not all: {burst} then {after_one}");
+    assert_eq!(events(&mut h), 1);
+    for n in 2..=20 {
+        h.provision(&reseller);
+        assert_eq!(events(&mut h), n);
+    }
+    assert_eq!(kept(&h.engine), 20, "every expired event has left");
+}
