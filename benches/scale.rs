@@ -49,14 +49,13 @@
 //!   snapshot plus a tail of `SCALE_TAIL` journaled commands (default 100,000), checked
 //!   to rebuild the exact state digest.
 //!
-//! After the last checkpoint: service time jumps 31 days, so the events API's 30-day
-//! window (decision 113) drops every event of the growth; the memory per eSIM is
-//! measured again (the steady state of a service whose eSIMs came over months), with
-//! the time of the command that drops them.
+//! After the last checkpoint: service time jumps 31 days, so every event of the growth
+//! is past the events API's 30-day window (decision 113): the time of the next command
+//! that keeps an event (which lets expired ones go, a few per new event) and the memory
+//! per eSIM then.
 
 use esim_engine::{
-    AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, Response,
-    SandboxOp,
+    AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, Response, SandboxOp,
 };
 use esim_transport::admission::Admission;
 use esim_transport::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
@@ -271,7 +270,12 @@ impl Scale {
     }
 
     fn usage(&self, sim: u32) -> Command {
-        Command::Sandbox(SandboxOp::Usage { iccid: self.iccid(sim), mb: Decimal::ONE, country: "DE".into(), operator: None })
+        Command::Sandbox(SandboxOp::Usage {
+            iccid: self.iccid(sim),
+            mb: Decimal::ONE,
+            country: "DE".into(),
+            operator: None,
+        })
     }
 
     /// Drains what the owner task drains after each command (the journal per group).
@@ -882,7 +886,7 @@ fn main() {
         results.push(measure(&mut scale, baseline, samples, tail));
     }
 
-    // Steady state: 31 days later the events of the growth have left the events API's window.
+    // 31 days later every event of the growth is past the events API's window.
     let later = scale.now.plus_ms(31 * Millis::DAY);
     let fired = scale.read_at(later);
     let account = scale.owner(scale.funded[0]);
@@ -896,9 +900,9 @@ fn main() {
     let parts: Vec<String> =
         scale.memory_parts().into_iter().map(|(name, bytes)| format!("{name} {bytes:.0}")).collect();
     println!(
-        "\n## 31 days later (events of the growth out of the 30-day window)\n  the read that fired the \
-         timers: {:.1} ms; the command whose event dropped the old ones: {:.1} ms\n  memory: {heap:.0} heap bytes \
-         per eSIM, RSS {rss:.0} bytes per eSIM",
+        "\n## 31 days later (events of the growth past the 30-day window)\n  the read that fired the \
+         timers: {:.1} ms; the next command that keeps an event (expired ones leave with it): {:.1} ms\n  \
+         memory: {heap:.0} heap bytes per eSIM, RSS {rss:.0} bytes per eSIM",
         fired.as_secs_f64() * 1e3,
         dropped.as_secs_f64() * 1e3
     );
@@ -926,11 +930,28 @@ fn main() {
     let last = results.last().expect("a checkpoint");
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
     println!("\nTargets at {} eSIMs:", last.esims);
-    println!("- at most 600 bytes per eSIM: {:.0} (after the event window {heap:.0}): {}", last.bytes_per_esim, verdict(last.bytes_per_esim <= 600.0));
-    println!("- every command's p99 under 20 µs: worst {} {:.1} µs: {}", last.worst_p99.0, last.worst_p99.1, verdict(last.worst_p99.1 < 20.0));
-    println!("- a snapshot stalls no request over 50 ms: {:.0} ms: {}", last.snapshot_stall_ms, verdict(last.snapshot_stall_ms <= 50.0));
+    println!(
+        "- at most 600 bytes per eSIM: {:.0} (31 days later {heap:.0}): {}",
+        last.bytes_per_esim,
+        verdict(last.bytes_per_esim <= 600.0)
+    );
+    println!(
+        "- every command's p99 under 20 µs: worst {} {:.1} µs: {}",
+        last.worst_p99.0,
+        last.worst_p99.1,
+        verdict(last.worst_p99.1 < 20.0)
+    );
+    println!(
+        "- a snapshot stalls no request over 50 ms: {:.0} ms: {}",
+        last.snapshot_stall_ms,
+        verdict(last.snapshot_stall_ms <= 50.0)
+    );
     println!("- recovery under 5 s: {:.2} s: {}", last.recovery_s, verdict(last.recovery_s < 5.0));
     let ratio = last.mix_per_second / first_mix;
     println!("- mix within 20% of the first checkpoint's: {ratio:.2}: {}", verdict(ratio >= 0.8));
-    println!("(whole run {:.0} s; longest median page {:.1} µs)", started.elapsed().as_secs_f64(), last.longest_page_us);
+    println!(
+        "(whole run {:.0} s; longest median page {:.1} µs)",
+        started.elapsed().as_secs_f64(),
+        last.longest_page_us
+    );
 }

@@ -259,8 +259,14 @@ impl Engine {
                     if start <= total as usize - end {
                         sims.iter().filter(matching).skip(start).take(end - start).copied().collect()
                     } else {
-                        let mut page: Vec<EsimIx> =
-                            sims.iter().rev().filter(matching).skip(total as usize - end).take(end - start).copied().collect();
+                        let mut page: Vec<EsimIx> = sims
+                            .iter()
+                            .rev()
+                            .filter(matching)
+                            .skip(total as usize - end)
+                            .take(end - start)
+                            .copied()
+                            .collect();
                         page.reverse();
                         page
                     }

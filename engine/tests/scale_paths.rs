@@ -102,7 +102,8 @@ fn counted_pages_and_active_counts_match_a_scan_before_and_after_a_snapshot() {
         }
     }
     let index = |h: &Harness, id: &str| h.engine.accounts().iter().position(|a| a.id == id).unwrap();
-    let resellers = vec![(index(&h, &big.account_id), big.api_key.clone()), (index(&h, &small.account_id), small.api_key.clone())];
+    let resellers =
+        vec![(index(&h, &big.account_id), big.api_key.clone()), (index(&h, &small.account_id), small.api_key.clone())];
     let statuses: Vec<EsimStatus> = h.engine.esims().iter().map(|e| e.status).collect();
     for status in EsimStatus::ALL {
         assert!(statuses.contains(&status), "the test reaches {status:?}");
@@ -142,11 +143,9 @@ fn expired_events_leave_a_few_per_new_event_and_reads_never_show_them() {
     let burst = kept(&h.engine);
     assert!(burst >= 40, "every provisioning's event is kept");
     h.advance_secs(31 * 24 * 3600);
-    let events = |h: &mut Harness| match h.call(&reseller, ResellerOp::ListEvents {
-        filter: Default::default(),
-        limit: Some(100),
-        offset: None,
-    }) {
+    let events = |h: &mut Harness| match h
+        .call(&reseller, ResellerOp::ListEvents { filter: Default::default(), limit: Some(100), offset: None })
+    {
         Ok(Reply::EventPage(page)) => page.total,
         other => panic!("events failed: {other:?}"),
     };

@@ -1291,10 +1291,7 @@ mod tests {
         assert_eq!(read.len(), length);
         assert_eq!((read[0], read[length - 1]), (b'{', b'}'));
         let mut offset = 8;
-        assert!(matches!(
-            next_record(&bytes, &mut offset),
-            Next::Bad { why: "impossible record length", .. }
-        ));
+        assert!(matches!(next_record(&bytes, &mut offset), Next::Bad { why: "impossible record length", .. }));
         bytes.push(0);
         assert!(snapshot_payload(&bytes).is_none(), "trailing bytes");
         bytes.truncate(bytes.len() - 2);
