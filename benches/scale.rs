@@ -336,7 +336,7 @@ impl Scale {
         self.grown += 1;
         self.now = self.now.plus_ms(GROWTH_STEP_MS);
         let others = self.accounts.len() - 1;
-        let (account, group) = if i % 10 == 0 {
+        let (account, group) = if i.is_multiple_of(10) {
             let number = i / 10 / GROUP_SIZE;
             if number >= self.groups.len() {
                 self.new_group(number);
@@ -348,7 +348,7 @@ impl Scale {
             (1 + (i % others) as u32, None)
         };
         let grouped = group.is_some();
-        let label = (i % 2 == 0).then(|| format!("customer-{i}"));
+        let label = i.is_multiple_of(2).then(|| format!("customer-{i}"));
         let provision = ResellerOp::Provision { end_user_reference: None, label, group_id: group };
         let Ok(Reply::Provisioned(provisioned)) = self.apply(self.reseller(account, provision)) else {
             panic!("provisioning failed")
@@ -369,7 +369,7 @@ impl Scale {
             self.plain.push(sim);
         }
         if i % 5 == 4 {
-            let funded = self.random() % 2 == 0 && !self.funded.is_empty();
+            let funded = self.random().is_multiple_of(2) && !self.funded.is_empty();
             if funded || !self.members.is_empty() {
                 let sim = if funded { self.pick(|s| &s.funded) } else { self.pick(|s| &s.members) };
                 let _ = self.apply(self.usage(sim));

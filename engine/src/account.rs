@@ -278,7 +278,7 @@ impl Engine {
             company_name: record.company_name.clone(),
             contact_email: record.contact_email.clone(),
             balance_usd: self.reseller_balance(account),
-            esim_count: EsimCount { active: active as u64, total: record.esims.len() as u64 },
+            esim_count: EsimCount { active, total: record.esims.len() as u64 },
             account_status: if record.frozen { "suspended" } else { "active" },
             data_suspended: record.frozen,
             created_at: record.created_at,
