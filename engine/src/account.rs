@@ -120,6 +120,9 @@ impl Engine {
         let index = AccountIx(self.accounts.len() as u32);
         let id = self.random_id(Purpose::ResourceId, "acc_", 8);
         let slots = self.ledger.open_account(index);
+        if self.status_counts_built() {
+            self.status_counts.push([0; 4]);
+        }
         self.accounts.push(Account {
             id: id.clone(),
             contact_email: email.to_string(),
@@ -269,13 +272,13 @@ impl Engine {
 
     pub(crate) fn account_record(&self, account: AccountIx) -> Result<AccountRecord, ApiError> {
         let record = &self.accounts[account];
-        let active = record.esims.iter().filter(|&&s| self.esims[s].status == EsimStatus::Active).count();
+        let active = self.status_count(account, EsimStatus::Active);
         Ok(AccountRecord {
             id: record.id.clone(),
             company_name: record.company_name.clone(),
             contact_email: record.contact_email.clone(),
             balance_usd: self.reseller_balance(account),
-            esim_count: EsimCount { active: active as u64, total: record.esims.len() as u64 },
+            esim_count: EsimCount { active, total: record.esims.len() as u64 },
             account_status: if record.frozen { "suspended" } else { "active" },
             data_suspended: record.frozen,
             created_at: record.created_at,

@@ -35,6 +35,13 @@ pub struct Engine {
     #[serde(with = "crate::state::map_as_pairs")]
     pub(crate) keys: BTreeMap<u128, KeyRecord>,
     pub(crate) esims: Vec<Esim>,
+    /// Per account, how many of its eSIMs have each status (indexed by
+    /// [`EsimStatus::index`]), so the account record's active count and a filtered list's
+    /// total cost no scan of the account's eSIMs (decision 125). Derived from `esims`, so
+    /// not part of the state: empty after a snapshot is read, rebuilt by the next command
+    /// ([`Engine::ensure_status_counts`]); until then the counts are taken by a scan.
+    #[serde(skip)]
+    pub(crate) status_counts: Vec<[u32; 4]>,
     /// ICCIDs are all digits (19 of them), so they are indexed as numbers: cheaper to
     /// compare than strings on every eSIM call.
     pub(crate) iccid_index: crate::ids::IccidIndex,
@@ -82,6 +89,7 @@ impl Engine {
             account_index: BTreeMap::new(),
             keys: BTreeMap::new(),
             esims: Vec::new(),
+            status_counts: Vec::new(),
             iccid_index: crate::ids::IccidIndex::default(),
             groups: Vec::new(),
             group_index: BTreeMap::new(),
@@ -165,6 +173,7 @@ impl Engine {
     /// [`Engine::handle`] of a borrowed command, with the same outcome: the shell keeps
     /// the command (its journal entry) and the engine copies only what it stores.
     pub fn handle_ref(&mut self, now: Millis, command: &Command) -> Response {
+        self.ensure_status_counts();
         self.handle_timeout(now);
         match command {
             Command::Reseller(request) => self.handle_reseller(request),
@@ -218,6 +227,12 @@ impl Engine {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         self.timers.keys().next().map(|(deadline, _)| *deadline)
+    }
+
+    /// How many timers are pending (for benchmarks and observers: a sync cycle's or a
+    /// clock advance's work is proportional to the timers it fires).
+    pub fn pending_timer_count(&self) -> usize {
+        self.timers.len()
     }
 
     /// The next effect for the shell (webhook deliveries to make).

@@ -48,6 +48,46 @@ pub fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64), ApiEr
 }
 
 impl Engine {
+    /// Whether [`Engine::status_counts`] holds every account (it is empty after a
+    /// snapshot is read, until [`Engine::ensure_status_counts`]).
+    pub(crate) fn status_counts_built(&self) -> bool {
+        self.status_counts.len() == self.accounts.len()
+    }
+
+    /// Builds the per-account status counts if they are not (after a snapshot was read):
+    /// one pass over the eSIMs, once.
+    pub(crate) fn ensure_status_counts(&mut self) {
+        if self.status_counts_built() {
+            return;
+        }
+        let mut counts = vec![[0u32; 4]; self.accounts.len()];
+        for esim in &self.esims {
+            counts[esim.account.0 as usize][esim.status.index()] += 1;
+        }
+        self.status_counts = counts;
+    }
+
+    /// How many of the account's eSIMs have `status`: counted as they change, or by a
+    /// scan when the counts are not built.
+    pub(crate) fn status_count(&self, account: AccountIx, status: EsimStatus) -> u64 {
+        if self.status_counts_built() {
+            return u64::from(self.status_counts[account.0 as usize][status.index()]);
+        }
+        self.accounts[account].esims.iter().filter(|&&sim| self.esims[sim].status == status).count() as u64
+    }
+
+    /// Sets an eSIM's status, keeping its account's counts.
+    pub(crate) fn set_status(&mut self, sim: EsimIx, status: EsimStatus) {
+        let built = self.status_counts_built();
+        let esim = &mut self.esims[sim];
+        let before = std::mem::replace(&mut esim.status, status);
+        if built {
+            let counts = &mut self.status_counts[esim.account.0 as usize];
+            counts[before.index()] -= 1;
+            counts[status.index()] += 1;
+        }
+    }
+
     /// The eSIM of `iccid` on `account`; another account's eSIM is as unknown as a missing one.
     pub(crate) fn sim_of(&self, account: AccountIx, iccid: &str) -> Result<EsimIx, ApiError> {
         match crate::ids::iccid_number(iccid).and_then(|n| self.iccid_index.get(n)) {
@@ -60,7 +100,7 @@ impl Engine {
         let esim = &self.esims[sim];
         let group = esim.funding.group().map(|g| &self.groups[g]);
         EsimItem {
-            id: esim.id.clone(),
+            id: esim.id.to_string(),
             iccid: esim.iccid.clone(),
             status: esim.status.as_str(),
             euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),
@@ -117,13 +157,14 @@ impl Engine {
         self.next_serial += 1;
         let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>(Purpose::MatchingId)));
         let id = self.random_uuid();
+        let uuid = uuid::Uuid::try_parse(&id).expect("a drawn id is a UUID");
         let slots = self.ledger.open_sim_wallet(account);
         let sim = EsimIx(self.esims.len() as u32);
         self.esims.push(Esim {
-            id: id.clone(),
+            id: uuid,
             iccid: iccid.clone(),
             account,
-            lpa_string: lpa_string.clone(),
+            lpa: ActivationCode::new(&lpa_string),
             status: EsimStatus::Pending,
             euicc_network: EuiccState::Released,
             euicc_cached: EuiccState::Released,
@@ -133,7 +174,7 @@ impl Engine {
             activated_at: None,
             terminated_at: None,
             data_enabled: true,
-            throttle: "NO_LIMIT".into(),
+            throttle: Throttle::NO_LIMIT,
             // Armed only once the balance shows $5 or more (decision 56).
             wallet: Wallet::new(slots, CrossingAlarm::UNARMED),
             funding: match group {
@@ -145,6 +186,9 @@ impl Engine {
         let previous = self.iccid_index.insert(number, sim);
         assert!(previous.is_none(), "ICCIDs are unique");
         self.accounts[account].esims.push(sim);
+        if self.status_counts_built() {
+            self.status_counts[account.0 as usize][EsimStatus::Pending.index()] += 1;
+        }
         if let Some(group) = group {
             self.groups[group].members.insert(sim);
         }
@@ -194,19 +238,42 @@ impl Engine {
                 })?),
             };
         let (limit, offset) = page(limit, offset)?;
-        let matching = self.accounts[account]
-            .esims
-            .iter()
-            .copied()
-            .filter(|&sim| status.is_none_or(|s| self.esims[sim].status == s));
-        let mut total = 0u64;
-        let mut esims = Vec::new();
-        for sim in matching {
-            if total >= offset && (esims.len() as u64) < limit {
-                esims.push(self.esim_item(sim, None));
+        // The page costs what it shows, not what the account holds (decision 125): the
+        // total comes from the counts, an unfiltered page is a slice, and a filtered one
+        // is found from the nearer end of the account's eSIMs.
+        let sims = &self.accounts[account].esims;
+        let total = match status {
+            None => sims.len() as u64,
+            Some(status) => self.status_count(account, status),
+        };
+        let end = offset.saturating_add(limit).min(total);
+        let page: Vec<EsimIx> = if offset >= total {
+            Vec::new()
+        } else {
+            // Both fit in usize: they are at most the account's eSIM count.
+            let (start, end) = (offset as usize, end as usize);
+            match status {
+                None => sims[start..end].to_vec(),
+                Some(status) => {
+                    let matching = |sim: &&EsimIx| self.esims[**sim].status == status;
+                    if start <= total as usize - end {
+                        sims.iter().filter(matching).skip(start).take(end - start).copied().collect()
+                    } else {
+                        let mut page: Vec<EsimIx> = sims
+                            .iter()
+                            .rev()
+                            .filter(matching)
+                            .skip(total as usize - end)
+                            .take(end - start)
+                            .copied()
+                            .collect();
+                        page.reverse();
+                        page
+                    }
+                }
             }
-            total += 1;
-        }
+        };
+        let esims = page.into_iter().map(|sim| self.esim_item(sim, None)).collect();
         Ok(Reply::EsimPage(EsimPage { esims, total, limit, offset }))
     }
 
@@ -221,9 +288,9 @@ impl Engine {
         });
         Ok(Reply::Esim(EsimDetail {
             item: self.esim_item(sim, Some(euicc)),
-            lpa_string: esim.lpa_string.clone(),
+            lpa_string: esim.lpa.text(),
             data_enabled: esim.data_enabled,
-            throttle: esim.throttle.clone(),
+            throttle: esim.throttle.to_string(),
             group_total_data_charged_usd: group_total,
             pending: esim.funding.pending().map(|p| match p {
                 PendingReturn::Defund { .. } => "defund_pending",
@@ -274,7 +341,8 @@ impl Engine {
         let esim = &mut self.esims[sim];
         if !esim.data_enabled {
             esim.data_enabled = true;
-            esim.status = if esim.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
+            let status = if esim.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
+            self.set_status(sim, status);
             self.emit_esim(sim, EsimEvent::DataResumed {});
         }
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: true }))
@@ -286,7 +354,7 @@ impl Engine {
         let esim = &mut self.esims[sim];
         if esim.data_enabled {
             esim.data_enabled = false;
-            esim.status = EsimStatus::Suspended;
+            self.set_status(sim, EsimStatus::Suspended);
             self.emit_esim(sim, EsimEvent::DataSuspended {});
         }
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: false }))
@@ -300,7 +368,7 @@ impl Engine {
             ));
         }
         self.require_not_terminated(sim)?;
-        self.esims[sim].throttle = speed.clone();
+        self.esims[sim].throttle = Throttle::parse(&speed).expect("a valid speed has a throttle");
         Ok(Reply::Throttled(Throttled { success: true, iccid: iccid.to_string(), throttle: speed }))
     }
 
@@ -308,8 +376,8 @@ impl Engine {
         let sim = self.sim_of(account, iccid)?;
         self.require_not_terminated(sim)?;
         let now = self.now;
+        self.set_status(sim, EsimStatus::Terminated);
         let esim = &mut self.esims[sim];
-        esim.status = EsimStatus::Terminated;
         esim.terminated_at = Some(now);
         esim.data_enabled = false;
         if let Some(group) = esim.funding.leave_group() {

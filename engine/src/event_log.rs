@@ -102,8 +102,15 @@ impl EventFilter {
     }
 }
 
+/// Expired events dropped per event kept: after a burst (a day of a million
+/// provisionings), 30 days later each new event takes a few of the old ones with it
+/// instead of one command dropping them all (8.2 s for 2 million events in the scale
+/// bench). Reads never show an expired event that has not left yet (decision 113).
+const EXPIRE_PER_PUSH: usize = 4;
+
 impl EventLog {
-    /// Keeps an emitted event, and lets the ones older than the retention go.
+    /// Keeps an emitted event, and lets up to [`EXPIRE_PER_PUSH`] of the ones older
+    /// than the retention go.
     pub(crate) fn push(&mut self, event: &Event, envelope: &str, now: Millis) {
         self.expire(now);
         let text = |field: &str| event.data.get(field).and_then(serde_json::Value::as_str).map(str::to_string);
@@ -127,9 +134,11 @@ impl EventLog {
         });
     }
 
-    /// Drops the events created more than the retention before `now`.
+    /// Drops up to [`EXPIRE_PER_PUSH`] of the events created more than the retention
+    /// before `now`, oldest first.
     fn expire(&mut self, now: Millis) {
-        while let Some(oldest) = self.kept.front() {
+        for _ in 0..EXPIRE_PER_PUSH {
+            let Some(oldest) = self.kept.front() else { break };
             if !expired(oldest.created_at, now) {
                 break;
             }

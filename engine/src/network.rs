@@ -51,9 +51,9 @@ impl Engine {
             esim.euicc_cached = EuiccState::Enabled;
             esim.activated_at = Some(now);
             if esim.status == EsimStatus::Pending {
-                esim.status = EsimStatus::Active;
+                self.set_status(sim, EsimStatus::Active);
             }
-            let status = esim.status.as_str();
+            let status = self.esims[sim].status.as_str();
             self.emit_esim(sim, EsimEvent::Activated { activated_at: now, euicc_state: "ENABLED", status });
         }
         let esim = &self.esims[sim];

@@ -103,11 +103,18 @@ impl EsimStatus {
             EsimStatus::Terminated => "terminated",
         }
     }
+    /// Every status, in the order of [`EsimStatus::index`].
+    pub const ALL: [EsimStatus; 4] =
+        [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated];
+
+    /// Its place in [`EsimStatus::ALL`] (the index of a per-status count).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The status of the API's text (the `status` filter of the list).
     pub fn parse(text: &str) -> Option<EsimStatus> {
-        [EsimStatus::Pending, EsimStatus::Active, EsimStatus::Suspended, EsimStatus::Terminated]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        EsimStatus::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 
@@ -269,17 +276,112 @@ impl Funding {
     }
 }
 
+/// An eSIM's activation code, `LPA:1$<SMDP_ADDRESS>$<matching id>` (decision 23), kept
+/// as its 29-character matching id when it has the service's SM-DP+ address (every code
+/// the engine makes), so that a million eSIMs do not each hold the same prefix on the
+/// heap (decision 126). Written as the whole text, as before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActivationCode {
+    /// `LPA:1$<SMDP_ADDRESS>$` followed by these 29 ASCII characters.
+    Standard([u8; 29]),
+    /// Any other text (read from a state written with another address).
+    Other(Box<str>),
+}
+
+impl ActivationCode {
+    /// The code of its text.
+    pub fn new(text: &str) -> ActivationCode {
+        let matching = text
+            .strip_prefix("LPA:1$")
+            .and_then(|rest| rest.strip_prefix(crate::codes::SMDP_ADDRESS))
+            .and_then(|rest| rest.strip_prefix('$'))
+            .and_then(|id| <[u8; 29]>::try_from(id.as_bytes()).ok());
+        match matching {
+            Some(id) => ActivationCode::Standard(id),
+            None => ActivationCode::Other(text.into()),
+        }
+    }
+
+    /// The whole text (`LPA:1$...`).
+    pub fn text(&self) -> String {
+        match self {
+            ActivationCode::Standard(id) => {
+                // Built from a &str of the same bytes: valid UTF-8.
+                let id = std::str::from_utf8(id).expect("the matching id was text");
+                crate::codes::lpa_string(id)
+            }
+            ActivationCode::Other(text) => text.to_string(),
+        }
+    }
+}
+
+impl Serialize for ActivationCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text())
+    }
+}
+
+impl<'de> Deserialize<'de> for ActivationCode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(ActivationCode::new(&String::deserialize(deserializer)?))
+    }
+}
+
+/// An eSIM's speed limit as its Kbps, 0 for `NO_LIMIT` (decision 126): two bytes instead
+/// of a heap string per eSIM. Written as the API's text, as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Throttle(u16);
+
+impl Throttle {
+    /// No speed limit.
+    pub const NO_LIMIT: Throttle = Throttle(0);
+
+    /// The throttle of `NO_LIMIT` or `SPEED_<n>_KBPS` (n from 1 to 65535, no leading
+    /// zero); which speeds the API accepts is `esim::is_valid_speed`'s rule.
+    pub fn parse(text: &str) -> Option<Throttle> {
+        if text == "NO_LIMIT" {
+            return Some(Throttle::NO_LIMIT);
+        }
+        let digits = text.strip_prefix("SPEED_")?.strip_suffix("_KBPS")?;
+        let kbps: u16 = digits.parse().ok()?;
+        (kbps > 0 && kbps.to_string() == digits).then_some(Throttle(kbps))
+    }
+}
+
+impl std::fmt::Display for Throttle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => f.write_str("NO_LIMIT"),
+            kbps => write!(f, "SPEED_{kbps}_KBPS"),
+        }
+    }
+}
+
+impl Serialize for Throttle {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Throttle {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Throttle::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("no throttle is written {text:?}")))
+    }
+}
+
 /// One provisioned eSIM: its profile, its switches, its wallet and where its money is.
+/// Its id, activation code and throttle are kept without heap strings (decision 126).
 #[derive(Clone, Debug)]
 pub struct Esim {
-    /// The API's `id` (uuid).
-    pub id: String,
+    /// The API's `id` (written as the hyphenated lowercase text).
+    pub id: uuid::Uuid,
     /// The 19-digit ICCID (decision 22): how the API names it.
     pub iccid: String,
     /// The account that provisioned it; no other account sees it.
     pub account: AccountIx,
-    /// The activation code (decision 23).
-    pub lpa_string: String,
+    /// The activation code (decision 23), written as `lpa_string`.
+    pub lpa: ActivationCode,
     /// What the API shows (decision 13).
     pub status: EsimStatus,
     /// What the network says now (the live state).
@@ -299,7 +401,7 @@ pub struct Esim {
     /// The reseller's data switch (enable/disable).
     pub data_enabled: bool,
     /// The speed limit (`NO_LIMIT` or `SPEED_<n>_KBPS`).
-    pub throttle: String,
+    pub throttle: Throttle,
     /// Its own upstream wallet (its slots exist from provisioning, funded or not).
     pub wallet: Wallet,
     /// Where its money is (no wallet yet, its own, on its way back, or a group's).
@@ -317,7 +419,7 @@ impl Serialize for Esim {
         record.serialize_field("id", &self.id)?;
         record.serialize_field("iccid", &self.iccid)?;
         record.serialize_field("account", &self.account)?;
-        record.serialize_field("lpa_string", &self.lpa_string)?;
+        record.serialize_field("lpa_string", &self.lpa)?;
         record.serialize_field("status", &self.status)?;
         record.serialize_field("euicc_network", &self.euicc_network)?;
         record.serialize_field("euicc_cached", &self.euicc_cached)?;
@@ -340,10 +442,10 @@ impl Serialize for Esim {
 /// The fields of a written eSIM (see `impl Serialize for Esim`).
 #[derive(Deserialize)]
 struct EsimForm {
-    id: String,
+    id: uuid::Uuid,
     iccid: String,
     account: AccountIx,
-    lpa_string: String,
+    lpa_string: ActivationCode,
     status: EsimStatus,
     euicc_network: EuiccState,
     euicc_cached: EuiccState,
@@ -353,7 +455,7 @@ struct EsimForm {
     activated_at: Option<Millis>,
     terminated_at: Option<Millis>,
     data_enabled: bool,
-    throttle: String,
+    throttle: Throttle,
     wallet: WalletForm<Wallet>,
     wallet_created: bool,
     group: Option<GroupIx>,
@@ -382,7 +484,7 @@ impl<'de> Deserialize<'de> for Esim {
             id: form.id,
             iccid: form.iccid,
             account: form.account,
-            lpa_string: form.lpa_string,
+            lpa: form.lpa_string,
             status: form.status,
             euicc_network: form.euicc_network,
             euicc_cached: form.euicc_cached,
@@ -789,14 +891,50 @@ mod tests {
         assert_eq!(back, stored);
     }
 
+    const ID: &str = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+
+    /// The compact id, activation code and throttle (decision 126) write the text they
+    /// replaced and read it back: the state digest and snapshots are unchanged.
+    #[test]
+    fn compact_esim_fields_write_the_text_they_replaced() {
+        let same = |value: String, text: &str| assert_eq!(value, serde_json::to_string(text).unwrap());
+        let code = crate::codes::lpa_string(&crate::codes::matching_id([7; 16]));
+        let compact = ActivationCode::new(&code);
+        assert!(matches!(compact, ActivationCode::Standard(_)), "the service's own codes are kept compact");
+        assert_eq!(compact.text(), code);
+        same(serde_json::to_string(&compact).unwrap(), &code);
+        for other in ["LPA:1$x$y", "LPA:1$smdp.esim-reseller.example$SHORT", ""] {
+            let kept = ActivationCode::new(other);
+            assert_eq!(kept, ActivationCode::Other(other.into()));
+            let back: ActivationCode = serde_json::from_str(&serde_json::to_string(&kept).unwrap()).unwrap();
+            assert_eq!(back.text(), other);
+        }
+        let mut speeds = vec!["NO_LIMIT".to_string()];
+        speeds.extend((1..=30).map(|k| format!("SPEED_{}_KBPS", k * 100)));
+        speeds.extend([3_500, 4_000, 4_500, 5_000].map(|k| format!("SPEED_{k}_KBPS")));
+        for speed in &speeds {
+            assert!(crate::esim::is_valid_speed(speed));
+            let throttle = Throttle::parse(speed).unwrap();
+            assert_eq!(throttle.to_string(), *speed);
+            same(serde_json::to_string(&throttle).unwrap(), speed);
+            assert_eq!(serde_json::from_str::<Throttle>(&serde_json::to_string(speed).unwrap()).unwrap(), throttle);
+        }
+        for bad in ["SPEED_0_KBPS", "SPEED_0100_KBPS", "SPEED_70000_KBPS", "no_limit", "SPEED__KBPS"] {
+            assert_eq!(Throttle::parse(bad), None, "{bad}");
+            assert!(serde_json::from_str::<Throttle>(&serde_json::to_string(bad).unwrap()).is_err());
+        }
+        let id = uuid::Uuid::parse_str(ID).unwrap();
+        same(serde_json::to_string(&id).unwrap(), ID);
+    }
+
     fn esim(funding: Funding) -> Esim {
         let mut ledger = crate::ledger::Ledger::default();
         ledger.open_account(AccountIx(0));
         Esim {
-            id: "e".into(),
+            id: uuid::Uuid::parse_str(ID).unwrap(),
             iccid: "8944100000000000017".into(),
             account: AccountIx(0),
-            lpa_string: "LPA:1$x$y".into(),
+            lpa: ActivationCode::new("LPA:1$x$y"),
             status: EsimStatus::Active,
             euicc_network: EuiccState::Enabled,
             euicc_cached: EuiccState::Enabled,
@@ -806,7 +944,7 @@ mod tests {
             activated_at: Some(Millis(2)),
             terminated_at: None,
             data_enabled: true,
-            throttle: "NO_LIMIT".into(),
+            throttle: Throttle::NO_LIMIT,
             wallet: Wallet::new(ledger.open_sim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
             funding,
         }
@@ -818,7 +956,7 @@ mod tests {
     #[test]
     fn funding_is_written_as_the_flags_it_replaced() {
         let wallet = r#""wallet":{"slots":{"credit":6,"unreported":7,"reported":8},"reporting_paused_until":-9223372036854775808,"report_scheduled":false,"low_armed":false,"depleted_sent":false,"#;
-        let head = r#"{"id":"e","iccid":"8944100000000000017","account":0,"lpa_string":"LPA:1$x$y","status":"Active","euicc_network":"Enabled","euicc_cached":"Enabled","end_user_reference":null,"label":"l","created_at":1,"activated_at":2,"terminated_at":null,"data_enabled":true,"throttle":"NO_LIMIT","#;
+        let head = r#"{"id":"0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9","iccid":"8944100000000000017","account":0,"lpa_string":"LPA:1$x$y","status":"Active","euicc_network":"Enabled","euicc_cached":"Enabled","end_user_reference":null,"label":"l","created_at":1,"activated_at":2,"terminated_at":null,"data_enabled":true,"throttle":"NO_LIMIT","#;
         let pending = PendingReturn::Move { group: GroupIx(3), amount: Decimal::new(1_999, 2), settles_at: Millis(9) };
         let cases = [
             (Funding::NoWallet, r#""paused":false},"wallet_created":false,"group":null,"pending":null}"#),

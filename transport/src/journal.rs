@@ -49,8 +49,15 @@ use std::path::{Path, PathBuf};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"ESIMJRN1";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"ESIMSNP1";
-/// Largest record accepted when reading (a larger length field is damage).
+/// Largest journal entry record accepted when reading a segment (a larger length field
+/// is damage).
 const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
+/// Largest snapshot record: what its 32-bit length field can say. A snapshot is one
+/// record alone in its file, checked by its CRC and the file's length, and the state of
+/// about 130,000 eSIMs already writes more than [`MAX_RECORD_BYTES`] (decision 127): read
+/// with the entries' bound, such a snapshot was refused as damage at the next start,
+/// after it had replaced the journal it covered.
+const MAX_SNAPSHOT_BYTES: u32 = u32::MAX;
 
 /// The version of the segment and snapshot format written (and the only one read) by
 /// this build. Version 1 journals hold plaintext API keys; version 2 commands carry key
@@ -161,6 +168,19 @@ pub fn encode_record(payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
+/// The state record of a snapshot file's bytes: the magic, then exactly one record of at
+/// most [`MAX_SNAPSHOT_BYTES`]; `None` if they are anything else.
+fn snapshot_payload(bytes: &[u8]) -> Option<&[u8]> {
+    if bytes.len() < 8 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return None;
+    }
+    let mut offset = 8;
+    match next_record_up_to(bytes, &mut offset, MAX_SNAPSHOT_BYTES) {
+        Next::Record(payload) if offset == bytes.len() => Some(payload),
+        _ => None,
+    }
+}
+
 /// Reading records: a valid record, the clean end, or a bad record at an offset.
 enum Next<'a> {
     Record(&'a [u8]),
@@ -169,6 +189,11 @@ enum Next<'a> {
 }
 
 fn next_record<'a>(bytes: &'a [u8], offset: &mut usize) -> Next<'a> {
+    next_record_up_to(bytes, offset, MAX_RECORD_BYTES)
+}
+
+/// [`next_record`] with another bound on the length (a snapshot's).
+fn next_record_up_to<'a>(bytes: &'a [u8], offset: &mut usize, max_bytes: u32) -> Next<'a> {
     let start = *offset;
     if start == bytes.len() {
         return Next::End;
@@ -181,7 +206,7 @@ fn next_record<'a>(bytes: &'a [u8], offset: &mut usize) -> Next<'a> {
     if length == 0 {
         return Next::Bad { offset: start, why: "zero record length" };
     }
-    if length > MAX_RECORD_BYTES {
+    if length > max_bytes {
         return Next::Bad { offset: start, why: "impossible record length" };
     }
     let end = start + 8 + length as usize;
@@ -447,16 +472,7 @@ fn recover_once(
                 path.display()
             )))
         };
-        let payload = (bytes.len() >= 8 && &bytes[..8] == SNAPSHOT_MAGIC)
-            .then(|| {
-                let mut offset = 8;
-                match next_record(&bytes, &mut offset) {
-                    Next::Record(payload) => Some(payload),
-                    _ => None,
-                }
-            })
-            .flatten()
-            .ok_or_else(damaged)?;
+        let payload = snapshot_payload(&bytes).ok_or_else(damaged)?;
         let snapshot: Snapshot = match serde_json::from_slice(payload) {
             Ok(snapshot) => snapshot,
             Err(error) => {
@@ -1143,8 +1159,17 @@ impl FileJournal {
     pub fn encode_snapshot(&self, engine: &Engine, pending_entries: u64) -> io::Result<EncodedSnapshot> {
         let covered_entries = self.next_index + pending_entries;
         let snapshot = SnapshotRef { covered_entries, header: &self.header, engine };
-        let mut bytes = SNAPSHOT_MAGIC.to_vec();
-        encode_record(&serde_json::to_vec(&snapshot).map_err(io::Error::other)?, &mut bytes);
+        let payload = serde_json::to_vec(&snapshot).map_err(io::Error::other)?;
+        if payload.len() > MAX_SNAPSHOT_BYTES as usize {
+            // Its length cannot be framed: no snapshot (the journal still holds everything).
+            return Err(io::Error::other(format!(
+                "the state takes {} bytes, more than one snapshot record holds ({MAX_SNAPSHOT_BYTES})",
+                payload.len()
+            )));
+        }
+        let mut bytes = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 8 + payload.len());
+        bytes.extend_from_slice(SNAPSHOT_MAGIC);
+        encode_record(&payload, &mut bytes);
         Ok(EncodedSnapshot { covered_entries, bytes })
     }
 
@@ -1244,4 +1269,33 @@ pub fn read_all(path: &Path) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot record larger than an entry may be (the state of about 130,000 eSIMs
+    /// is) is read back whole; the same length in a segment is still damage; a snapshot
+    /// file with anything after its record is damaged.
+    #[test]
+    fn a_snapshot_larger_than_an_entry_record_is_read_back() {
+        let length = MAX_RECORD_BYTES as usize + 1;
+        let mut payload = vec![b' '; length];
+        payload[0] = b'{';
+        payload[length - 1] = b'}';
+        let mut bytes = SNAPSHOT_MAGIC.to_vec();
+        encode_record(&payload, &mut bytes);
+        drop(payload);
+        let read = snapshot_payload(&bytes).expect("a whole snapshot record");
+        assert_eq!(read.len(), length);
+        assert_eq!((read[0], read[length - 1]), (b'{', b'}'));
+        let mut offset = 8;
+        assert!(matches!(next_record(&bytes, &mut offset), Next::Bad { why: "impossible record length", .. }));
+        bytes.push(0);
+        assert!(snapshot_payload(&bytes).is_none(), "trailing bytes");
+        bytes.truncate(bytes.len() - 2);
+        assert!(snapshot_payload(&bytes).is_none(), "cut short");
+        assert!(snapshot_payload(b"ESIMJRN1").is_none(), "another magic");
+    }
 }
