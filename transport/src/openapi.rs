@@ -1627,4 +1627,116 @@ mod tests {
         }
         assert!(missing.is_empty(), "successes never exercised: {missing:?}");
     }
+
+    /// Every event kind, driven through the real service, reaches a `*` webhook in a body
+    /// that fits its `webhooks` entry (strictly: an undocumented field fails), with
+    /// exactly the documented headers; and `GET /events/{id}` answers the same bytes.
+    #[test]
+    fn every_delivered_event_matches_its_webhook_entry() {
+        let mut c = Client::new();
+        let created = c.admin("POST", "/admin/v1/accounts", json!({ "contact_email": "hooks@example.com" }));
+        let (account, key) =
+            (created["account_id"].as_str().unwrap().to_string(), created["api_key"].as_str().unwrap().to_string());
+        let admin = |c: &mut Client, method: &str, path: &str, body: Value| c.admin(method, path, body);
+        let topup = format!("/admin/v1/accounts/{account}/topups");
+        let refill = format!("/admin/v1/accounts/{account}/auto-refill");
+        let advance = |c: &mut Client, seconds: u64| {
+            c.admin("POST", "/sandbox/v1/clock/advance", json!({ "seconds": seconds }));
+        };
+        let hook = json!({ "url": "https://hooks.example.com/all", "events": ["*"] });
+        let webhook = c.expect("POST", "/webhooks", &key, Some(hook), 201);
+        let (wid, secret) =
+            (webhook["id"].as_str().unwrap().to_string(), webhook["signing_secret"].as_str().unwrap().to_string());
+
+        // The reseller balance: topped up, low, depleted.
+        admin(&mut c, "POST", &topup, json!({ "amount_usd": 12 }));
+        let s1 = c.provision(&key, Some(json!({ "end_user_reference": "order-9", "label": "Phone" })));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{s1}/install"), json!({}));
+        c.expect("POST", &format!("/esim/{s1}/disable"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{s1}/enable"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{s1}/fund"), &key, Some(json!({ "amount": 5.25 })), 200);
+        c.expect("POST", &format!("/esim/{s1}/fund"), &key, Some(json!({ "amount": 0.5 })), 200);
+        c.expect("POST", &format!("/esim/{s1}/fund"), &key, Some(json!({ "amount": 4.5 })), 200);
+        // An eSIM wallet: low, then depleted (as reported, after the reporting pause).
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{s1}/usage"), json!({ "mb": 1500, "country": "DE" }));
+        advance(&mut c, 1200);
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{s1}/usage"), json!({ "mb": 5000, "country": "DE" }));
+        advance(&mut c, 1200);
+
+        // Auto-refill: succeeded (with an auto_refill top-up), then failed.
+        admin(&mut c, "PUT", &refill, json!({ "enabled": true, "amount_usd": 20, "card": "ok" }));
+        admin(&mut c, "POST", &topup, json!({ "amount_usd": 10 }));
+        let s2 = c.provision(&key, None);
+        let s3 = c.provision(&key, None);
+        let s4 = c.provision(&key, None);
+        advance(&mut c, 120);
+        admin(&mut c, "PUT", &refill, json!({ "enabled": true, "amount_usd": 20, "card": "expired" }));
+        c.expect("POST", &format!("/esim/{s2}/fund"), &key, Some(json!({ "amount": 19.5 })), 200);
+        c.provision(&key, None);
+        advance(&mut c, 120);
+        admin(&mut c, "POST", &topup, json!({ "amount_usd": 200 }));
+        // An eSIM balance return.
+        advance(&mut c, 1200);
+        c.expect("POST", &format!("/esim/{s2}/defund"), &key, None, 202);
+        advance(&mut c, 1200);
+
+        // A group: funded, low, depleted, defunded; members assigned (at once and after a
+        // move) and removed.
+        let group = c.expect("POST", "/groups", &key, Some(json!({ "name": "Fleet" })), 201);
+        let gid = group["id"].as_str().unwrap().to_string();
+        c.expect("POST", &format!("/groups/{gid}/fund"), &key, Some(json!({ "amount": 20 })), 200);
+        let member = c.provision(&key, Some(json!({ "group_id": gid, "label": "Member" })));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{member}/install"), json!({}));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{member}/usage"), json!({ "mb": 2500, "country": "DE" }));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{member}/usage"), json!({ "mb": 5000, "country": "DE" }));
+        c.expect("POST", &format!("/groups/{gid}/fund"), &key, Some(json!({ "amount": 20 })), 200);
+        c.expect("POST", &format!("/groups/{gid}/defund"), &key, None, 200);
+        c.expect("POST", &format!("/groups/{gid}/esims"), &key, Some(json!({ "iccid": s3 })), 200);
+        c.expect("POST", &format!("/esim/{s4}/fund"), &key, Some(json!({ "amount": 5 })), 200);
+        c.expect("POST", &format!("/groups/{gid}/esims"), &key, Some(json!({ "iccid": s4 })), 202);
+        advance(&mut c, 1200);
+        c.expect("DELETE", &format!("/groups/{gid}/esims/{s3}"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{s1}/terminate"), &key, None, 200);
+        c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
+
+        let mut seen = BTreeSet::new();
+        let mut deliveries = 0;
+        while let Some(esim_engine::Effect::Deliver(delivery)) = c.service.poll_effect() {
+            deliveries += 1;
+            let name = delivery.event.as_str();
+            let entry = &c.doc["webhooks"][name]["post"];
+            assert!(entry.is_object(), "{name} has no webhooks entry");
+            let body: Value = serde_json::from_str(&delivery.body).unwrap();
+            let schema = &entry["requestBody"]["content"]["application/json"]["schema"];
+            let mut problems = Vec::new();
+            check(&c.doc, schema, &body, "body", &mut problems);
+            assert!(problems.is_empty(), "{name}: {problems:#?}\n{body:#}");
+            // The headers sent are exactly the documented ones, each fitting its schema.
+            let parameters = entry["parameters"].as_array().unwrap();
+            let headers = crate::sender::delivery_headers(&delivery, &secret, None, 1_767_225_600);
+            let sent: BTreeSet<&str> = headers.iter().map(|(header, _)| *header).collect();
+            let documented: BTreeSet<&str> = parameters.iter().map(|p| p["name"].as_str().unwrap()).collect();
+            assert_eq!(sent, documented, "{name}");
+            for (header, value) in &headers {
+                let parameter = parameters.iter().find(|p| p["name"] == *header).unwrap();
+                assert_eq!((parameter["in"].as_str(), parameter["required"].as_bool()), (Some("header"), Some(true)));
+                let value = match parameter["schema"]["type"].as_str() {
+                    Some("integer") => json!(value.parse::<i64>().unwrap_or(-1)),
+                    _ => json!(value),
+                };
+                check(&c.doc, &parameter["schema"], &value, header, &mut problems);
+            }
+            assert!(problems.is_empty(), "{name}: {problems:#?}");
+            // The events API keeps the very bytes (test probes are not kept).
+            if delivery.event != EventName::Test {
+                let uri = format!("{RESELLER_BASE}/events/{}", delivery.event_id);
+                let kept = c.send("GET", &uri, Some(&key), &[], None);
+                assert_eq!(kept.body().as_ref(), delivery.body.as_bytes(), "{name}");
+            }
+            seen.insert(name);
+        }
+        let every: BTreeSet<&str> = delivered_events().map(EventName::as_str).collect();
+        assert_eq!(seen, every, "every event kind was delivered ({deliveries} deliveries)");
+        assert_eq!(c.doc["webhooks"].as_object().unwrap().len(), every.len(), "one entry per event, no other");
+    }
 }
