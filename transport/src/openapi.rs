@@ -1732,4 +1732,59 @@ mod tests {
         assert_eq!(seen, every, "every event kind was delivered ({deliveries} deliveries)");
         assert_eq!(c.doc["webhooks"].as_object().unwrap().len(), every.len(), "one entry per event, no other");
     }
+
+    /// Links name existing operations, fill exactly their path parameters from a required
+    /// field of the answer (or the request), and reach every operation that takes an
+    /// eSIM, group or webhook id from the operation that creates it.
+    #[test]
+    fn links_lead_from_each_creation_to_every_operation_on_the_new_resource() {
+        let doc = parsed();
+        let schemas = &doc["components"]["schemas"];
+        let mut operations = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for op in item.as_object().unwrap().values() {
+                operations.insert(op["operationId"].as_str().unwrap().to_string(), path.clone());
+            }
+        }
+        let mut linked = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for (status, response) in op["responses"].as_object().unwrap() {
+                    for (name, link) in response["links"].as_object().into_iter().flatten() {
+                        let at = format!("{method} {path} {status} link {name}");
+                        let target = link["operationId"].as_str().unwrap();
+                        let target_path = operations.get(target).unwrap_or_else(|| panic!("{at}: no {target}"));
+                        let parameters = link["parameters"].as_object().unwrap();
+                        let filled: BTreeSet<&str> = parameters.keys().map(String::as_str).collect();
+                        assert_eq!(filled, path_parameters_of(target_path).into_iter().collect(), "{at}");
+                        for expression in parameters.values().map(|e| e.as_str().unwrap()) {
+                            if let Some(pointer) = expression.strip_prefix("$response.body#/") {
+                                let reply = response["content"]["application/json"]["schema"]["$ref"].as_str().unwrap();
+                                let reply = &schemas[reply.trim_start_matches("#/components/schemas/")];
+                                let required = reply["required"].as_array().unwrap();
+                                assert!(required.contains(&json!(pointer)), "{at}: {pointer} is not a required field");
+                            } else {
+                                let field = expression
+                                    .strip_prefix("$request.path.")
+                                    .or(expression.strip_prefix("$request.body#/"));
+                                assert!(
+                                    field
+                                        .is_some_and(|field| path.contains(&format!("{{{field}}}"))
+                                            || op["requestBody"].is_object()),
+                                    "{at}: {expression}"
+                                );
+                            }
+                        }
+                        linked.insert(target.to_string());
+                    }
+                }
+            }
+        }
+        let takes_one_id =
+            operations.iter().filter(|(_, path)| path_parameters_of(path).len() == 1 && !path.starts_with("/events/"));
+        for (operation, path) in takes_one_id {
+            assert!(linked.contains(operation), "{operation} ({path}) is reached by no link");
+        }
+        assert!(linked.contains("removeGroupEsim"), "{linked:?}");
+    }
 }
