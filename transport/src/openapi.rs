@@ -684,6 +684,9 @@ fn nullable_string(description: &str) -> Value {
     json!({ "type": ["string", "null"], "description": description })
 }
 
+/// Named field schemas of an object, in order.
+type Fields = Vec<(&'static str, Value)>;
+
 /// The `data` object of an event as delivered: the common fields of its family
 /// (`esim.*`: the eSIM; `group.*`: the group and its shown balance) and the event's own
 /// fields, flattened into one object as `esim_engine::event` writes it (decision 17).
@@ -708,7 +711,7 @@ fn event_data(name: EventName) -> Value {
     };
     let esim_status = json!({ "type": "string", "enum": ESIM_STATUSES, "description": "The eSIM status" });
     // (common fields, own required fields, own optional fields)
-    let (mut fields, optional): (Vec<(&str, Value)>, Vec<(&str, Value)>) = match name {
+    let (mut fields, optional): (Fields, Fields) = match name {
         EsimProvisioned => {
             let mut fields = esim_common();
             fields.extend([
