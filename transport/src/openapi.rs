@@ -697,6 +697,388 @@ fn build_operation(endpoint: Endpoint, op: Operation) -> Value {
     value
 }
 
+// ----- webhooks (the `webhooks` section: what receivers get) -----
+
+fn usd(description: &str) -> Value {
+    json!({ "type": "number", "description": description })
+}
+
+fn date_time(description: &str) -> Value {
+    json!({ "type": "string", "format": "date-time", "description": description })
+}
+
+fn nullable_string(description: &str) -> Value {
+    json!({ "type": ["string", "null"], "description": description })
+}
+
+/// Named field schemas of an object, in order.
+type Fields = Vec<(&'static str, Value)>;
+
+/// The `data` object of an event as delivered: the common fields of its family
+/// (`esim.*`: the eSIM; `group.*`: the group and its shown balance) and the event's own
+/// fields, flattened into one object as `esim_engine::event` writes it (decision 17).
+/// Hand-kept beside the engine's typed payloads, which are not public; the exhaustive
+/// match makes a new event fail to compile until it is described here, and a test
+/// validates a real delivery of every event against it, so a changed field fails it.
+fn event_data(name: EventName) -> Value {
+    use EventName::*;
+    let esim_common = || {
+        vec![
+            ("iccid", string("The eSIM")),
+            ("end_user_reference", nullable_string("Your reference given at provisioning")),
+            ("label", nullable_string("Your label given at provisioning")),
+        ]
+    };
+    let group_common = || {
+        vec![
+            ("group_id", uuid("The group")),
+            ("name", string("The group's name")),
+            ("balance_usd", usd("The group balance as shown, after the event")),
+        ]
+    };
+    let esim_status = json!({ "type": "string", "enum": ESIM_STATUSES, "description": "The eSIM status" });
+    // (common fields, own required fields, own optional fields)
+    let (mut fields, optional): (Fields, Fields) = match name {
+        EsimProvisioned => {
+            let mut fields = esim_common();
+            fields.extend([
+                ("lpa_string", string("LPA activation code")),
+                ("status", esim_status),
+                ("created_at", date_time("When it was provisioned")),
+                ("group_id", json!({ "type": ["string", "null"], "format": "uuid", "description": "Its group, null when standalone" })),
+            ]);
+            (fields, vec![])
+        }
+        EsimActivated => {
+            let mut fields = esim_common();
+            fields.extend([
+                ("activated_at", date_time("First install")),
+                ("euicc_state", string("The profile state on the device (ENABLED)")),
+                ("status", esim_status),
+            ]);
+            (fields, vec![])
+        }
+        EsimTerminated => {
+            let mut fields = esim_common();
+            fields.extend([
+                ("status", json!({ "type": "string", "const": "terminated" })),
+                ("terminated_at", date_time("When it was terminated")),
+                ("forfeited_usd", usd("The wallet balance forfeited (displayed amount)")),
+            ]);
+            (fields, vec![])
+        }
+        EsimDataSuspended | EsimDataResumed => (esim_common(), vec![]),
+        EsimBalanceLow => {
+            let mut fields = esim_common();
+            fields.extend([
+                ("wallet_balance_usd", usd("The wallet balance as reported")),
+                ("threshold_usd", usd("The threshold crossed (5)")),
+            ]);
+            (fields, vec![])
+        }
+        EsimBalanceDepleted => {
+            let mut fields = esim_common();
+            fields.push(("wallet_balance_usd", usd("0: data stops")));
+            (fields, vec![])
+        }
+        EsimDefunded => {
+            let mut fields = esim_common();
+            fields.push(("returned_usd", usd("Credited to the reseller balance")));
+            (fields, vec![])
+        }
+        EsimGroupAssigned => {
+            let mut fields = esim_common();
+            fields.extend([("group_id", uuid("The group joined")), ("group_name", string("Its name"))]);
+            (fields, vec![("returned_usd", usd("After a pending move: the balance returned to the reseller balance"))])
+        }
+        EsimGroupRemoved => {
+            let mut fields = esim_common();
+            fields.extend([("group_id", uuid("The group left")), ("group_name", string("Its name"))]);
+            (fields, vec![])
+        }
+        BalanceLow => (
+            vec![("balance_usd", usd("The reseller balance")), ("threshold_usd", usd("The threshold crossed (5)"))],
+            vec![],
+        ),
+        BalanceDepleted => (vec![("balance_usd", usd("The reseller balance: 0"))], vec![]),
+        BalanceToppedUp => (
+            vec![
+                ("amount_usd", usd("The amount added")),
+                ("new_balance_usd", usd("The reseller balance after it")),
+                ("balance_usd", usd("The reseller balance after it (same as new_balance_usd)")),
+                (
+                    "source",
+                    json!({ "type": "string", "enum": ["manual", "auto_refill"], "description": "Where the top-up came from" }),
+                ),
+            ],
+            vec![("topup_id", string("A manual top-up's id"))],
+        ),
+        BalanceAutoRefillSucceeded => (
+            vec![
+                ("amount_usd", usd("The amount charged")),
+                ("payment_intent_id", string("The payment processor's reference")),
+                ("balance_usd", usd("The reseller balance after it")),
+            ],
+            vec![],
+        ),
+        BalanceAutoRefillFailed => (
+            vec![
+                ("amount_usd", usd("The amount that could not be charged")),
+                (
+                    "error_code",
+                    json!({
+                        "type": "string",
+                        "enum": ["card_declined", "authentication_required", "expired_card", "daily_limit_reached"],
+                        "description": "Why; auto-refill is then off",
+                    }),
+                ),
+                ("error_message", string("Detail")),
+                ("balance_usd", usd("The reseller balance")),
+            ],
+            vec![],
+        ),
+        GroupBalanceLow => {
+            let mut fields = group_common();
+            fields.extend([
+                ("suggested_amount_usd", usd("The group's refill amount")),
+                ("threshold_usd", usd("The group's threshold crossed")),
+                (
+                    "account_underfunded",
+                    boolean("true when the reseller balance could not cover a refill within about 30 minutes"),
+                ),
+            ]);
+            (fields, vec![])
+        }
+        GroupFunded => {
+            let mut fields = group_common();
+            fields.push(("amount_usd", usd("The amount funded")));
+            (fields, vec![])
+        }
+        GroupBalanceDepleted => (group_common(), vec![]),
+        GroupDefunded => {
+            let mut fields = group_common();
+            fields.push(("returned_usd", usd("Credited to the reseller balance")));
+            (fields, vec![])
+        }
+        Test => (vec![("webhook_id", string("The webhook tested")), ("message", string("A fixed text"))], vec![]),
+    };
+    let required: Vec<&str> = fields.iter().map(|(field, _)| *field).collect();
+    fields.extend(optional);
+    let properties: Map<String, Value> =
+        fields.into_iter().map(|(field, schema)| (field.to_string(), schema)).collect();
+    json!({ "type": "object", "required": required, "properties": properties })
+}
+
+/// Every event a receiver can get: the subscribable ones and `test`.
+fn delivered_events() -> impl Iterator<Item = EventName> {
+    EventName::SUBSCRIBABLE.into_iter().chain([EventName::Test])
+}
+
+/// The component name of an event's envelope (`EsimProvisionedEvent`).
+fn envelope_schema_name(name: EventName) -> String {
+    format!("{name:?}Event")
+}
+
+/// What the spec says fires an event (the `summary` of its webhook operation).
+fn event_summary(name: EventName) -> &'static str {
+    use EventName::*;
+    match name {
+        EsimProvisioned => "An eSIM was provisioned",
+        EsimActivated => "A profile was installed for the first time",
+        EsimTerminated => "An eSIM was terminated",
+        EsimDataSuspended => "Data was disabled",
+        EsimDataResumed => "Data was enabled again",
+        EsimBalanceLow => "An eSIM wallet fell below $5 (as reported, once per crossing)",
+        EsimBalanceDepleted => "An eSIM wallet reached $0: data stops",
+        EsimDefunded => "An eSIM balance return settled",
+        BalanceLow => "The reseller balance fell below $5 (first crossing)",
+        BalanceDepleted => "The reseller balance reached $0",
+        BalanceToppedUp => "The reseller balance was topped up (manually or by auto-refill)",
+        BalanceAutoRefillSucceeded => "An auto-refill charge succeeded (beside balance.topped_up)",
+        BalanceAutoRefillFailed => "An auto-refill charge failed; auto-refill is turned off",
+        GroupBalanceLow => "A group balance fell below its threshold (once per crossing)",
+        GroupFunded => "A group was funded",
+        GroupBalanceDepleted => "A group balance reached $0: members' data stops",
+        GroupDefunded => "A group balance return settled",
+        EsimGroupAssigned => "An eSIM joined a group (at once, or when its move settled)",
+        EsimGroupRemoved => "An eSIM left a group (removed, or terminated)",
+        Test => "The probe of POST /webhooks/{id}/test (needs no subscription, never retried)",
+    }
+}
+
+/// The envelope of one event as delivered: `{id, event, created_at, data}`.
+fn event_envelope(name: EventName) -> Value {
+    json!({
+        "type": "object",
+        "description": format!("The body POSTed for {}: the exact bytes that are signed", name.as_str()),
+        "required": ["id", "event", "created_at", "data"],
+        "properties": {
+            "id": { "type": "string", "pattern": "^evt_", "description": "Event id: receivers de-duplicate retries by it (also webhook-id)" },
+            "event": { "type": "string", "const": name.as_str() },
+            "created_at": date_time("When it happened (service time)"),
+            "data": event_data(name),
+        },
+    })
+}
+
+fn header_parameter(name: &str, schema: Value, description: &str) -> Value {
+    json!({ "name": name, "in": "header", "required": true, "schema": schema, "description": description })
+}
+
+/// The headers of every delivery (`transport::sender::delivery_headers`).
+fn delivery_header_parameters() -> Vec<Value> {
+    vec![
+        header_parameter(
+            "X-Service-Signature",
+            json!({ "type": "string", "pattern": "^[0-9a-f]{64}$" }),
+            "Lowercase hex HMAC-SHA256 of the raw body keyed with the signing secret (the whole whsec_... text); compare in constant time",
+        ),
+        header_parameter("X-Service-Event-Id", json!({ "type": "string", "pattern": "^evt_" }), "The envelope's id"),
+        header_parameter(
+            "X-Service-Timestamp",
+            json!({ "type": "string", "format": "date-time" }),
+            "Service time of this attempt, RFC 3339 UTC with milliseconds",
+        ),
+        header_parameter(
+            "X-Service-Delivery-Attempt",
+            json!({ "type": "integer", "minimum": 1 }),
+            "1 for the first POST of this event to this webhook, then 2, 3 … on retries",
+        ),
+        header_parameter("webhook-id", json!({ "type": "string", "pattern": "^evt_" }), "Standard Webhooks: the event id (kept on retries)"),
+        header_parameter(
+            "webhook-timestamp",
+            json!({ "type": "integer", "minimum": 0 }),
+            "Standard Webhooks: Unix seconds of this attempt on the wall clock (also in the sandbox), signed",
+        ),
+        header_parameter(
+            "webhook-signature",
+            json!({ "type": "string", "pattern": "^v1,[A-Za-z0-9+/]+=*( v1,[A-Za-z0-9+/]+=*)?$" }),
+            "Standard Webhooks: v1,<base64 HMAC-SHA256 of \"{webhook-id}.{webhook-timestamp}.{body}\"> keyed with the base64-decoded secret after whsec_; during the 24 hours after a secret rotation two signatures, space-separated, the new secret's first",
+        ),
+    ]
+}
+
+/// The `webhooks` section: one POST per event, as it reaches the receiver.
+fn webhooks() -> Map<String, Value> {
+    delivered_events()
+        .map(|name| {
+            let operation = json!({
+                "operationId": format!("{}Webhook", lower_camel(name)),
+                "tags": ["Webhooks"],
+                "summary": event_summary(name),
+                "description": "POSTed to every active webhook subscribed to the event (or to *). Acknowledge with a 2xx within 10 seconds; anything else is a failure, retried after 30 s and then doubling waits (capped at 6 h, for 3 days); 10 consecutive failures, or one 410, disable the webhook.",
+                "security": [],
+                "parameters": delivery_header_parameters(),
+                "requestBody": { "required": true, "content": json_content(&envelope_schema_name(name)) },
+                "responses": {
+                    "2XX": { "description": "Received" },
+                    "410": { "description": "Gone: the webhook is disabled at once, its waiting retries dropped" },
+                    "default": { "description": "A failure (as is no answer within 10 seconds): retried, counted in failure_count" },
+                },
+            });
+            (name.as_str().to_string(), json!({ "post": operation }))
+        })
+        .collect()
+}
+
+/// `EsimProvisioned` as `esimProvisioned`.
+fn lower_camel(name: EventName) -> String {
+    let debug = format!("{name:?}");
+    let mut chars = debug.chars();
+    chars.next().map(|first| first.to_ascii_lowercase().to_string() + chars.as_str()).unwrap_or_default()
+}
+
+// ----- links (so stateful API testers reach the operations that take a created id) -----
+
+/// Where a created id comes from and which operations take it (not the event list: its
+/// first event is absent from an empty page, which testers report as an unusable link): every operation whose
+/// path starts with `prefix` and has no other path parameter gets a link, so a new
+/// operation on a resource is linked without being listed here.
+struct LinkSource {
+    /// The creating operation: path, method and its success statuses.
+    path: &'static str,
+    method: &'static str,
+    statuses: &'static [&'static str],
+    /// The path parameter it fills and the runtime expression that gives it.
+    parameter: &'static str,
+    expression: &'static str,
+    prefix: &'static str,
+}
+
+const LINK_SOURCES: [LinkSource; 3] = [
+    LinkSource {
+        path: "/esim/provision",
+        method: "post",
+        statuses: &["201"],
+        parameter: "iccid",
+        expression: "$response.body#/iccid",
+        prefix: "/esim/{iccid}",
+    },
+    LinkSource {
+        path: "/groups",
+        method: "post",
+        statuses: &["201"],
+        parameter: "id",
+        expression: "$response.body#/id",
+        prefix: "/groups/{id}",
+    },
+    LinkSource {
+        path: "/webhooks",
+        method: "post",
+        statuses: &["201"],
+        parameter: "id",
+        expression: "$response.body#/id",
+        prefix: "/webhooks/{id}",
+    },
+];
+
+/// Adds the `links` of [`LINK_SOURCES`] to the responses of `paths`, and one from a
+/// group member change to the removal of that member (group id and ICCID of the request).
+fn add_links(paths: &mut Map<String, Value>) {
+    let targets: Vec<(String, String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object().into_iter().flatten().map(move |(method, op)| {
+                (path.clone(), method.clone(), op["operationId"].as_str().unwrap_or("").to_string())
+            })
+        })
+        .collect();
+    for source in &LINK_SOURCES {
+        let mut links = Map::new();
+        for (path, _, operation_id) in &targets {
+            let rest = path.strip_prefix(source.prefix);
+            let only_this = path_parameters_of(path) == [source.parameter];
+            if rest.is_some_and(|rest| rest.is_empty() || rest.starts_with('/')) && only_this {
+                links.insert(
+                    operation_id.clone(),
+                    json!({
+                        "operationId": operation_id,
+                        "parameters": { source.parameter: source.expression },
+                        "description": format!("The {} of this answer", source.parameter),
+                    }),
+                );
+            }
+        }
+        for status in source.statuses {
+            paths[source.path][source.method]["responses"][*status]["links"] = Value::Object(links.clone());
+        }
+    }
+    let remove = json!({
+        "removeGroupEsim": {
+            "operationId": "removeGroupEsim",
+            "parameters": { "id": "$request.path.id", "iccid": "$response.body#/iccid" },
+            "description": "Remove the eSIM just added",
+        },
+    });
+    for status in ["200", "202"] {
+        paths["/groups/{id}/esims"]["post"]["responses"][status]["links"] = remove.clone();
+    }
+}
+
+fn path_parameters_of(path: &str) -> Vec<&str> {
+    path.split('/').filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}')).collect()
+}
+
 fn build() -> Value {
     let mut paths = Map::new();
     for &endpoint in Endpoint::ALL {
@@ -704,6 +1086,11 @@ fn build() -> Value {
         // Relative to the server's URL (the spec's base), as client generators expect.
         let item = paths.entry(endpoint.pattern().to_string()).or_insert_with(|| json!({}));
         item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op);
+    }
+    add_links(&mut paths);
+    let Value::Object(mut schemas) = schemas() else { unreachable!("the schemas are an object") };
+    for name in delivered_events() {
+        schemas.insert(envelope_schema_name(name), event_envelope(name));
     }
     json!({
         "openapi": "3.1.0",
@@ -722,6 +1109,7 @@ fn build() -> Value {
             { "name": "Meta", "description": "This document" },
         ],
         "paths": paths,
+        "webhooks": webhooks(),
         "components": {
             "securitySchemes": {
                 "bearer": {
@@ -730,7 +1118,7 @@ fn build() -> Value {
                     "description": "API key: `rsk_` followed by 64 hex characters (68 characters in all)",
                 },
             },
-            "schemas": schemas(),
+            "schemas": schemas,
         },
     })
 }
@@ -1271,5 +1659,172 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "successes never exercised: {missing:?}");
+    }
+
+    /// Every event kind, driven through the real service, reaches a `*` webhook in a body
+    /// that fits its `webhooks` entry (strictly: an undocumented field fails), with
+    /// exactly the documented headers; and `GET /events/{id}` answers the same bytes.
+    #[test]
+    fn every_delivered_event_matches_its_webhook_entry() {
+        let mut c = Client::new();
+        let created = c.admin("POST", "/admin/v1/accounts", json!({ "contact_email": "hooks@example.com" }));
+        let (account, key) =
+            (created["account_id"].as_str().unwrap().to_string(), created["api_key"].as_str().unwrap().to_string());
+        let admin = |c: &mut Client, method: &str, path: &str, body: Value| c.admin(method, path, body);
+        let topup = format!("/admin/v1/accounts/{account}/topups");
+        let refill = format!("/admin/v1/accounts/{account}/auto-refill");
+        let advance = |c: &mut Client, seconds: u64| {
+            c.admin("POST", "/sandbox/v1/clock/advance", json!({ "seconds": seconds }));
+        };
+        let hook = json!({ "url": "https://hooks.example.com/all", "events": ["*"] });
+        let webhook = c.expect("POST", "/webhooks", &key, Some(hook), 201);
+        let (wid, secret) =
+            (webhook["id"].as_str().unwrap().to_string(), webhook["signing_secret"].as_str().unwrap().to_string());
+
+        // The reseller balance: topped up, low, depleted.
+        admin(&mut c, "POST", &topup, json!({ "amount_usd": 12 }));
+        let s1 = c.provision(&key, Some(json!({ "end_user_reference": "order-9", "label": "Phone" })));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{s1}/install"), json!({}));
+        c.expect("POST", &format!("/esim/{s1}/disable"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{s1}/enable"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{s1}/fund"), &key, Some(json!({ "amount": 5.25 })), 200);
+        c.expect("POST", &format!("/esim/{s1}/fund"), &key, Some(json!({ "amount": 0.5 })), 200);
+        c.expect("POST", &format!("/esim/{s1}/fund"), &key, Some(json!({ "amount": 4.5 })), 200);
+        // An eSIM wallet: low, then depleted (as reported, after the reporting pause).
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{s1}/usage"), json!({ "mb": 1500, "country": "DE" }));
+        advance(&mut c, 1200);
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{s1}/usage"), json!({ "mb": 5000, "country": "DE" }));
+        advance(&mut c, 1200);
+
+        // Auto-refill: succeeded (with an auto_refill top-up), then failed.
+        admin(&mut c, "PUT", &refill, json!({ "enabled": true, "amount_usd": 20, "card": "ok" }));
+        admin(&mut c, "POST", &topup, json!({ "amount_usd": 10 }));
+        let s2 = c.provision(&key, None);
+        let s3 = c.provision(&key, None);
+        let s4 = c.provision(&key, None);
+        advance(&mut c, 120);
+        admin(&mut c, "PUT", &refill, json!({ "enabled": true, "amount_usd": 20, "card": "expired" }));
+        c.expect("POST", &format!("/esim/{s2}/fund"), &key, Some(json!({ "amount": 19.5 })), 200);
+        c.provision(&key, None);
+        advance(&mut c, 120);
+        admin(&mut c, "POST", &topup, json!({ "amount_usd": 200 }));
+        // An eSIM balance return.
+        advance(&mut c, 1200);
+        c.expect("POST", &format!("/esim/{s2}/defund"), &key, None, 202);
+        advance(&mut c, 1200);
+
+        // A group: funded, low, depleted, defunded; members assigned (at once and after a
+        // move) and removed.
+        let group = c.expect("POST", "/groups", &key, Some(json!({ "name": "Fleet" })), 201);
+        let gid = group["id"].as_str().unwrap().to_string();
+        c.expect("POST", &format!("/groups/{gid}/fund"), &key, Some(json!({ "amount": 20 })), 200);
+        let member = c.provision(&key, Some(json!({ "group_id": gid, "label": "Member" })));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{member}/install"), json!({}));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{member}/usage"), json!({ "mb": 2500, "country": "DE" }));
+        admin(&mut c, "POST", &format!("/sandbox/v1/esims/{member}/usage"), json!({ "mb": 5000, "country": "DE" }));
+        c.expect("POST", &format!("/groups/{gid}/fund"), &key, Some(json!({ "amount": 20 })), 200);
+        c.expect("POST", &format!("/groups/{gid}/defund"), &key, None, 200);
+        c.expect("POST", &format!("/groups/{gid}/esims"), &key, Some(json!({ "iccid": s3 })), 200);
+        c.expect("POST", &format!("/esim/{s4}/fund"), &key, Some(json!({ "amount": 5 })), 200);
+        c.expect("POST", &format!("/groups/{gid}/esims"), &key, Some(json!({ "iccid": s4 })), 202);
+        advance(&mut c, 1200);
+        c.expect("DELETE", &format!("/groups/{gid}/esims/{s3}"), &key, None, 200);
+        c.expect("POST", &format!("/esim/{s1}/terminate"), &key, None, 200);
+        c.expect("POST", &format!("/webhooks/{wid}/test"), &key, None, 200);
+
+        let mut seen = BTreeSet::new();
+        let mut deliveries = 0;
+        while let Some(esim_engine::Effect::Deliver(delivery)) = c.service.poll_effect() {
+            deliveries += 1;
+            let name = delivery.event.as_str();
+            let entry = &c.doc["webhooks"][name]["post"];
+            assert!(entry.is_object(), "{name} has no webhooks entry");
+            let body: Value = serde_json::from_str(&delivery.body).unwrap();
+            let schema = &entry["requestBody"]["content"]["application/json"]["schema"];
+            let mut problems = Vec::new();
+            check(&c.doc, schema, &body, "body", &mut problems);
+            assert!(problems.is_empty(), "{name}: {problems:#?}\n{body:#}");
+            // The headers sent are exactly the documented ones, each fitting its schema.
+            let parameters = entry["parameters"].as_array().unwrap();
+            let headers = crate::sender::delivery_headers(&delivery, &secret, None, 1_767_225_600);
+            let sent: BTreeSet<&str> = headers.iter().map(|(header, _)| *header).collect();
+            let documented: BTreeSet<&str> = parameters.iter().map(|p| p["name"].as_str().unwrap()).collect();
+            assert_eq!(sent, documented, "{name}");
+            for (header, value) in &headers {
+                let parameter = parameters.iter().find(|p| p["name"] == *header).unwrap();
+                assert_eq!((parameter["in"].as_str(), parameter["required"].as_bool()), (Some("header"), Some(true)));
+                let value = match parameter["schema"]["type"].as_str() {
+                    Some("integer") => json!(value.parse::<i64>().unwrap_or(-1)),
+                    _ => json!(value),
+                };
+                check(&c.doc, &parameter["schema"], &value, header, &mut problems);
+            }
+            assert!(problems.is_empty(), "{name}: {problems:#?}");
+            // The events API keeps the very bytes (test probes are not kept).
+            if delivery.event != EventName::Test {
+                let uri = format!("{RESELLER_BASE}/events/{}", delivery.event_id);
+                let kept = c.send("GET", &uri, Some(&key), &[], None);
+                assert_eq!(kept.body().as_ref(), delivery.body.as_bytes(), "{name}");
+            }
+            seen.insert(name);
+        }
+        let every: BTreeSet<&str> = delivered_events().map(EventName::as_str).collect();
+        assert_eq!(seen, every, "every event kind was delivered ({deliveries} deliveries)");
+        assert_eq!(c.doc["webhooks"].as_object().unwrap().len(), every.len(), "one entry per event, no other");
+    }
+
+    /// Links name existing operations, fill exactly their path parameters from a required
+    /// field of the answer (or the request), and reach every operation that takes an
+    /// eSIM, group or webhook id from the operation that creates it.
+    #[test]
+    fn links_lead_from_each_creation_to_every_operation_on_the_new_resource() {
+        let doc = parsed();
+        let schemas = &doc["components"]["schemas"];
+        let mut operations = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for op in item.as_object().unwrap().values() {
+                operations.insert(op["operationId"].as_str().unwrap().to_string(), path.clone());
+            }
+        }
+        let mut linked = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for (status, response) in op["responses"].as_object().unwrap() {
+                    for (name, link) in response["links"].as_object().into_iter().flatten() {
+                        let at = format!("{method} {path} {status} link {name}");
+                        let target = link["operationId"].as_str().unwrap();
+                        let target_path = operations.get(target).unwrap_or_else(|| panic!("{at}: no {target}"));
+                        let parameters = link["parameters"].as_object().unwrap();
+                        let filled: BTreeSet<&str> = parameters.keys().map(String::as_str).collect();
+                        assert_eq!(filled, path_parameters_of(target_path).into_iter().collect(), "{at}");
+                        for expression in parameters.values().map(|e| e.as_str().unwrap()) {
+                            if let Some(pointer) = expression.strip_prefix("$response.body#/") {
+                                let reply = response["content"]["application/json"]["schema"]["$ref"].as_str().unwrap();
+                                let reply = &schemas[reply.trim_start_matches("#/components/schemas/")];
+                                let required = reply["required"].as_array().unwrap();
+                                assert!(required.contains(&json!(pointer)), "{at}: {pointer} is not a required field");
+                            } else {
+                                let field = expression
+                                    .strip_prefix("$request.path.")
+                                    .or(expression.strip_prefix("$request.body#/"));
+                                assert!(
+                                    field
+                                        .is_some_and(|field| path.contains(&format!("{{{field}}}"))
+                                            || op["requestBody"].is_object()),
+                                    "{at}: {expression}"
+                                );
+                            }
+                        }
+                        linked.insert(target.to_string());
+                    }
+                }
+            }
+        }
+        let takes_one_id =
+            operations.iter().filter(|(_, path)| path_parameters_of(path).len() == 1 && !path.starts_with("/events/"));
+        for (operation, path) in takes_one_id {
+            assert!(linked.contains(operation), "{operation} ({path}) is reached by no link");
+        }
+        assert!(linked.contains("removeGroupEsim"), "{linked:?}");
     }
 }
