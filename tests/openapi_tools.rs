@@ -17,9 +17,8 @@ use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The pinned tools: versions that install here (Python 3.11) and whose CLI this test uses.
@@ -37,28 +36,11 @@ const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// The venv's `bin` dir with both tools installed (made once per target dir).
 fn venv_bin() -> PathBuf {
-    static MADE: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("openapi-tools-venv");
-    let bin = venv.join("bin");
-    let ready = |bin: &Path| {
-        let version = Command::new(bin.join("st")).arg("--version").output();
-        let validator = Command::new(bin.join("python")).args(["-c", "import openapi_spec_validator"]).status();
-        let wanted = SCHEMATHESIS.trim_start_matches("schemathesis==");
-        version.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(wanted))
-            && validator.is_ok_and(|status| status.success())
-    };
-    if !ready(&bin) {
-        let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 runs");
-        assert!(made.success(), "python3 -m venv");
-        let pip = Command::new(bin.join("pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", SCHEMATHESIS, SPEC_VALIDATOR])
-            .status()
-            .expect("pip runs");
-        assert!(pip.success(), "pip install {SCHEMATHESIS} {SPEC_VALIDATOR} (PyPI)");
-    }
-    assert!(ready(&bin), "the venv has both tools");
-    bin
+    let schemathesis = SCHEMATHESIS.trim_start_matches("schemathesis==");
+    let ready = format!(
+        "import importlib.metadata as m, openapi_spec_validator; assert m.version('schemathesis') == '{schemathesis}'"
+    );
+    python_venv("openapi-tools-venv", &[SCHEMATHESIS, SPEC_VALIDATOR], &ready)
 }
 
 /// The real binary on a free loopback port, virtual clock, fresh data dir; killed on drop.

@@ -13,28 +13,10 @@ use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 
 /// The venv's python with `standardwebhooks` installed (made once per target dir).
 fn python() -> PathBuf {
-    static MADE: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("standardwebhooks-venv");
-    let python = venv.join("bin/python");
-    let ready = |python: &PathBuf| {
-        Command::new(python).args(["-c", "import standardwebhooks"]).status().is_ok_and(|s| s.success())
-    };
-    if !ready(&python) {
-        let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 runs");
-        assert!(made.success(), "python3 -m venv");
-        let pip = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "standardwebhooks"])
-            .status()
-            .expect("pip runs");
-        assert!(pip.success(), "pip install standardwebhooks (PyPI)");
-    }
-    assert!(ready(&python));
-    python
+    python_venv("standardwebhooks-venv", &["standardwebhooks"], "import standardwebhooks").join("python")
 }
 
 /// What the library says of each (secret, delivery): `ok`, or `fail <why>`.

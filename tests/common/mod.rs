@@ -245,3 +245,26 @@ pub fn verify_signature(delivery: &Received, secret: &str) {
     assert!(delivery.headers.get("x-service-timestamp").is_some());
     assert!(delivery.headers.get("x-service-delivery-attempt").is_some());
 }
+
+/// The `bin` dir of a Python venv under the target dir with `packages` installed from
+/// PyPI, made once per target dir: a venv where the `ready` snippet runs is reused.
+pub fn python_venv(name: &str, packages: &[&str], ready: &str) -> std::path::PathBuf {
+    use std::process::Command;
+    static MADE: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let venv = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let bin = venv.join("bin");
+    let is_ready = || Command::new(bin.join("python")).args(["-c", ready]).status().is_ok_and(|s| s.success());
+    if !is_ready() {
+        let made = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 runs");
+        assert!(made.success(), "python3 -m venv {}", venv.display());
+        let pip = Command::new(bin.join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(packages)
+            .status()
+            .expect("pip runs");
+        assert!(pip.success(), "pip install {packages:?} (PyPI)");
+    }
+    assert!(is_ready(), "the venv {name} has {packages:?}");
+    bin
+}
