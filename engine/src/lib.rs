@@ -120,7 +120,6 @@ pub mod ledger;
 pub mod money;
 pub mod network;
 pub mod rates;
-#[allow(missing_docs)] // Documented next (issue 13).
 pub mod reply;
 pub mod report;
 pub mod secret;
