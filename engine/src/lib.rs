@@ -102,10 +102,6 @@
 pub mod account;
 mod auth;
 pub mod codes;
-// Not documented yet: the command and reply types are being reworked for speed in
-// another branch; their doc comments come after it lands (the API's fields are described
-// in the OpenAPI document meanwhile).
-#[allow(missing_docs)]
 pub mod command;
 pub mod config;
 pub mod effect;
@@ -124,7 +120,6 @@ pub mod ledger;
 pub mod money;
 pub mod network;
 pub mod rates;
-#[allow(missing_docs)] // See `command`.
 pub mod reply;
 pub mod report;
 pub mod secret;

@@ -3,6 +3,11 @@
 //! reads the same fields. The bodies of the reseller API derive their JSON Schema
 //! (`schemars`), from which the transport's OpenAPI document takes its response schemas;
 //! [`schema`] holds the schemas of the field types whose serde form is custom.
+//!
+//! The `///` doc comment of such a body or field is also its description in the OpenAPI
+//! document (schemars reads doc comments; it joins their lines with newlines), so it is
+//! one line written for the API user, in one place. Notes for Rust readers that must stay
+//! out of the document are plain `//` comments.
 
 use crate::codes;
 use crate::rates::Country;
@@ -14,57 +19,97 @@ use serde::Serialize;
 /// What a command answers: a success body or the spec's error body.
 pub type Response = Result<Reply, crate::ApiError>;
 
+/// Every success body, one variant per kind of answer. Serialized untagged: the JSON is
+/// the body itself, and [`Reply::status`] gives its HTTP status (200 unless noted).
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub enum Reply {
+    /// `POST /esim/provision`, status 201.
     Provisioned(ProvisionedEsim),
+    /// `GET /esim/list`.
     EsimPage(EsimPage),
+    /// `GET /esim/{iccid}`.
     Esim(EsimDetail),
+    /// `POST /esim/{iccid}/enable` and `/disable`.
     DataToggled(DataToggled),
+    /// `POST /esim/{iccid}/terminate`.
     Terminated(Terminated),
+    /// `POST /esim/{iccid}/throttle`.
     Throttled(Throttled),
+    /// `POST /esim/{iccid}/fund`.
     Funded(Funded),
+    /// `POST /esim/{iccid}/defund`, status 202: the return settles later.
     DefundAccepted(DefundAccepted),
+    /// `GET /groups`.
     GroupList(GroupList),
+    /// `GET /groups/{id}` and `PATCH /groups/{id}`.
     Group(GroupRecord),
+    /// `POST /groups`, status 201.
     GroupCreated(GroupRecord),
+    /// `POST /groups/{id}/fund`.
     GroupFunded(GroupFunded),
+    /// `POST /groups/{id}/defund`: the return settles later (status 200, as the spec says).
     GroupDefundAccepted(GroupDefundAccepted),
+    /// `GET /groups/{id}/esims`.
     GroupMembers(GroupMembers),
+    /// `POST /groups/{id}/esims` when the eSIM joins at once (`assigned`).
     GroupMemberAdded(GroupMemberChange),
+    /// `POST /groups/{id}/esims`, status 202: the eSIM's wallet balance is returned
+    /// first and it joins at settlement (`move_pending`).
     GroupMovePending(GroupMemberChange),
+    /// `DELETE /groups/{id}/esims/{iccid}` (`removed`).
     GroupMemberRemoved(GroupMemberChange),
+    /// `GET /wallet/balance`.
     WalletBalance(WalletBalance),
+    /// `GET /rates`.
     Rates(Rates),
+    /// `GET /account`.
     Account(AccountRecord),
+    /// `GET /webhooks`.
     WebhookList(WebhookList),
+    /// `GET /webhooks/{id}` and `PUT /webhooks/{id}`.
     Webhook(WebhookRecord),
+    /// `POST /webhooks`, status 201: the secret is shown this once.
     WebhookCreated(WebhookCreated),
     /// A rotated secret: the same shape as a creation's answer (the webhook, the new
     /// secret shown once, a note), status 200.
     WebhookSecretRotated(WebhookCreated),
+    /// `{"success": true}`: `DELETE /webhooks/{id}` and other calls with nothing more to say.
     Success(Success),
     /// The test event was handed out as an effect; the shell answers the caller with
     /// the reply to the matching [`crate::Command::DeliveryOutcome`].
     WebhookTestDispatched {
+        /// The delivery whose outcome completes the answer.
         delivery_id: u64,
     },
+    /// `POST /webhooks/{id}/test`, once the delivery's outcome is known.
     WebhookTest(WebhookTestResult),
+    /// `GET /events`.
     EventPage(EventPage),
+    /// `GET /events/{id}`: the kept bytes, unchanged.
     Event(EventEnvelope),
     /// `GET /webhooks/{id}/deliveries`.
     DeliveryAttemptPage(DeliveryAttemptPage),
     /// `POST /events/{id}/resend`, status 202: the attempt shows in the delivery log.
     ResendAccepted(ResendAccepted),
+    /// Admin `POST /admin/v1/accounts`, status 201.
     AccountCreated(AccountCreated),
+    /// Admin `POST /admin/v1/accounts/{account_id}/topups`, status 201.
     ToppedUp(ToppedUp),
+    /// Admin `POST /admin/v1/accounts/{account_id}/keys`, status 201.
     KeyCreated(KeyCreated),
+    /// The other admin changes (freeze, auto-refill, limits, inventory, faults): the
+    /// settings as they now are, a small object whose fields differ per call.
     AdminUpdated(serde_json::Value),
+    /// Sandbox `POST /sandbox/v1/esims/{iccid}/install`.
     Installed(Installed),
+    /// Sandbox `POST /sandbox/v1/esims/{iccid}/usage`.
     Usage(UsageResult),
     /// A stored response replayed for an `Idempotency-Key` (status and exact body bytes).
     Replayed {
+        /// The HTTP status first answered.
         status: u16,
+        /// The JSON body first answered (a success or an error body).
         body: String,
         /// A provisioning's QR code: the stored body holds an empty data URL in its
         /// place (a PNG is not kept for 24 hours), drawn again on the way out exactly
@@ -196,6 +241,7 @@ pub struct QrCodeDataUrl {
 }
 
 impl QrCodeDataUrl {
+    /// The QR code of `text` (an LPA string), drawn when serialized.
     pub fn new(text: String) -> Self {
         QrCodeDataUrl { text, render: true }
     }
@@ -211,116 +257,124 @@ impl Serialize for QrCodeDataUrl {
     }
 }
 
+/// A newly provisioned eSIM with its installation details
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A newly provisioned eSIM with its installation details")]
 pub struct ProvisionedEsim {
-    #[schemars(description = "Identifier of the eSIM", extend("format" = "uuid"))]
+    /// Identifier of the eSIM
+    #[schemars(extend("format" = "uuid"))]
     pub id: String,
-    #[schemars(description = "ICCID (19 digits)")]
+    /// ICCID (19 digits)
     pub iccid: String,
-    #[schemars(description = "LPA activation code, for a QR code or manual entry")]
+    /// LPA activation code, for a QR code or manual entry
     pub lpa_string: String,
-    #[schemars(
-        description = "base64 PNG data URL (data:image/png;base64,...), usable as an image source",
-        with = "String"
-    )]
+    /// base64 PNG data URL (data:image/png;base64,...), usable as an image source
+    #[schemars(with = "String")]
     pub qr_code: QrCodeDataUrl,
-    #[schemars(description = "iOS 17.4+ one-tap install link", extend("format" = "uri"))]
+    /// iOS 17.4+ one-tap install link
+    #[schemars(extend("format" = "uri"))]
     pub direct_install_url: String,
-    #[schemars(description = "pending at provisioning", extend("enum" = ["pending", "active", "suspended", "terminated"]))]
+    /// pending at provisioning
+    #[schemars(extend("enum" = ["pending", "active", "suspended", "terminated"]))]
     pub status: &'static str,
-    #[schemars(description = "RELEASED at provisioning", extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"]))]
+    /// RELEASED at provisioning
+    #[schemars(extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"]))]
     pub euicc_state: &'static str,
-    #[schemars(description = "As given")]
+    /// As given
     pub end_user_reference: Option<String>,
-    #[schemars(description = "As given")]
+    /// As given
     pub label: Option<String>,
-    #[schemars(description = "USD. Provisioning fee deducted (1.75)", with = "schema::Usd")]
+    /// USD. Provisioning fee deducted (1.75)
+    #[schemars(with = "schema::Usd")]
     pub cost: Decimal,
-    #[schemars(description = "USD. Reseller balance after the fee", with = "schema::Usd")]
+    /// USD. Reseller balance after the fee
+    #[schemars(with = "schema::Usd")]
     pub balance_remaining: Decimal,
+    /// Provisioning time
     #[serde(with = "rfc3339")]
-    #[schemars(description = "Provisioning time", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub created_at: Millis,
+    /// Present when issued into a group
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(description = "Present when issued into a group", with = "String", extend("format" = "uuid"))]
+    #[schemars(with = "String", extend("format" = "uuid"))]
     pub group_id: Option<String>,
 }
 
+/// An eSIM (list item; also the core of the detail record)
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "An eSIM (list item; also the core of the detail record)")]
 pub struct EsimItem {
-    #[schemars(description = "Identifier of the eSIM", extend("format" = "uuid"))]
+    /// Identifier of the eSIM
+    #[schemars(extend("format" = "uuid"))]
     pub id: String,
-    #[schemars(description = "ICCID (19 digits), the identifier used in paths")]
+    /// ICCID (19 digits), the identifier used in paths
     pub iccid: String,
-    #[schemars(description = "pending until first installed, active, suspended while data is disabled, terminated for good", extend("enum" = ["pending", "active", "suspended", "terminated"]))]
+    /// pending until first installed, active, suspended while data is disabled, terminated for good
+    #[schemars(extend("enum" = ["pending", "active", "suspended", "terminated"]))]
     pub status: &'static str,
-    #[schemars(description = "Activation state of the profile on the device", extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null]))]
+    /// Activation state of the profile on the device
+    #[schemars(extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null]))]
     pub euicc_state: Option<&'static str>,
-    #[schemars(description = "The reseller's own customer or order reference")]
+    /// The reseller's own customer or order reference
     pub end_user_reference: Option<String>,
-    #[schemars(description = "Human label")]
+    /// Human label
     pub label: Option<String>,
-    #[schemars(
-        description = "USD. Remaining wallet credit rounded down to the cent (never above the exact credit); 0 for a group member",
-        with = "schema::Usd"
-    )]
+    /// USD. Remaining wallet credit rounded down to the cent (never above the exact credit); 0 for a group member
+    #[schemars(with = "schema::Usd")]
     pub wallet_balance_usd: Decimal,
-    #[schemars(
-        description = "USD. Lifetime data usage charged, as reported by the upstream pipeline; null for a group member",
-        with = "Option<schema::Usd>"
-    )]
+    /// USD. Lifetime data usage charged, as reported by the upstream pipeline; null for a group member
+    #[schemars(with = "Option<schema::Usd>")]
     pub total_data_charged_usd: Option<Decimal>,
+    /// First installation and boot of the profile
     #[serde(serialize_with = "rfc3339::option::serialize")]
-    #[schemars(description = "First installation and boot of the profile", with = "Option<schema::Timestamp>")]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub activated_at: Option<Millis>,
+    /// Termination time
     #[serde(serialize_with = "rfc3339::option::serialize")]
-    #[schemars(description = "Termination time", with = "Option<schema::Timestamp>")]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub terminated_at: Option<Millis>,
+    /// Provisioning time
     #[serde(with = "rfc3339")]
-    #[schemars(description = "Provisioning time", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub created_at: Millis,
+    /// Present while the eSIM is a member of a group
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(description = "Present while the eSIM is a member of a group", with = "String", extend("format" = "uuid"))]
+    #[schemars(with = "String", extend("format" = "uuid"))]
     pub group_id: Option<String>,
 }
 
+/// An eSIM with its activation string and switches; euicc_state is read live from the network (the cached state when the read fails)
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(
-    description = "An eSIM with its activation string and switches; euicc_state is read live from the network (the cached state when the read fails)"
-)]
 pub struct EsimDetail {
+    /// The list item's fields, inline (flattened).
     #[serde(flatten)]
     pub item: EsimItem,
-    #[schemars(description = "LPA activation code")]
+    /// LPA activation code
     pub lpa_string: String,
-    #[schemars(description = "Whether data is enabled")]
+    /// Whether data is enabled
     pub data_enabled: bool,
+    /// The speed limit in force
     #[schemars(with = "schema::ThrottleSpeed")]
     pub throttle: String,
+    /// USD. Present for a group member: data usage of the whole group (members share one wallet)
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        description = "USD. Present for a group member: data usage of the whole group (members share one wallet)",
-        with = "schema::Usd"
-    )]
+    #[schemars(with = "schema::Usd")]
     pub group_total_data_charged_usd: Option<Decimal>,
-    /// Present while a balance return or a move is on its way (see docs/decisions.md).
+    /// Present while a balance return or a move into a group is on its way
+    // When each is set and cleared: docs/decisions.md (decisions 9 and 30).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(description = "Present while a balance return or a move into a group is on its way", with = "String", extend("enum" = ["defund_pending", "move_pending"]))]
+    #[schemars(with = "String", extend("enum" = ["defund_pending", "move_pending"]))]
     pub pending: Option<&'static str>,
 }
 
+/// A page of the account's eSIMs, in provisioning order
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A page of the account's eSIMs, in provisioning order")]
 pub struct EsimPage {
-    #[schemars(description = "The page")]
+    /// The page
     pub esims: Vec<EsimItem>,
-    #[schemars(description = "Number of matching eSIMs")]
+    /// Number of matching eSIMs
     pub total: u64,
-    #[schemars(description = "Page size applied (default 50, at most 100)")]
+    /// Page size applied (default 50, at most 100)
     pub limit: u64,
-    #[schemars(description = "Position of the first eSIM of the page")]
+    /// Position of the first eSIM of the page
     pub offset: u64,
 }
 
@@ -367,439 +421,488 @@ impl JsonSchema for EventEnvelope {
     }
 }
 
+/// A page of the account's events of the last 30 days, newest first
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A page of the account's events of the last 30 days, newest first")]
 pub struct EventPage {
-    #[schemars(description = "The page: each event as it was delivered")]
+    /// The page: each event as it was delivered
     pub events: Vec<EventEnvelope>,
-    #[schemars(description = "Number of matching events")]
+    /// Number of matching events
     pub total: u64,
-    #[schemars(description = "Page size applied (default 50, at most 100)")]
+    /// Page size applied (default 50, at most 100)
     pub limit: u64,
-    #[schemars(description = "Position of the first event of the page")]
+    /// Position of the first event of the page
     pub offset: u64,
 }
 
+/// A page of a webhook's finished delivery attempts of the last 30 days, newest first
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A page of a webhook's finished delivery attempts of the last 30 days, newest first")]
 pub struct DeliveryAttemptPage {
-    #[schemars(description = "The page: one entry per attempt")]
+    /// The page: one entry per attempt
     pub attempts: Vec<DeliveryAttemptRecord>,
-    #[schemars(description = "Number of matching attempts")]
+    /// Number of matching attempts
     pub total: u64,
-    #[schemars(description = "Page size applied (default 50, at most 100)")]
+    /// Page size applied (default 50, at most 100)
     pub limit: u64,
-    #[schemars(description = "Position of the first attempt of the page")]
+    /// Position of the first attempt of the page
     pub offset: u64,
 }
 
+/// One delivery attempt and how it ended
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "One delivery attempt and how it ended")]
 pub struct DeliveryAttemptRecord {
-    #[schemars(description = "The delivery (one event to this webhook): its retries share it; a resend is a new one")]
+    /// The delivery (one event to this webhook): its retries share it; a resend is a new one
     pub delivery_id: String,
-    #[schemars(description = "The event's id (webhook-id and X-Service-Event-Id): the same on retries and resends")]
+    /// The event's id (webhook-id and X-Service-Event-Id): the same on retries and resends
     pub event_id: String,
-    #[schemars(description = "The event's name")]
+    /// The event's name
     pub event_type: &'static str,
-    #[schemars(description = "1 for the first attempt of the delivery, then its retries", range(min = 1))]
+    /// 1 for the first attempt of the delivery, then its retries
+    #[schemars(range(min = 1))]
     pub attempt: u32,
-    #[schemars(
-        description = "A resend asked with POST /events/{id}/resend: one attempt, not counted in failure_count"
-    )]
+    /// A resend asked with POST /events/{id}/resend: one attempt, not counted in failure_count
     pub manual: bool,
+    /// When the attempt was sent (service time)
     #[serde(with = "rfc3339")]
-    #[schemars(description = "When the attempt was sent (service time)", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub attempted_at: Millis,
-    #[schemars(description = "True when the receiver answered 2xx")]
+    /// True when the receiver answered 2xx
     pub success: bool,
-    #[schemars(description = "The receiver's HTTP status; null when it gave none", range(max = 999))]
+    /// The receiver's HTTP status; null when it gave none
+    #[schemars(range(max = 999))]
     pub status: Option<u16>,
-    #[schemars(description = "Why there was no HTTP answer (timeout, refused connection); null when there was one")]
+    /// Why there was no HTTP answer (timeout, refused connection); null when there was one
     pub error: Option<String>,
-    #[schemars(description = "How long the POST took, in milliseconds")]
+    /// How long the POST took, in milliseconds
     pub duration_ms: Option<u64>,
+    /// When the next attempt of this delivery is due; null when none is
     #[serde(serialize_with = "rfc3339::option::serialize")]
-    #[schemars(
-        description = "When the next attempt of this delivery is due; null when none is",
-        with = "Option<schema::Timestamp>"
-    )]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub next_retry_at: Option<Millis>,
 }
 
+/// The event is on its way to the webhook; the attempt shows in its delivery log
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The event is on its way to the webhook; the attempt shows in its delivery log")]
 pub struct ResendAccepted {
-    #[schemars(description = "The new delivery's id")]
+    /// The new delivery's id
     pub delivery_id: String,
-    #[schemars(description = "The event resent (its id is unchanged)")]
+    /// The event resent (its id is unchanged)
     pub event_id: String,
-    #[schemars(description = "The event's name")]
+    /// The event's name
     pub event_type: &'static str,
-    #[schemars(description = "The webhook it goes to")]
+    /// The webhook it goes to
     pub webhook_id: String,
+    /// When it was handed to the sender (service time)
     #[serde(with = "rfc3339")]
-    #[schemars(description = "When it was handed to the sender (service time)", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub queued_at: Millis,
 }
 
+/// Data switched on or off
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "Data switched on or off")]
 pub struct DataToggled {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The eSIM")]
+    /// The eSIM
     pub iccid: String,
-    #[schemars(description = "true after enable, false after disable")]
+    /// true after enable, false after disable
     pub data_enabled: bool,
 }
 
+/// The eSIM is terminated
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The eSIM is terminated")]
 pub struct Terminated {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The eSIM")]
+    /// The eSIM
     pub iccid: String,
+    /// Always terminated: the eSIM can never be used again
     #[schemars(extend("const" = "terminated"))]
     pub status: &'static str,
 }
 
+/// The speed limit applied
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The speed limit applied")]
 pub struct Throttled {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The eSIM")]
+    /// The eSIM
     pub iccid: String,
+    /// The speed limit in force
     #[schemars(with = "schema::ThrottleSpeed")]
     pub throttle: String,
 }
 
+/// The eSIM wallet was funded
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The eSIM wallet was funded")]
 pub struct Funded {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The eSIM")]
+    /// The eSIM
     pub iccid: String,
-    #[schemars(description = "USD. Amount taken from the reseller balance", with = "schema::Usd")]
+    /// USD. Amount taken from the reseller balance
+    #[schemars(with = "schema::Usd")]
     pub funded_usd: Decimal,
-    #[schemars(
-        description = "USD. Wallet credit rounded down to the cent (20 may read back as 19.99)",
-        with = "schema::Usd"
-    )]
+    /// USD. Wallet credit rounded down to the cent (20 may read back as 19.99)
+    #[schemars(with = "schema::Usd")]
     pub wallet_balance_usd: Decimal,
-    #[schemars(description = "USD. Reseller balance after the fund", with = "schema::Usd")]
+    /// USD. Reseller balance after the fund
+    #[schemars(with = "schema::Usd")]
     pub account_balance_remaining: Decimal,
 }
 
+/// The eSIM balance return is under way: data is paused, the credit reaches the reseller balance at settlement
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(
-    description = "The eSIM balance return is under way: data is paused, the credit reaches the reseller balance at settlement"
-)]
 pub struct DefundAccepted {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The eSIM")]
+    /// The eSIM
     pub iccid: String,
+    /// Always defund_pending: the return settles later
     #[schemars(extend("const" = "defund_pending"))]
     pub status: &'static str,
-    #[schemars(description = "USD. The displayed wallet balance, returned at settlement", with = "schema::Usd")]
+    /// USD. The displayed wallet balance, returned at settlement
+    #[schemars(with = "schema::Usd")]
     pub estimated_return_usd: Decimal,
-    #[schemars(description = "Minutes until settlement (about 15)")]
+    /// Minutes until settlement (about 15)
     pub settles_in_minutes: u64,
 }
 
+/// A shared-balance group
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Group", description = "A shared-balance group")]
+#[schemars(rename = "Group")]
 pub struct GroupRecord {
-    #[schemars(description = "Identifier of the group (the group_id of requests and events)", extend("format" = "uuid"))]
+    /// Identifier of the group (the group_id of requests and events)
+    #[schemars(extend("format" = "uuid"))]
     pub id: String,
-    #[schemars(description = "Name, unique on the account")]
+    /// Name, unique on the account
     pub name: String,
-    #[schemars(description = "USD. Group balance rounded down to the cent", with = "schema::Usd")]
+    /// USD. Group balance rounded down to the cent
+    #[schemars(with = "schema::Usd")]
     pub balance_usd: Decimal,
-    #[schemars(description = "USD. group.balance_low fires when the balance drops below it", with = "schema::Usd")]
+    /// USD. group.balance_low fires when the balance drops below it
+    #[schemars(with = "schema::Usd")]
     pub low_balance_threshold_usd: Decimal,
-    #[schemars(description = "USD. Sent as suggested_amount_usd in group.balance_low", with = "schema::Usd")]
+    /// USD. Sent as suggested_amount_usd in group.balance_low
+    #[schemars(with = "schema::Usd")]
     pub refill_amount_usd: Decimal,
-    #[schemars(description = "Members")]
+    /// Members
     pub esim_count: u64,
-    #[schemars(description = "USD. Reported data usage of the group", with = "schema::Usd")]
+    /// USD. Reported data usage of the group
+    #[schemars(with = "schema::Usd")]
     pub total_data_charged_usd: Decimal,
-    #[schemars(description = "defund_pending while a group balance return is on its way", extend("enum" = ["active", "defund_pending"]))]
+    /// defund_pending while a group balance return is on its way
+    #[schemars(extend("enum" = ["active", "defund_pending"]))]
     pub status: &'static str,
+    /// Creation time
     #[serde(with = "rfc3339")]
-    #[schemars(description = "Creation time", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub created_at: Millis,
+    /// Last change
     #[serde(with = "rfc3339")]
-    #[schemars(description = "Last change", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub updated_at: Millis,
 }
 
+/// The account's groups, newest first
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The account's groups, newest first")]
 pub struct GroupList {
-    #[schemars(description = "Groups")]
+    /// Groups
     pub groups: Vec<GroupRecord>,
-    #[schemars(description = "Number of groups")]
+    /// Number of groups
     pub total: u64,
 }
 
+/// The group was funded
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The group was funded")]
 pub struct GroupFunded {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The group", extend("format" = "uuid"))]
+    /// The group
+    #[schemars(extend("format" = "uuid"))]
     pub group_id: String,
-    #[schemars(description = "USD. Amount taken from the reseller balance", with = "schema::Usd")]
+    /// USD. Amount taken from the reseller balance
+    #[schemars(with = "schema::Usd")]
     pub funded_usd: Decimal,
-    #[schemars(description = "USD. Group balance rounded down to the cent", with = "schema::Usd")]
+    /// USD. Group balance rounded down to the cent
+    #[schemars(with = "schema::Usd")]
     pub balance_usd: Decimal,
-    #[schemars(description = "USD. Reseller balance after the fund", with = "schema::Usd")]
+    /// USD. Reseller balance after the fund
+    #[schemars(with = "schema::Usd")]
     pub account_balance_remaining: Decimal,
 }
 
+/// The group balance return is under way: every member's data is paused until settlement
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The group balance return is under way: every member's data is paused until settlement")]
 pub struct GroupDefundAccepted {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The group", extend("format" = "uuid"))]
+    /// The group
+    #[schemars(extend("format" = "uuid"))]
     pub group_id: String,
+    /// Always defund_pending: the return settles later
     #[schemars(extend("const" = "defund_pending"))]
     pub status: &'static str,
-    #[schemars(description = "USD. The displayed group balance, returned at settlement", with = "schema::Usd")]
+    /// USD. The displayed group balance, returned at settlement
+    #[schemars(with = "schema::Usd")]
     pub estimated_return_usd: Decimal,
-    #[schemars(description = "Minutes until settlement (about 15)")]
+    /// Minutes until settlement (about 15)
     pub settles_in_minutes: u64,
 }
 
+/// A page of the group's members, in provisioning order
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A page of the group's members, in provisioning order")]
 pub struct GroupMembers {
-    #[schemars(description = "The group", extend("format" = "uuid"))]
+    /// The group
+    #[schemars(extend("format" = "uuid"))]
     pub group_id: String,
-    #[schemars(description = "The page")]
+    /// The page
     pub esims: Vec<EsimItem>,
-    #[schemars(description = "Number of matching eSIMs")]
+    /// Number of matching eSIMs
     pub total: u64,
-    #[schemars(description = "Page size applied (default 50, at most 100)")]
+    /// Page size applied (default 50, at most 100)
     pub limit: u64,
-    #[schemars(description = "Position of the first eSIM of the page")]
+    /// Position of the first eSIM of the page
     pub offset: u64,
 }
 
+/// A change of a group's members: assigned at once, move_pending (202) or removed
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A change of a group's members: assigned at once, move_pending (202) or removed")]
 pub struct GroupMemberChange {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
-    #[schemars(description = "The group", extend("format" = "uuid"))]
+    /// The group
+    #[schemars(extend("format" = "uuid"))]
     pub group_id: String,
-    #[schemars(description = "The eSIM")]
+    /// The eSIM
     pub iccid: String,
-    /// `assigned`, `move_pending` or `removed`.
-    #[schemars(description = "assigned, move_pending or removed", extend("enum" = ["assigned", "move_pending", "removed"]))]
+    /// assigned, move_pending or removed
+    #[schemars(extend("enum" = ["assigned", "move_pending", "removed"]))]
     pub status: &'static str,
+    /// With move_pending: minutes until the balance is returned and the eSIM joins
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        description = "With move_pending: minutes until the balance is returned and the eSIM joins",
-        with = "u64"
-    )]
+    #[schemars(with = "u64")]
     pub settles_in_minutes: Option<u64>,
+    /// USD. With move_pending: balance returned to the reseller balance at settlement
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        description = "USD. With move_pending: balance returned to the reseller balance at settlement",
-        with = "schema::Usd"
-    )]
+    #[schemars(with = "schema::Usd")]
     pub estimated_return_usd: Option<Decimal>,
 }
 
+/// The reseller balance
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The reseller balance")]
 pub struct WalletBalance {
-    #[schemars(description = "USD. Current reseller balance", with = "schema::Usd")]
+    /// USD. Current reseller balance
+    #[schemars(with = "schema::Usd")]
     pub balance_usd: Decimal,
-    #[schemars(description = "USD. All top-ups", with = "schema::Usd")]
+    /// USD. All top-ups
+    #[schemars(with = "schema::Usd")]
     pub lifetime_topup_usd: Decimal,
-    #[schemars(description = "USD. Provisioning fees plus every fund call", with = "schema::Usd")]
+    /// USD. Provisioning fees plus every fund call
+    #[schemars(with = "schema::Usd")]
     pub lifetime_usage_usd: Decimal,
-    #[schemars(description = "True only while the operator has frozen the account")]
+    /// True only while the operator has frozen the account
     pub data_suspended: bool,
+    /// Always USD, the currency of every amount of the API
     #[schemars(extend("const" = "USD"))]
     pub currency: &'static str,
 }
 
+/// Data rates, 10% below retail
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "Data rates, 10% below retail")]
 pub struct Rates {
-    #[schemars(description = "Number of countries listed")]
+    /// Number of countries listed
     pub total_countries: u64,
-    #[schemars(description = "Text describing the discount")]
+    /// Text describing the discount
     pub discount: &'static str,
-    #[schemars(description = "Countries, sorted by name")]
+    /// Countries, sorted by name
     pub countries: Vec<&'static Country>,
 }
 
+/// eSIMs of the account
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "eSIMs of the account")]
 pub struct EsimCount {
-    #[schemars(description = "eSIMs in status active")]
+    /// eSIMs in status active
     pub active: u64,
-    #[schemars(description = "All eSIMs")]
+    /// All eSIMs
     pub total: u64,
 }
 
+/// A failed auto-refill charge
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "A failed auto-refill charge")]
 pub struct AutoRefillError {
-    #[schemars(description = "Why the charge failed", extend("enum" = ["card_declined", "authentication_required", "expired_card", "daily_limit_reached"]))]
+    /// Why the charge failed
+    #[schemars(extend("enum" = ["card_declined", "authentication_required", "expired_card", "daily_limit_reached"]))]
     pub code: String,
-    #[schemars(description = "Detail")]
+    /// Detail
     pub message: String,
+    /// When it failed
     #[serde(with = "rfc3339")]
-    #[schemars(description = "When it failed", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub at: Millis,
 }
 
+/// The reseller account
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Account", description = "The reseller account")]
+#[schemars(rename = "Account")]
 pub struct AccountRecord {
-    #[schemars(description = "Account identifier (acc_ followed by 16 hex characters)")]
+    /// Account identifier (acc_ followed by 16 hex characters)
     pub id: String,
-    #[schemars(description = "Company name")]
+    /// Company name
     pub company_name: Option<String>,
-    #[schemars(description = "Contact address")]
+    /// Contact address
     pub contact_email: String,
-    #[schemars(description = "USD. Current reseller balance", with = "schema::Usd")]
+    /// USD. Current reseller balance
+    #[schemars(with = "schema::Usd")]
     pub balance_usd: Decimal,
-    #[schemars(description = "eSIMs of the account")]
+    /// eSIMs of the account
     pub esim_count: EsimCount,
-    /// `active`, or `suspended` while the operator has frozen the account.
-    #[schemars(description = "suspended while the operator has frozen the account", extend("enum" = ["active", "suspended"]))]
+    /// suspended while the operator has frozen the account
+    #[schemars(extend("enum" = ["active", "suspended"]))]
     pub account_status: &'static str,
-    #[schemars(description = "True while the operator has frozen the account")]
+    /// True while the operator has frozen the account
     pub data_suspended: bool,
+    /// Creation time
     #[serde(with = "rfc3339")]
-    #[schemars(description = "Creation time", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub created_at: Millis,
-    #[schemars(description = "Whether auto-refill is on")]
+    /// Whether auto-refill is on
     pub auto_refill_enabled: bool,
-    #[schemars(description = "The last failed auto-refill charge, or null")]
+    /// The last failed auto-refill charge, or null
     pub auto_refill_last_error: Option<AutoRefillError>,
 }
 
+/// A webhook endpoint
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(rename = "Webhook", description = "A webhook endpoint")]
+#[schemars(rename = "Webhook")]
 pub struct WebhookRecord {
-    #[schemars(description = "Identifier (wh_ followed by 16 hex characters)")]
+    /// Identifier (wh_ followed by 16 hex characters)
     pub id: String,
-    #[schemars(description = "HTTPS URL receiving the POSTs", extend("format" = "uri"))]
+    /// HTTPS URL receiving the POSTs
+    #[schemars(extend("format" = "uri"))]
     pub url: String,
-    #[schemars(description = "Subscribed event names, or [\"*\"] for all")]
+    /// Subscribed event names, or ["*"] for all
     pub events: Vec<String>,
-    #[schemars(description = "Deliveries are made only to active webhooks")]
+    /// Deliveries are made only to active webhooks
     pub active: bool,
-    #[schemars(description = "Consecutive delivery failures; the webhook turns inactive at 10")]
+    /// Consecutive delivery failures; the webhook turns inactive at 10
     pub failure_count: u32,
+    /// Last delivery attempt
     #[serde(serialize_with = "rfc3339::option::serialize")]
-    #[schemars(description = "Last delivery attempt", with = "Option<schema::Timestamp>")]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub last_triggered_at: Option<Millis>,
+    /// Last failed delivery attempt
     #[serde(serialize_with = "rfc3339::option::serialize")]
-    #[schemars(description = "Last failed delivery attempt", with = "Option<schema::Timestamp>")]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub last_failure_at: Option<Millis>,
+    /// Registration time
     #[serde(with = "rfc3339")]
-    #[schemars(description = "Registration time", with = "schema::Timestamp")]
+    #[schemars(with = "schema::Timestamp")]
     pub created_at: Millis,
 }
 
+/// A newly registered webhook endpoint with its signing secret (shown only once)
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(
-    rename = "WebhookWithSecret",
-    description = "A newly registered webhook endpoint with its signing secret (shown only once)"
-)]
+#[schemars(rename = "WebhookWithSecret")]
 pub struct WebhookCreated {
+    /// The webhook's fields, inline (flattened).
     #[serde(flatten)]
     pub webhook: WebhookRecord,
-    /// Filled by the shell, which drew the secret ([`Reply::show_secret`]).
-    #[schemars(
-        description = "HMAC-SHA256 secret (whsec_ followed by the base64 of 32 random bytes); X-Service-Signature is the lowercase hex HMAC of the raw body keyed with the whole secret; webhook-signature follows Standard Webhooks (key: the base64-decoded part after whsec_)"
-    )]
+    /// HMAC-SHA256 secret (whsec_ followed by the base64 of 32 random bytes); X-Service-Signature is the lowercase hex HMAC of the raw body keyed with the whole secret; webhook-signature follows Standard Webhooks (key: the base64-decoded part after whsec_)
+    // Filled by the shell, which drew the secret (`Reply::show_secret`); the engine leaves it
+    // empty. A second `///` line would join the description of the OpenAPI document.
     pub signing_secret: String,
     /// The secret as the engine holds it, sealed.
     #[serde(skip)]
     pub sealed: crate::secret::SealedSecret,
-    #[schemars(description = "Reminder to store the secret")]
+    /// Reminder to store the secret
     pub note: &'static str,
 }
 
+/// The account's webhooks and the subscribable event names
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "The account's webhooks and the subscribable event names")]
 pub struct WebhookList {
-    #[schemars(description = "Webhook endpoints")]
+    /// Webhook endpoints
     pub webhooks: Vec<WebhookRecord>,
-    #[schemars(description = "Every subscribable event name")]
+    /// Every subscribable event name
     pub available_events: Vec<&'static str>,
 }
 
+/// Done
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "Done")]
 pub struct Success {
-    #[schemars(description = "Always true")]
+    /// Always true
     pub success: bool,
 }
 
+/// Outcome of the test delivery
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-#[schemars(description = "Outcome of the test delivery")]
 pub struct WebhookTestResult {
-    #[schemars(description = "True when the receiver answered 2xx")]
+    /// True when the receiver answered 2xx
     pub success: bool,
-    /// The receiver's HTTP status; 0 when it gave none (timeout, refused connection).
-    #[schemars(description = "HTTP status of the receiver; 0 when it gave none", range(max = 999))]
+    /// HTTP status of the receiver; 0 when it gave none
+    #[schemars(range(max = 999))]
     pub status: u16,
+    /// Present when there was no HTTP answer (timeout, refused connection)
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(description = "Present when there was no HTTP answer (timeout, refused connection)", with = "String")]
+    #[schemars(with = "String")]
     pub error: Option<String>,
 }
 
+/// A new reseller account (admin API, status 201). Its API key is shown only here.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccountCreated {
+    /// The account's id (`acc_` followed by 16 hex characters).
     pub account_id: String,
-    /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    /// The account's first API key (`rsk_...`), shown once. Filled by the shell, which
+    /// drew the key ([`Reply::show_secret`]).
     pub api_key: String,
+    /// The account as `GET /account` shows it.
     pub account: AccountRecord,
 }
 
+/// A manual top-up of the reseller balance (admin API, status 201).
 #[derive(Clone, Debug, Serialize)]
 pub struct ToppedUp {
+    /// The top-up's id.
     pub topup_id: String,
+    /// USD credited.
     pub amount_usd: Decimal,
+    /// USD. The reseller balance after the top-up.
     pub balance_usd: Decimal,
 }
 
+/// A new API key of an existing account (admin API, status 201), shown only here.
 #[derive(Clone, Debug, Serialize)]
 pub struct KeyCreated {
     /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
     pub api_key: String,
 }
 
+/// A device installed the profile (sandbox API).
 #[derive(Clone, Debug, Serialize)]
 pub struct Installed {
+    /// Always true.
     pub success: bool,
+    /// The eSIM.
     pub iccid: String,
+    /// The eSIM's status after the install: `active`, or `suspended` while its data
+    /// is disabled.
     pub status: &'static str,
+    /// The profile's state as the network now reports it.
     pub euicc_state: &'static str,
+    /// First installation of the profile (this one, or an earlier one).
     #[serde(serialize_with = "rfc3339::option::serialize")]
     pub activated_at: Option<Millis>,
 }
 
+/// What a simulated data session used and cost (sandbox API).
 #[derive(Clone, Debug, Serialize)]
 pub struct UsageResult {
+    /// Megabytes actually used: less than asked when the credit ran out.
     pub used_mb: Decimal,
+    /// USD charged to the wallet (the eSIM's or its group's), at the network's rate.
     pub charged_usd: Decimal,
+    /// True when data stopped (or never started): `reason` says why.
     pub data_stopped: bool,
     /// Why no (more) data flows, when it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
