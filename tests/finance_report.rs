@@ -8,10 +8,8 @@
 //! - a restart (snapshot + replay) and the offline `esim report` give the same report.
 
 use esim_engine::finance::Period;
-use esim_engine::{Engine, EngineConfig, Millis};
-use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
-use esim_transport::server::{self, ServerOptions};
-use esim_transport::{ClockMode, Service};
+use esim_engine::EngineConfig;
+use esim_transport::journal::{self, RecoverOptions};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -19,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 mod common;
-use common::{TestServer, ADMIN};
+use common::{JournaledServer, TestServer};
 
 const DAY_S: u64 = 86_400;
 
@@ -27,45 +25,9 @@ fn dec(value: &Value) -> Decimal {
     Decimal::from_str(&value.to_string()).unwrap_or_else(|_| panic!("not a number: {value}"))
 }
 
-/// A journaled server (a snapshot every 25 entries) on `dir`, stopped by the returned sender.
-struct Journaled {
-    server: TestServer,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-async fn start(dir: &Path) -> Journaled {
-    let _ = std::fs::remove_dir_all(dir);
-    let config = EngineConfig { seed: 16, allow_insecure_webhooks: true, ..EngineConfig::default() };
-    let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
-    let header = SegmentHeader {
-        version: FORMAT_VERSION,
-        config,
-        clock: ClockMode::Virtual,
-        start: engine.now(),
-        first_index: 0,
-    };
-    let policy = SnapshotPolicy { every_entries: 25, every_bytes: u64::MAX };
-    let journal = FileJournal::open(dir, header, policy).unwrap();
-    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(16));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve(listener, service, Box::new(journal), ServerOptions::new(1, true), async {
-        let _ = stopped.await;
-    }));
-    Journaled { server: TestServer::attach(base), stop, task }
-}
-
-impl Journaled {
-    /// Stops the server; the client goes first, so no idle pooled connection holds up the
-    /// graceful shutdown.
-    async fn stop(self) {
-        let Journaled { server, stop, task } = self;
-        drop(server);
-        let _ = stop.send(());
-        task.await.unwrap().unwrap();
-    }
+async fn start(dir: &Path) -> JournaledServer {
+    JournaledServer::start(dir, EngineConfig { seed: 16, allow_insecure_webhooks: true, ..EngineConfig::default() })
+        .await
 }
 
 /// One account of the traffic: its id, key, and the manual top-ups made.

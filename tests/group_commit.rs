@@ -4,39 +4,17 @@
 //! the server showed.
 
 mod common;
-use common::ADMIN;
-use esim_engine::{Engine, EngineConfig, Millis};
-use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
-use esim_transport::server::{self, ServerOptions};
-use esim_transport::{ClockMode, Service};
+use esim_engine::EngineConfig;
+use esim_transport::journal::{self, RecoverOptions};
 use serde_json::json;
-use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_taken_under_load_cover_exactly_what_was_acknowledged() {
     let dir = std::env::temp_dir().join(format!("esim-group-commit-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let config = EngineConfig { seed: 3, rate_limit_per_minute: u32::MAX, ..EngineConfig::default() };
-    let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
-    let header = SegmentHeader {
-        version: FORMAT_VERSION,
-        config,
-        clock: ClockMode::Virtual,
-        start: engine.now(),
-        first_index: 0,
-    };
     // A snapshot is due every 25 entries: many are taken while appends are in flight.
-    let policy = SnapshotPolicy { every_entries: 25, every_bytes: u64::MAX };
-    let journal = FileJournal::open(&dir, header, policy).unwrap();
-    let secrets = esim_transport::secrets::Secrets::seeded(3);
-    let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, secrets);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server::serve(listener, service, Box::new(journal), ServerOptions::new(1, true), async {
-        let _ = stopped.await;
-    }));
-    let server = Arc::new(common::TestServer::attach(base));
+    let config = EngineConfig { seed: 3, rate_limit_per_minute: u32::MAX, ..EngineConfig::default() };
+    let running = common::JournaledServer::start(&dir, config).await;
+    let server = running.server.clone();
     let (_, key) = server.account(100_000.0).await;
     let iccid = server.provision(&key, None).await;
 
@@ -61,8 +39,8 @@ async fn snapshots_taken_under_load_cover_exactly_what_was_acknowledged() {
     let balance = server.api("GET", "/wallet/balance", &key, None).await;
     assert_eq!(balance.body["balance_usd"].as_f64(), Some(100_000.0 - 1.75 - 640.0));
     let live = server.digest().await;
-    let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    drop(server);
+    running.stop().await;
 
     let snapshots = std::fs::read_dir(dir.join("snapshots")).unwrap().filter_map(Result::ok).count();
     let recovery = journal::recover(&dir, &RecoverOptions { repair: false, until: None }).unwrap();

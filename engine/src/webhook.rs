@@ -12,6 +12,7 @@ use crate::ids::Purpose;
 use crate::reply::*;
 use crate::secret::SealedSecret;
 use crate::state::*;
+use crate::time::Millis;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::BTreeSet;
@@ -440,23 +441,37 @@ impl Engine {
             duration_ms,
             next_retry_at: None,
         };
-        let success = result.is_success();
-        if test || manual {
+        let next_retry_at = if test || manual {
             // One attempt each, counting nothing (decision 118): a probe or a resend the
             // reseller asked for says nothing of the receiver's health that automatic
             // deliveries would not.
             self.deliveries.remove(&id);
-            self.log_attempt(webhook, logged);
-            if manual {
-                return Ok(Reply::Success(Success { success: true }));
-            }
-            let (status, error) = match &result {
-                DeliveryResult::Status(code) => (*code, None),
-                DeliveryResult::Timeout => (0, Some("timeout".to_string())),
-                DeliveryResult::Failed(why) => (0, Some(why.clone())),
-            };
-            return Ok(Reply::WebhookTest(WebhookTestResult { success, status, error }));
+            None
+        } else {
+            self.count_outcome(id, webhook, &result, attempt, first)
+        };
+        self.log_attempt(webhook, DeliveryAttempt { next_retry_at, ..logged });
+        if !test {
+            return Ok(Reply::Success(Success { success: true }));
         }
+        let (status, error) = match &result {
+            DeliveryResult::Status(code) => (*code, None),
+            DeliveryResult::Timeout => (0, Some("timeout".to_string())),
+            DeliveryResult::Failed(why) => (0, Some(why.clone())),
+        };
+        Ok(Reply::WebhookTest(WebhookTestResult { success: result.is_success(), status, error }))
+    }
+
+    /// The outcome of an automatic attempt: the webhook's failure count, its disabling,
+    /// and the delivery's retry, whose time it returns (None when the delivery is done).
+    fn count_outcome(
+        &mut self,
+        id: DeliveryId,
+        webhook: WebhookIx,
+        result: &DeliveryResult,
+        attempt: u32,
+        first: Millis,
+    ) -> Option<Millis> {
         let now = self.now;
         let record = &mut self.webhooks[webhook];
         if !record.active || record.deleted {
@@ -464,15 +479,13 @@ impl Engine {
             // out: its outcome changes nothing, so an auto-disabled webhook keeps its
             // failure_count of 10 until the reseller re-enables it.
             self.deliveries.remove(&id);
-            self.log_attempt(webhook, logged);
-            return Ok(Reply::Success(Success { success: true }));
+            return None;
         }
         record.last_triggered_at = Some(now);
-        if success {
+        if result.is_success() {
             record.failure_count = 0;
             self.deliveries.remove(&id);
-            self.log_attempt(webhook, logged);
-            return Ok(Reply::Success(Success { success: true }));
+            return None;
         }
         record.failure_count += 1;
         // Only an active webhook counts failures, and it is disabled at the limit.
@@ -486,19 +499,15 @@ impl Engine {
             // Disabled: nothing more goes to it, including retries already waiting.
             self.deliveries.retain(|_, d| d.webhook != webhook || d.in_flight);
             self.deliveries.remove(&id);
-            self.log_attempt(webhook, logged);
-            return Ok(Reply::Success(Success { success: true }));
+            return None;
         }
         let retry_at = now.plus_ms(retry_wait_ms(attempt));
-        let next_retry_at = if retry_at.0 - first.0 > limits::RETRY_WINDOW_MS {
+        if retry_at.0 - first.0 > limits::RETRY_WINDOW_MS {
             self.deliveries.remove(&id);
-            None
-        } else {
-            self.schedule(retry_at, Timer::RetryDelivery(id));
-            Some(retry_at)
-        };
-        self.log_attempt(webhook, DeliveryAttempt { next_retry_at, ..logged });
-        Ok(Reply::Success(Success { success: true }))
+            return None;
+        }
+        self.schedule(retry_at, Timer::RetryDelivery(id));
+        Some(retry_at)
     }
 
     /// Keeps a finished attempt in its webhook's log, letting the oldest go past the

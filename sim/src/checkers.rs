@@ -899,9 +899,9 @@ impl Checker for DeliveryLog {
                 _ => None,
             })
             .collect();
+        let restarted = log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. }));
         for delivery in log.deliveries.iter().filter(|d| d.manual && d.handed_out) {
             let Some(webhook) = delivery.webhook else { continue };
-            let restarted = log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. }));
             match resent.iter().position(|&(event, w)| event == delivery.event_id && w == webhook) {
                 Some(found) => {
                     resent.remove(found);

@@ -268,3 +268,47 @@ pub fn python_venv(name: &str, packages: &[&str], ready: &str) -> std::path::Pat
     assert!(is_ready(), "the venv {name} has {packages:?}");
     bin
 }
+
+/// A real server with a real journal (a snapshot every 25 entries) on `dir`, made afresh,
+/// on the virtual clock; its secrets are seeded with the engine's seed.
+pub struct JournaledServer {
+    pub server: Arc<TestServer>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl JournaledServer {
+    pub async fn start(dir: &std::path::Path, config: EngineConfig) -> JournaledServer {
+        use esim_transport::journal::{FileJournal, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
+        let _ = std::fs::remove_dir_all(dir);
+        let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
+        let secrets = esim_transport::secrets::Secrets::seeded(config.seed);
+        let header = SegmentHeader {
+            version: FORMAT_VERSION,
+            config,
+            clock: ClockMode::Virtual,
+            start: engine.now(),
+            first_index: 0,
+        };
+        let policy = SnapshotPolicy { every_entries: 25, every_bytes: u64::MAX };
+        let journal = FileJournal::open(dir, header, policy).unwrap();
+        let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, secrets);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = ServerOptions::new(1, true);
+        let task = tokio::spawn(server::serve(listener, service, Box::new(journal), options, async {
+            let _ = stopped.await;
+        }));
+        JournaledServer { server: Arc::new(TestServer::attach(base)), stop, task }
+    }
+
+    /// Stops the server; the client goes first, so no idle pooled connection holds up the
+    /// graceful shutdown.
+    pub async fn stop(self) {
+        let JournaledServer { server, stop, task } = self;
+        drop(server);
+        let _ = stop.send(());
+        task.await.unwrap().unwrap();
+    }
+}
