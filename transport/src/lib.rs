@@ -10,10 +10,12 @@
 //! - [`edge`]: the connection-level guards of the server (connection cap, timeouts,
 //!   body budget).
 //! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
+//! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
+pub mod dashboard;
 pub mod edge;
 pub mod journal;
 pub mod lock;

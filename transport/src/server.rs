@@ -484,6 +484,12 @@ async fn answer(
 ) -> (&'static str, http::Response<Bytes>) {
     let started = std::time::Instant::now();
     let method = request.method().clone();
+    if crate::dashboard::is_dashboard(&method, request.uri().path()) {
+        // Static files, no credential, no engine (issue 18); not logged at info.
+        let response = crate::dashboard::answer(request.uri().path());
+        tracing::debug!(%method, route = "dashboard", status = response.status().as_u16(), "request");
+        return ("dashboard", response);
+    }
     if let Some(name) = operator_endpoint(&method, request.uri().path()) {
         // Not logged at info: a prober calls these every few seconds.
         let response = operator_answer(name, request.headers(), shared);

@@ -1,0 +1,919 @@
+// The developer dashboard (issue 18): a client of the service's public HTTP API only.
+//
+// Rules this file keeps (README "Developer dashboard"):
+// - Credentials (the API key, the admin token) live in sessionStorage only and go out as
+//   `Authorization: Bearer`; never in a URL, a cookie, localStorage or a log line.
+// - Text from the API or the user reaches the page through textContent and createElement
+//   only: no HTML is ever parsed from data (no innerHTML anywhere in this file).
+// - Secrets shown once (a new API key, a webhook signing secret) are removed from the page
+//   when dismissed.
+'use strict';
+
+const RESELLER = '/api/v2/reseller';
+const KEY_STORE = 'esim.dashboard.api_key';
+const ADMIN_STORE = 'esim.dashboard.admin_token';
+// QR images and install links come only in the provisioning answer (the detail has the
+// LPA string alone): kept for this tab's session so the detail can show them (decision 135).
+const QR_STORE = 'esim.dashboard.qr.';
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with attributes and children (strings become text nodes, never HTML). */
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === 'text') node.textContent = String(value);
+    else if (name === 'onclick') node.addEventListener('click', value);
+    else node.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+  return node;
+}
+
+function say(id, text, isError) {
+  const node = $(id);
+  node.textContent = text || '';
+  node.classList.toggle('bad', Boolean(isError));
+}
+
+function money(value) {
+  if (value === null || value === undefined) return '—';
+  return Number(value).toFixed(2);
+}
+
+function show(value) {
+  if (value === null || value === undefined || value === '') return '—';
+  return String(value);
+}
+
+/** An API error: the spec's error body (`error`, `code`, `message`). */
+class ApiError extends Error {
+  constructor(status, body) {
+    const message = body && body.message ? body.message : `HTTP ${status}`;
+    super(message);
+    this.status = status;
+    this.code = body && body.code ? body.code : '';
+  }
+}
+
+/** One call to the public API; `who` is 'reseller' (API key) or 'admin' (admin token). */
+async function call(who, method, path, body) {
+  const token = sessionStorage.getItem(who === 'reseller' ? KEY_STORE : ADMIN_STORE) || '';
+  const headers = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
+  const init = { method, headers, credentials: 'omit', cache: 'no-store', referrerPolicy: 'no-referrer' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const url = who === 'reseller' ? RESELLER + path : path;
+  const response = await fetch(url, init);
+  const type = response.headers.get('content-type') || '';
+  const data = type.includes('json') ? await response.json().catch(() => null) : await response.text();
+  if (!response.ok) {
+    if (response.status === 401 && who === 'reseller' && sessionStorage.getItem(KEY_STORE)) {
+      // The key was revoked elsewhere: back to the sign-in form, saying why.
+      resellerSignOut(new ApiError(response.status, data).message);
+    }
+    throw new ApiError(response.status, data);
+  }
+  return data;
+}
+
+/** The error text to show: the `message` of the spec's error body, with its code. */
+function errorText(error) {
+  if (error instanceof ApiError) return error.code ? `${error.message} (${error.code})` : error.message;
+  return `Request failed: ${error.message}`;
+}
+
+/**
+ * A guarded action: shows "what will happen" with Confirm and Cancel buttons in `box`;
+ * Confirm runs `action`, whose answer (or the spec's error text) goes to `msgId`.
+ */
+function confirmStep(box, question, label, msgId, action) {
+  const node = $(box);
+  clear(node);
+  const yes = el('button', { type: 'button', class: 'danger', text: `Confirm: ${label}` });
+  const no = el('button', { type: 'button', text: 'Cancel' });
+  node.append(el('p', { text: question }), yes, no);
+  node.hidden = false;
+  yes.focus();
+  no.addEventListener('click', () => { node.hidden = true; clear(node); });
+  yes.addEventListener('click', async () => {
+    node.hidden = true;
+    clear(node);
+    try {
+      say(msgId, await action());
+    } catch (error) {
+      say(msgId, errorText(error), true);
+    }
+  });
+}
+
+/** A box showing a secret once; Dismiss removes the secret from the page. */
+function showOnce(boxId, title, secret, note) {
+  const box = $(boxId);
+  clear(box);
+  const dismiss = el('button', { type: 'button', text: 'I have stored it: dismiss' });
+  dismiss.addEventListener('click', () => { clear(box); box.hidden = true; });
+  box.append(
+    el('p', { class: 'once-title', text: title }),
+    el('code', { class: 'secret', tabindex: '0', text: secret }),
+    note ? el('p', { class: 'hint', text: note }) : null,
+    dismiss,
+  );
+  box.hidden = false;
+  dismiss.focus();
+}
+
+function table(id) {
+  return clear(document.querySelector(`#${id} tbody`));
+}
+
+/** A table row; each cell carries its column name for the stacked narrow layout. */
+function row(tableId, cells) {
+  const heads = [...document.querySelectorAll(`#${tableId} thead th`)].map((th) => th.textContent);
+  const tr = el('tr');
+  cells.forEach((cell, index) => tr.append(el('td', { 'data-label': heads[index] || '' }, cell)));
+  return tr;
+}
+
+function emptyRow(tableId, text) {
+  const columns = document.querySelectorAll(`#${tableId} thead th`).length;
+  return el('tr', {}, el('td', { colspan: columns, class: 'empty', text }));
+}
+
+function figures(id, pairs) {
+  const dl = clear($(id));
+  for (const [name, value] of pairs) dl.append(el('div', {}, el('dt', { text: name }), el('dd', {}, value)));
+}
+
+function query(params) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) if (value !== '' && value !== null && value !== undefined) search.set(name, value);
+  const text = search.toString();
+  return text ? `?${text}` : '';
+}
+
+// ---------------------------------------------------------------- views (tabs)
+
+function showView(name) {
+  for (const tab of document.querySelectorAll('.tab')) {
+    const on = tab.dataset.view === name;
+    tab.setAttribute('aria-current', on ? 'page' : 'false');
+  }
+  for (const view of document.querySelectorAll('.view')) view.hidden = view.id !== `view-${name}`;
+  const adminForm = $('admin-signin');
+  const needsAdmin = name !== 'reseller';
+  const adminIn = Boolean(sessionStorage.getItem(ADMIN_STORE));
+  adminForm.hidden = !needsAdmin || adminIn;
+  if (needsAdmin) $(`view-${name}`).before(adminForm);
+  $('operator-app').hidden = !adminIn;
+  $('sandbox-app').hidden = !adminIn;
+  sessionStorage.setItem('esim.dashboard.view', name);
+  if (name === 'operator' && adminIn) loadOperator();
+  if (name === 'sandbox' && adminIn) loadClock();
+}
+
+// ---------------------------------------------------------------- reseller
+
+const state = { esimOffset: 0, esimTotal: 0, iccid: null, groupId: null, webhookId: null, accountsOffset: 0, accountsTotal: 0, accountId: null };
+
+async function resellerSignIn(event) {
+  event.preventDefault();
+  const input = $('reseller-key');
+  const key = input.value.trim();
+  say('reseller-signin-error', '');
+  sessionStorage.setItem(KEY_STORE, key);
+  try {
+    await call('reseller', 'GET', '/account');
+  } catch (error) {
+    sessionStorage.removeItem(KEY_STORE);
+    say('reseller-signin-error', errorText(error), true);
+    return;
+  }
+  input.value = '';
+  resellerShown();
+}
+
+function resellerSignOut(reason) {
+  sessionStorage.removeItem(KEY_STORE);
+  for (const name of Object.keys(sessionStorage)) if (name.startsWith(QR_STORE)) sessionStorage.removeItem(name);
+  for (const id of ['key-once', 'webhook-secret']) { clear($(id)); $(id).hidden = true; }
+  $('reseller-app').hidden = true;
+  $('reseller-signin').hidden = false;
+  say('reseller-signin-error', typeof reason === 'string' ? reason : '', typeof reason === 'string');
+}
+
+function resellerShown() {
+  const signedIn = Boolean(sessionStorage.getItem(KEY_STORE));
+  $('reseller-signin').hidden = signedIn;
+  $('reseller-app').hidden = !signedIn;
+  if (signedIn) resellerRefresh();
+}
+
+async function resellerRefresh() {
+  await Promise.all([loadWallet(), loadEsims(), loadGroups(), loadWebhooks(), loadEvents(), loadKeys(), loadRefill()]);
+  if (state.iccid) await loadEsim(state.iccid);
+}
+
+async function loadWallet() {
+  try {
+    const [wallet, account] = await Promise.all([call('reseller', 'GET', '/wallet/balance'), call('reseller', 'GET', '/account')]);
+    $('reseller-who').textContent = `${account.company_name || account.id} (${account.id})`;
+    figures('wallet', [
+      ['Balance (USD)', el('strong', { id: 'wallet-balance', text: money(wallet.balance_usd) })],
+      ['Lifetime top-ups (USD)', money(wallet.lifetime_topup_usd)],
+      ['Lifetime usage (USD)', money(wallet.lifetime_usage_usd)],
+      ['eSIMs (active / total)', `${account.esim_count.active} / ${account.esim_count.total}`],
+      ['Account status', show(account.account_status)],
+      ['Data suspended', wallet.data_suspended ? 'yes' : 'no'],
+    ]);
+  } catch (error) {
+    figures('wallet', [['Error', errorText(error)]]);
+  }
+}
+
+async function provision(event) {
+  event.preventDefault();
+  const body = {};
+  const label = $('provision-label').value;
+  const reference = $('provision-ref').value;
+  const group = $('provision-group').value;
+  if (label) body.label = label;
+  if (reference) body.end_user_reference = reference;
+  if (group) body.group_id = group;
+  try {
+    const made = await call('reseller', 'POST', '/esim/provision', body);
+    sessionStorage.setItem(QR_STORE + made.iccid, JSON.stringify({ qr: made.qr_code, url: made.direct_install_url }));
+    say('provision-msg', `Provisioned ${made.iccid} for ${money(made.cost)} USD; balance ${money(made.balance_remaining)} USD.`);
+    state.iccid = made.iccid;
+    await Promise.all([loadWallet(), loadEsims(), loadEsim(made.iccid)]);
+  } catch (error) {
+    say('provision-msg', errorText(error), true);
+  }
+}
+
+async function loadEsims() {
+  const limit = Number($('esims-limit').value);
+  const status = $('esims-status').value;
+  try {
+    const page = await call('reseller', 'GET', `/esim/list${query({ status, limit, offset: state.esimOffset })}`);
+    state.esimTotal = page.total;
+    const body = table('esims-table');
+    for (const esim of page.esims) {
+      const open = el('button', { type: 'button', class: 'link', text: esim.iccid, 'aria-label': `Open eSIM ${esim.iccid}` });
+      open.addEventListener('click', () => { state.iccid = esim.iccid; loadEsim(esim.iccid, true); });
+      body.append(row('esims-table', [open, show(esim.label), show(esim.end_user_reference), esim.status, money(esim.wallet_balance_usd), esim.created_at]));
+    }
+    if (!page.esims.length) body.append(emptyRow('esims-table', 'No eSIMs on this page.'));
+    const first = page.total ? page.offset + 1 : 0;
+    $('esims-range').textContent = `${first}–${page.offset + page.esims.length} of ${page.total}`;
+    $('esims-prev').disabled = page.offset === 0;
+    $('esims-next').disabled = page.offset + page.esims.length >= page.total;
+  } catch (error) {
+    table('esims-table').append(emptyRow('esims-table', errorText(error)));
+  }
+}
+
+async function loadEsim(iccid, focus) {
+  const card = $('esim-detail-card');
+  try {
+    const esim = await call('reseller', 'GET', `/esim/${encodeURIComponent(iccid)}`);
+    card.hidden = false;
+    $('esim-detail-iccid').textContent = esim.iccid;
+    const kept = JSON.parse(sessionStorage.getItem(QR_STORE + esim.iccid) || 'null');
+    const qr = clear($('esim-qr'));
+    if (kept && typeof kept.qr === 'string' && kept.qr.startsWith('data:image/png;base64,')) {
+      qr.append(el('img', { src: kept.qr, alt: `QR code of eSIM ${esim.iccid}`, width: 164, height: 164 }));
+    } else {
+      qr.append(el('p', { class: 'hint', text: 'The QR image comes with the provisioning answer only; the LPA string is what it encodes.' }));
+    }
+    const install = kept && typeof kept.url === 'string' && kept.url.startsWith('https://')
+      ? el('a', { href: kept.url, rel: 'noreferrer noopener', target: '_blank', text: 'Install link' })
+      : '—';
+    figures('esim-detail', [
+      ['Status', el('span', { id: 'esim-status', text: esim.status })],
+      ['Label', show(esim.label)],
+      ['Reference', show(esim.end_user_reference)],
+      ['Wallet (USD)', el('span', { id: 'esim-wallet', text: money(esim.wallet_balance_usd) })],
+      ['Data charged (USD)', money(esim.total_data_charged_usd)],
+      ['Data enabled', esim.data_enabled ? 'yes' : 'no'],
+      ['Throttle', show(esim.throttle)],
+      ['eUICC state', show(esim.euicc_state)],
+      ['Pending', show(esim.pending)],
+      ['Group', show(esim.group_id)],
+      ['LPA', el('code', { class: 'wrap', text: esim.lpa_string })],
+      ['Install', install],
+      ['Created', esim.created_at],
+      ['Activated', show(esim.activated_at)],
+      ['Terminated', show(esim.terminated_at)],
+    ]);
+    if (focus) $('h-esim').scrollIntoView({ block: 'start' });
+  } catch (error) {
+    card.hidden = false;
+    say('esim-msg', errorText(error), true);
+  }
+}
+
+function esimAction(label, question, method, path, body, describe) {
+  const iccid = state.iccid;
+  confirmStep('esim-confirm', question.replace('{iccid}', iccid), label, 'esim-msg', async () => {
+    const answer = await call('reseller', method, `/esim/${encodeURIComponent(iccid)}${path}`, body);
+    await Promise.all([loadWallet(), loadEsims(), loadEsim(iccid)]);
+    return describe(answer);
+  });
+}
+
+function fund(event) {
+  event.preventDefault();
+  const amount = Number($('fund-amount').value);
+  esimAction('fund', `Fund eSIM {iccid} with ${money(amount)} USD from the reseller balance?`, 'POST', '/fund', { amount },
+    (a) => `Funded ${money(a.funded_usd)} USD: eSIM wallet ${money(a.wallet_balance_usd)} USD, balance ${money(a.account_balance_remaining)} USD.`);
+}
+
+function throttle(event) {
+  event.preventDefault();
+  const speed = $('throttle-speed').value;
+  esimAction('throttle', `Throttle eSIM {iccid} to ${speed}?`, 'POST', '/throttle', { speed }, (a) => `Throttle now ${a.throttle}.`);
+}
+
+// ---------------------------------------------------------------- groups
+
+async function loadGroups() {
+  try {
+    const list = await call('reseller', 'GET', '/groups');
+    const body = table('groups-table');
+    const select = $('provision-group');
+    const chosen = select.value;
+    clear(select).append(el('option', { value: '', text: 'Standalone' }));
+    for (const group of list.groups) {
+      select.append(el('option', { value: group.id, text: group.name }));
+      const open = el('button', { type: 'button', text: 'Members', 'aria-label': `Open group ${group.name}` });
+      open.addEventListener('click', () => { state.groupId = group.id; loadGroup(); });
+      body.append(row('groups-table', [group.name, money(group.balance_usd), show(group.esim_count), show(group.status), open]));
+    }
+    select.value = chosen;
+    if (!list.groups.length) body.append(emptyRow('groups-table', 'No groups yet.'));
+    if (state.groupId) await loadGroup();
+  } catch (error) {
+    say('groups-msg', errorText(error), true);
+  }
+}
+
+async function loadGroup() {
+  const id = state.groupId;
+  try {
+    const [group, members] = await Promise.all([
+      call('reseller', 'GET', `/groups/${encodeURIComponent(id)}`),
+      call('reseller', 'GET', `/groups/${encodeURIComponent(id)}/esims?limit=100`),
+    ]);
+    $('group-detail').hidden = false;
+    $('group-detail-title').textContent = `Group ${group.name}: ${money(group.balance_usd)} USD, ${members.total} members`;
+    const body = table('group-members');
+    for (const esim of members.esims) {
+      const remove = el('button', { type: 'button', text: 'Remove', 'aria-label': `Remove ${esim.iccid} from the group` });
+      remove.addEventListener('click', () => confirmStep('group-confirm', `Remove eSIM ${esim.iccid} from group ${group.name}? It leaves with a $0 balance.`, 'remove', 'groups-msg', async () => {
+        await call('reseller', 'DELETE', `/groups/${encodeURIComponent(id)}/esims/${encodeURIComponent(esim.iccid)}`);
+        await loadGroups();
+        return `Removed ${esim.iccid}.`;
+      }));
+      body.append(row('group-members', [esim.iccid, show(esim.label), show(esim.status), remove]));
+    }
+    if (!members.esims.length) body.append(emptyRow('group-members', 'No members.'));
+  } catch (error) {
+    say('groups-msg', errorText(error), true);
+  }
+}
+
+async function createGroup(event) {
+  event.preventDefault();
+  try {
+    const group = await call('reseller', 'POST', '/groups', { name: $('group-name').value });
+    $('group-name').value = '';
+    state.groupId = group.id;
+    say('groups-msg', `Created group ${group.name}.`);
+    await loadGroups();
+  } catch (error) {
+    say('groups-msg', errorText(error), true);
+  }
+}
+
+function fundGroup(event) {
+  event.preventDefault();
+  const amount = Number($('group-fund-amount').value);
+  const id = state.groupId;
+  confirmStep('group-confirm', `Fund the group with ${money(amount)} USD from the reseller balance?`, 'fund group', 'groups-msg', async () => {
+    await call('reseller', 'POST', `/groups/${encodeURIComponent(id)}/fund`, { amount });
+    await Promise.all([loadGroups(), loadWallet()]);
+    return `Funded the group with ${money(amount)} USD.`;
+  });
+}
+
+function defundGroup() {
+  const id = state.groupId;
+  confirmStep('group-confirm', 'Return the group balance to the reseller balance? Data pauses on every member until it is funded again.', 'defund group', 'groups-msg', async () => {
+    await call('reseller', 'POST', `/groups/${encodeURIComponent(id)}/defund`);
+    await loadGroups();
+    return 'Group defund requested: the credit arrives in about 15 minutes.';
+  });
+}
+
+async function addToGroup(event) {
+  event.preventDefault();
+  const iccid = $('group-add-iccid').value.trim();
+  try {
+    const answer = await call('reseller', 'POST', `/groups/${encodeURIComponent(state.groupId)}/esims`, { iccid });
+    $('group-add-iccid').value = '';
+    say('groups-msg', answer.status === 'move_pending' ? `Move of ${iccid} pending (about ${answer.settles_in_minutes} minutes).` : `Added ${iccid}.`);
+    await loadGroups();
+  } catch (error) {
+    say('groups-msg', errorText(error), true);
+  }
+}
+
+// ---------------------------------------------------------------- webhooks
+
+async function loadWebhooks() {
+  try {
+    const list = await call('reseller', 'GET', '/webhooks');
+    const types = $('events-type');
+    if (types.options.length === 1) for (const name of list.available_events) types.append(el('option', { text: name }));
+    const body = table('webhooks-table');
+    for (const hook of list.webhooks) {
+      const test = el('button', { type: 'button', text: 'Test', 'aria-label': `Send a test event to ${hook.url}` });
+      test.addEventListener('click', () => testWebhook(hook));
+      const log = el('button', { type: 'button', text: 'Delivery log', 'aria-label': `Delivery log of ${hook.url}` });
+      log.addEventListener('click', () => { state.webhookId = hook.id; loadDeliveries(hook.url); });
+      const rotate = el('button', { type: 'button', text: 'Rotate secret', 'aria-label': `Rotate the signing secret of ${hook.url}` });
+      rotate.addEventListener('click', () => confirmStep('webhook-confirm', `Rotate the signing secret of ${hook.url}? The old one keeps signing for 24 hours.`, 'rotate secret', 'webhooks-msg', async () => {
+        const rotated = await call('reseller', 'POST', `/webhooks/${encodeURIComponent(hook.id)}/rotate-secret`);
+        showOnce('webhook-secret', `New signing secret of ${hook.url} (shown once):`, rotated.signing_secret, rotated.note);
+        return 'Secret rotated.';
+      }));
+      const actions = el('div', { class: 'cell-actions' }, test, log, rotate);
+      body.append(row('webhooks-table', [el('span', { class: 'wrap', text: hook.url }), hook.events.join(', '), hook.active ? 'yes' : 'no', show(hook.failure_count), actions]));
+    }
+    if (!list.webhooks.length) body.append(emptyRow('webhooks-table', 'No webhooks yet.'));
+  } catch (error) {
+    say('webhooks-msg', errorText(error), true);
+  }
+}
+
+async function createWebhook(event) {
+  event.preventDefault();
+  const events = $('webhook-events').value.split(',').map((s) => s.trim()).filter(Boolean);
+  try {
+    const hook = await call('reseller', 'POST', '/webhooks', { url: $('webhook-url').value.trim(), events });
+    $('webhook-url').value = '';
+    showOnce('webhook-secret', `Signing secret of ${hook.url} (shown once):`, hook.signing_secret, hook.note);
+    say('webhooks-msg', `Created webhook ${hook.id}.`);
+    state.webhookId = hook.id;
+    await loadWebhooks();
+  } catch (error) {
+    say('webhooks-msg', errorText(error), true);
+  }
+}
+
+async function testWebhook(hook) {
+  say('webhooks-msg', `Testing ${hook.url}…`);
+  try {
+    const result = await call('reseller', 'POST', `/webhooks/${encodeURIComponent(hook.id)}/test`);
+    say('webhooks-msg', `Test to ${hook.url}: ${result.success ? 'delivered' : 'failed'} (HTTP ${result.status})${result.error ? `, ${result.error}` : ''}.`, !result.success);
+    if (state.webhookId === hook.id) await loadDeliveries(hook.url);
+  } catch (error) {
+    say('webhooks-msg', errorText(error), true);
+  }
+}
+
+async function loadDeliveries(url) {
+  const id = state.webhookId;
+  if (!id) return;
+  try {
+    const page = await call('reseller', 'GET', `/webhooks/${encodeURIComponent(id)}/deliveries?limit=100`);
+    $('deliveries').hidden = false;
+    if (url) $('deliveries-title').textContent = `Delivery log of ${url} (${page.total} attempts)`;
+    const body = table('deliveries-table');
+    for (const attempt of page.attempts) {
+      const result = attempt.success ? `delivered (HTTP ${attempt.status})` : `failed (${attempt.status !== null ? `HTTP ${attempt.status}` : show(attempt.error)})`;
+      let resend = '—';
+      if (attempt.event_type !== 'test') {
+        resend = el('button', { type: 'button', text: 'Resend', 'aria-label': `Resend event ${attempt.event_id}` });
+        resend.addEventListener('click', () => resendEvent(attempt.event_id));
+      }
+      const tr = row('deliveries-table', [attempt.attempted_at, `${attempt.event_type} ${attempt.event_id}`, `${attempt.attempt}${attempt.manual ? ' (manual)' : ''}`, result, show(attempt.next_retry_at), resend]);
+      tr.classList.add(attempt.success ? 'ok' : 'failed');
+      body.append(tr);
+    }
+    if (!page.attempts.length) body.append(emptyRow('deliveries-table', 'No finished attempts yet.'));
+  } catch (error) {
+    say('webhooks-msg', errorText(error), true);
+  }
+}
+
+async function resendEvent(eventId) {
+  try {
+    const sent = await call('reseller', 'POST', `/events/${encodeURIComponent(eventId)}/resend`, { webhook_id: state.webhookId });
+    say('webhooks-msg', `Resent ${sent.event_type} ${sent.event_id} (delivery ${sent.delivery_id}).`);
+    // The attempt is logged once the receiver answers.
+    for (let i = 0; i < 20; i += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      const page = await call('reseller', 'GET', `/webhooks/${encodeURIComponent(state.webhookId)}/deliveries?limit=1`);
+      if (page.attempts.length && page.attempts[0].delivery_id === sent.delivery_id) break;
+    }
+    await Promise.all([loadDeliveries(), loadWebhooks()]);
+  } catch (error) {
+    say('webhooks-msg', errorText(error), true);
+  }
+}
+
+// ---------------------------------------------------------------- events
+
+async function loadEvents(event) {
+  if (event) event.preventDefault();
+  const params = {
+    type: $('events-type').value,
+    iccid: $('events-iccid').value.trim(),
+    group_id: $('events-group').value.trim(),
+    created_after: $('events-after').value.trim(),
+    limit: 50,
+  };
+  try {
+    const page = await call('reseller', 'GET', `/events${query(params)}`);
+    const body = table('events-table');
+    for (const item of page.events) {
+      const open = el('button', { type: 'button', text: 'Envelope', 'aria-label': `Show the envelope of ${item.id}` });
+      open.addEventListener('click', async () => {
+        try {
+          const envelope = await call('reseller', 'GET', `/events/${encodeURIComponent(item.id)}`);
+          const pre = $('event-envelope');
+          pre.textContent = JSON.stringify(envelope, null, 2);
+          pre.hidden = false;
+          pre.focus();
+        } catch (error) {
+          say('events-msg', errorText(error), true);
+        }
+      });
+      body.append(row('events-table', [item.event, item.created_at, el('code', { class: 'wrap', text: item.id }), open]));
+    }
+    if (!page.events.length) body.append(emptyRow('events-table', 'No events match.'));
+    $('events-range').textContent = `Newest ${page.events.length} of ${page.total}.`;
+    say('events-msg', '');
+  } catch (error) {
+    say('events-msg', errorText(error), true);
+  }
+}
+
+// ---------------------------------------------------------------- API keys and auto-refill
+
+async function loadKeys() {
+  try {
+    const list = await call('reseller', 'GET', '/keys');
+    const body = table('keys-table');
+    for (const key of list.keys) {
+      const revoke = el('button', { type: 'button', class: 'danger', text: 'Revoke', 'aria-label': `Revoke key ${key.prefix}` });
+      revoke.addEventListener('click', () => confirmStep('key-confirm', `Revoke the key ${key.prefix}…? It answers 401 from then on${key.current ? '; it is the key this page uses, so you will be signed out' : ''}.`, 'revoke', 'keys-msg', async () => {
+        await call('reseller', 'DELETE', `/keys/${encodeURIComponent(key.id)}`);
+        if (key.current) {
+          resellerSignOut('You revoked the key this page used: signed out.');
+          return '';
+        }
+        await loadKeys();
+        return `Revoked ${key.prefix}….`;
+      }));
+      body.append(row('keys-table', [el('code', { text: `${key.prefix}…` }), key.created_at, key.current ? 'yes' : 'no', revoke]));
+    }
+  } catch (error) {
+    table('keys-table').append(emptyRow('keys-table', errorText(error)));
+  }
+}
+
+async function createKey() {
+  try {
+    const made = await call('reseller', 'POST', '/keys');
+    showOnce('key-once', `New API key ${made.id} (shown once; store it now):`, made.api_key, 'It works at once; revoke it below when it is no longer needed.');
+    say('keys-msg', `Created ${made.prefix}….`);
+    await loadKeys();
+  } catch (error) {
+    say('keys-msg', errorText(error), true);
+  }
+}
+
+async function loadRefill() {
+  try {
+    const refill = await call('reseller', 'GET', '/auto-refill');
+    figures('refill-state', [
+      ['Enabled', refill.enabled ? 'yes' : 'no'],
+      ['Amount (USD)', money(refill.amount_usd)],
+      ['Card', show(refill.card)],
+      ['Charges in the last 24 h', `${refill.charges_last_24h} of at most ${refill.max_charges_per_24h}`],
+      ['Last error', refill.last_error ? `${refill.last_error.message} (${refill.last_error.code}, ${refill.last_error.at})` : 'none'],
+    ]);
+    $('refill-enabled').checked = Boolean(refill.enabled);
+    if (refill.amount_usd !== null && refill.amount_usd !== undefined) $('refill-amount').value = refill.amount_usd;
+  } catch (error) {
+    figures('refill-state', [['Error', errorText(error)]]);
+  }
+}
+
+async function saveRefill(event) {
+  event.preventDefault();
+  const body = { enabled: $('refill-enabled').checked };
+  const amount = $('refill-amount').value;
+  if (amount !== '') body.amount_usd = Number(amount);
+  try {
+    await call('reseller', 'PUT', '/auto-refill', body);
+    say('refill-msg', 'Auto-refill saved.');
+    await loadRefill();
+  } catch (error) {
+    say('refill-msg', errorText(error), true);
+  }
+}
+
+// ---------------------------------------------------------------- operator
+
+async function adminSignIn(event) {
+  event.preventDefault();
+  const input = $('admin-token');
+  sessionStorage.setItem(ADMIN_STORE, input.value.trim());
+  say('admin-signin-error', '');
+  try {
+    await call('admin', 'GET', '/sandbox/v1/clock');
+  } catch (error) {
+    sessionStorage.removeItem(ADMIN_STORE);
+    say('admin-signin-error', errorText(error), true);
+    return;
+  }
+  input.value = '';
+  showView(sessionStorage.getItem('esim.dashboard.view') || 'operator');
+}
+
+function adminSignOut() {
+  sessionStorage.removeItem(ADMIN_STORE);
+  clear($('account-key-once'));
+  $('account-key-once').hidden = true;
+  showView(sessionStorage.getItem('esim.dashboard.view') || 'operator');
+}
+
+function loadOperator() {
+  loadAccounts();
+}
+
+async function loadAccounts() {
+  try {
+    const page = await call('admin', 'GET', `/admin/v1/accounts${query({ limit: 25, offset: state.accountsOffset })}`);
+    state.accountsTotal = page.total;
+    const body = table('accounts-table');
+    for (const account of page.accounts) {
+      const manage = el('button', { type: 'button', text: 'Manage', 'aria-label': `Manage ${account.account_id}` });
+      manage.addEventListener('click', () => {
+        state.accountId = account.account_id;
+        $('account-manage').hidden = false;
+        $('account-manage-title').textContent = `${account.company_name || account.account_id} (${account.account_id})`;
+        $('freeze-frozen').checked = Boolean(account.frozen);
+        $('topup-amount').focus();
+      });
+      body.append(row('accounts-table', [el('code', { text: account.account_id }), show(account.company_name), show(account.contact_email), money(account.balance_usd), show(account.esims), show(account.groups), account.frozen ? 'yes' : 'no', manage]));
+    }
+    if (!page.accounts.length) body.append(emptyRow('accounts-table', 'No accounts.'));
+    $('accounts-range').textContent = `${page.total ? page.offset + 1 : 0}–${page.offset + page.accounts.length} of ${page.total}`;
+    $('accounts-prev').disabled = page.offset === 0;
+    $('accounts-next').disabled = page.offset + page.accounts.length >= page.total;
+  } catch (error) {
+    say('accounts-msg', errorText(error), true);
+  }
+}
+
+async function createAccount(event) {
+  event.preventDefault();
+  const body = { contact_email: $('account-email').value.trim() };
+  const company = $('account-company').value.trim();
+  if (company) body.company_name = company;
+  try {
+    const made = await call('admin', 'POST', '/admin/v1/accounts', body);
+    showOnce('account-key-once', `API key of ${made.account_id} (shown once):`, made.api_key, 'Give it to the reseller; it is not shown again.');
+    say('accounts-msg', `Created ${made.account_id}.`);
+    $('account-email').value = '';
+    $('account-company').value = '';
+    await loadAccounts();
+  } catch (error) {
+    say('accounts-msg', errorText(error), true);
+  }
+}
+
+async function accountChange(event, describe, method, path, body) {
+  event.preventDefault();
+  if (!state.accountId) return;
+  try {
+    const answer = await call('admin', method, `/admin/v1/accounts/${encodeURIComponent(state.accountId)}${path}`, body());
+    say('accounts-msg', describe(answer));
+    await loadAccounts();
+  } catch (error) {
+    say('accounts-msg', errorText(error), true);
+  }
+}
+
+async function setInventory(event) {
+  event.preventDefault();
+  try {
+    await call('admin', 'PUT', '/admin/v1/inventory', { available: Number($('inventory-available').value) });
+    say('inventory-msg', `Inventory set to ${$('inventory-available').value} profiles.`);
+  } catch (error) {
+    say('inventory-msg', errorText(error), true);
+  }
+}
+
+async function openReport(event) {
+  event.preventDefault();
+  const format = $('report-format').value;
+  const frame = $('report-frame');
+  const text = $('report-text');
+  try {
+    const report = await call('admin', 'GET', `/admin/v1/reports/conservation${query({ format, account_id: $('report-account').value.trim() })}`);
+    if (format === 'html') {
+      // The service's own report page, in a sandboxed frame: no script runs in it, and it
+      // cannot reach this page (decision 133).
+      frame.srcdoc = report;
+      frame.hidden = false;
+      text.hidden = true;
+    } else {
+      text.textContent = typeof report === 'string' ? report : JSON.stringify(report, null, 2);
+      text.hidden = false;
+      frame.hidden = true;
+    }
+    say('report-msg', `Report (${format}) opened.`);
+  } catch (error) {
+    say('report-msg', errorText(error), true);
+  }
+}
+
+async function loadState() {
+  try {
+    const digest = await call('admin', 'GET', '/admin/v1/state');
+    figures('state', [['Service time', digest.now], ['State digest', el('code', { class: 'wrap', text: digest.state_digest })], ['Writes', show(digest.writes)]]);
+    say('state-msg', '');
+  } catch (error) {
+    say('state-msg', errorText(error), true);
+  }
+}
+
+// ---------------------------------------------------------------- sandbox
+
+async function loadClock() {
+  try {
+    const clock = await call('admin', 'GET', '/sandbox/v1/clock');
+    $('clock-now').textContent = clock.now;
+    $('clock-mode').textContent = clock.mode ? `(${clock.mode} clock)` : '';
+    return clock.now;
+  } catch (error) {
+    say('clock-msg', errorText(error), true);
+    return null;
+  }
+}
+
+/** Every account's balance, by id (at most the first 1,000 accounts). */
+async function balances() {
+  const found = new Map();
+  for (let offset = 0; offset < 1000; offset += 100) {
+    const page = await call('admin', 'GET', `/admin/v1/accounts?limit=100&offset=${offset}`);
+    for (const account of page.accounts) found.set(account.account_id, account);
+    if (offset + page.accounts.length >= page.total) break;
+  }
+  return found;
+}
+
+async function advance(seconds) {
+  say('clock-msg', `Advancing ${seconds} s…`);
+  try {
+    const before = await loadClock();
+    const balancesBefore = await balances();
+    const answer = await call('admin', 'POST', '/sandbox/v1/clock/advance', { seconds });
+    const after = answer.now;
+    $('clock-now').textContent = after;
+    const balancesAfter = await balances();
+    $('happened').hidden = false;
+    $('happened-span').textContent = `Service time moved from ${before} to ${after}.`;
+    const body = table('happened-balances');
+    for (const [id, now] of balancesAfter) {
+      const was = balancesBefore.get(id);
+      const change = was ? Number(now.balance_usd) - Number(was.balance_usd) : null;
+      if (change === 0) continue;
+      const tr = row('happened-balances', [el('code', { text: id }), show(now.company_name), was ? money(was.balance_usd) : 'new', money(now.balance_usd), change === null ? '—' : `${change > 0 ? '+' : ''}${change.toFixed(2)}`]);
+      body.append(tr);
+    }
+    if (!body.children.length) body.append(emptyRow('happened-balances', 'No reseller balance changed.'));
+    const events = table('happened-events');
+    if (sessionStorage.getItem(KEY_STORE)) {
+      const page = await call('reseller', 'GET', `/events${query({ created_after: before, limit: 100 })}`);
+      for (const item of page.events) {
+        const subject = item.data.iccid || item.data.group_id || item.data.topup_id || '';
+        events.append(row('happened-events', [item.event, item.created_at, show(subject)]));
+      }
+      if (!page.events.length) events.append(emptyRow('happened-events', 'No events for the signed-in reseller.'));
+      $('happened-note').textContent = 'Events are those of the reseller signed in on the Reseller view.';
+      loadWallet();
+      loadEsims();
+      loadEvents();
+      if (state.iccid) loadEsim(state.iccid);
+    } else {
+      events.append(emptyRow('happened-events', 'Sign in on the Reseller view to see its events here.'));
+      $('happened-note').textContent = '';
+    }
+    say('clock-msg', `Advanced ${seconds} s.`);
+  } catch (error) {
+    say('clock-msg', errorText(error), true);
+  }
+}
+
+async function sandboxCall(event, msgId, method, path, body, describe) {
+  event.preventDefault();
+  try {
+    const answer = await call('admin', method, path, body);
+    say(msgId, describe(answer));
+  } catch (error) {
+    say(msgId, errorText(error), true);
+  }
+}
+
+// ---------------------------------------------------------------- wiring
+
+function speeds() {
+  const select = $('throttle-speed');
+  const values = ['NO_LIMIT'];
+  for (let kbps = 100; kbps <= 3000; kbps += 100) values.push(`SPEED_${kbps}_KBPS`);
+  for (const kbps of [3500, 4000, 4500, 5000]) values.push(`SPEED_${kbps}_KBPS`);
+  for (const value of values) select.append(el('option', { text: value }));
+}
+
+function on(id, type, handler) {
+  $(id).addEventListener(type, handler);
+}
+
+function start() {
+  speeds();
+  for (const tab of document.querySelectorAll('.tab')) tab.addEventListener('click', () => showView(tab.dataset.view));
+  on('reseller-signin', 'submit', resellerSignIn);
+  on('reseller-signout', 'click', () => resellerSignOut());
+  on('reseller-refresh', 'click', resellerRefresh);
+  on('provision-form', 'submit', provision);
+  on('esims-filter', 'submit', (event) => { event.preventDefault(); state.esimOffset = 0; loadEsims(); });
+  on('esims-prev', 'click', () => { state.esimOffset = Math.max(0, state.esimOffset - Number($('esims-limit').value)); loadEsims(); });
+  on('esims-next', 'click', () => { state.esimOffset += Number($('esims-limit').value); loadEsims(); });
+  on('fund-form', 'submit', fund);
+  on('throttle-form', 'submit', throttle);
+  on('esim-defund', 'click', () => esimAction('defund', 'Return the wallet of eSIM {iccid} to the reseller balance? Data pauses; the credit arrives in about 15 minutes.', 'POST', '/defund', undefined,
+    (a) => `Defund accepted: about ${money(a.estimated_return_usd)} USD returns in ${show(a.settles_in_minutes)} minutes.`));
+  on('esim-enable', 'click', () => esimAction('enable', 'Enable data on eSIM {iccid}?', 'POST', '/enable', undefined, () => 'Data enabled.'));
+  on('esim-disable', 'click', () => esimAction('disable', 'Disable data on eSIM {iccid}?', 'POST', '/disable', undefined, () => 'Data disabled.'));
+  on('esim-terminate', 'click', () => esimAction('terminate', 'Terminate eSIM {iccid}? This cannot be undone and forfeits its wallet balance.', 'POST', '/terminate', undefined, () => 'Terminated.'));
+  on('group-create', 'submit', createGroup);
+  on('group-fund-form', 'submit', fundGroup);
+  on('group-defund', 'click', defundGroup);
+  on('group-add-form', 'submit', addToGroup);
+  on('webhook-create', 'submit', createWebhook);
+  on('deliveries-refresh', 'click', () => loadDeliveries());
+  on('events-filter', 'submit', loadEvents);
+  on('key-create', 'click', createKey);
+  on('refill-form', 'submit', saveRefill);
+
+  on('admin-signin', 'submit', adminSignIn);
+  for (const button of document.querySelectorAll('.admin-signout')) button.addEventListener('click', adminSignOut);
+  on('operator-refresh', 'click', loadOperator);
+  on('account-create', 'submit', createAccount);
+  on('accounts-prev', 'click', () => { state.accountsOffset = Math.max(0, state.accountsOffset - 25); loadAccounts(); });
+  on('accounts-next', 'click', () => { state.accountsOffset += 25; loadAccounts(); });
+  on('topup-form', 'submit', (event) => accountChange(event, (a) => `Topped up ${money(a.amount_usd)} USD: balance ${money(a.balance_usd)} USD.`, 'POST', '/topups', () => ({ amount_usd: Number($('topup-amount').value) })));
+  on('freeze-form', 'submit', (event) => accountChange(event, () => `Freeze saved: ${$('freeze-frozen').checked ? 'frozen' : 'not frozen'}.`, 'PUT', '/freeze', () => ({ frozen: $('freeze-frozen').checked })));
+  on('limits-form', 'submit', (event) => accountChange(event, () => 'Limits saved.', 'PUT', '/limits', () => ({ max_groups: Number($('limits-groups').value), max_group_size: Number($('limits-size').value) })));
+  on('inventory-form', 'submit', setInventory);
+  on('report-form', 'submit', openReport);
+  on('state-load', 'click', loadState);
+
+  for (const button of document.querySelectorAll('.advance')) button.addEventListener('click', () => advance(Number(button.dataset.seconds)));
+  on('advance-form', 'submit', (event) => { event.preventDefault(); advance(Number($('advance-seconds').value)); });
+  on('install-form', 'submit', (event) => {
+    const iccid = $('install-iccid').value.trim();
+    sandboxCall(event, 'device-msg', 'POST', `/sandbox/v1/esims/${encodeURIComponent(iccid)}/install`, undefined, () => `Installed ${iccid}.`);
+  });
+  on('usage-form', 'submit', (event) => {
+    const iccid = $('usage-iccid').value.trim();
+    const body = { mb: Number($('usage-mb').value), country: $('usage-country').value.trim().toUpperCase() };
+    sandboxCall(event, 'device-msg', 'POST', `/sandbox/v1/esims/${encodeURIComponent(iccid)}/usage`, body,
+      (a) => `Used ${show(a.used_mb)} MB, charged ${money(a.charged_usd)} USD${a.data_stopped ? '; data stopped' : ''}.`);
+  });
+  on('faults-form', 'submit', (event) => sandboxCall(event, 'faults-msg', 'PUT', '/sandbox/v1/faults',
+    { upstream_pause_fails: $('fault-pause').checked, network_read_fails: $('fault-read').checked }, () => 'Faults applied.'));
+
+  resellerShown();
+  showView(sessionStorage.getItem('esim.dashboard.view') || 'reseller');
+}
+
+document.addEventListener('DOMContentLoaded', start);
