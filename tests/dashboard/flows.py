@@ -95,6 +95,17 @@ def poll_until(page, refresh, locator, what):
     raise AssertionError(f"never showed: {what}")
 
 
+def shoot(page, name):
+    """A screenshot of the whole page: the viewport is made as tall as the page first, so
+    the report's frame (painted by its own renderer) is drawn too, then put back."""
+    size = page.viewport_size
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    page.set_viewport_size({"width": size["width"], "height": height})
+    page.wait_for_timeout(400)
+    page.screenshot(path=os.path.join(SHOTS, name))
+    page.set_viewport_size(size)
+
+
 def check_labels(page, where):
     """Every input, select, textarea and button in the DOM (shown or not) has an accessible name."""
     missing = page.evaluate(
@@ -295,7 +306,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         expect(page.locator("#happened-balances tbody tr", has_text=f"+{esim_wallet:.2f}")).to_have_count(1)
         expect(page.locator("#happened-events tbody td", has_text="esim.defunded")).to_have_count(1)
         check_labels(page, "sandbox")
-        page.screenshot(path=os.path.join(SHOTS, "sandbox.png"), full_page=True)
+        shoot(page, "sandbox.png")
 
         step("back on the reseller view: the credit and the esim.defunded event")
         page.click("#tab-reseller")
@@ -321,7 +332,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
             keys_and_refill(page, out)
         check_no_script_ran(page)
         page.evaluate("() => window.scrollTo(0, 0)")
-        page.screenshot(path=os.path.join(SHOTS, "reseller.png"), full_page=True)
+        shoot(page, "reseller.png")
 
         step("the operator tops up an account and opens the report")
         page.click("#tab-operator")
@@ -349,7 +360,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         expect(page.locator("#state")).to_contain_text("State digest")
         check_labels(page, "operator")
         page.evaluate("() => window.scrollTo(0, 0)")
-        page.screenshot(path=os.path.join(SHOTS, "operator.png"), full_page=True)
+        shoot(page, "operator.png")
 
         step("sign out clears the credentials")
         page.click("#tab-reseller")
