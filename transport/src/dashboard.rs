@@ -22,7 +22,7 @@ pub const BASE: &str = "/dashboard/";
 
 /// The Content-Security-Policy of every dashboard answer (decision 133).
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; \
-img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-src 'self'; frame-ancestors 'none'; \
+img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; \
 base-uri 'none'; form-action 'none'";
 
 /// The dashboard's files: path under [`BASE`], content type, bytes.
