@@ -256,7 +256,8 @@ async function provision(event) {
     sessionStorage.setItem(QR_STORE + made.iccid, JSON.stringify({ qr: made.qr_code, url: made.direct_install_url }));
     say('provision-msg', `Provisioned ${made.iccid} for ${money(made.cost)} USD; balance ${money(made.balance_remaining)} USD.`);
     state.iccid = made.iccid;
-    await Promise.all([loadWallet(), loadEsims(), loadEsim(made.iccid)]);
+    if (group) state.groupId = group;
+    await Promise.all([loadWallet(), loadEsims(), loadEsim(made.iccid), group ? loadGroups() : null]);
   } catch (error) {
     say('provision-msg', errorText(error), true);
   }
