@@ -69,7 +69,14 @@ async fn the_dashboard_works_in_a_real_browser() {
         assert_eq!(status.as_u16(), expected, "{path}");
         assert_eq!(headers["content-type"], content_type, "{path}");
         let csp = headers["content-security-policy"].to_str().unwrap();
-        for rule in ["default-src 'none'", "script-src 'self';", "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'"] {
+        for rule in [
+            "default-src 'none'",
+            "script-src 'self';",
+            "connect-src 'self'",
+            "frame-ancestors 'none'",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ] {
             assert!(csp.contains(rule), "{path}: {rule} in {csp}");
         }
         assert!(!csp.contains("script-src 'self' 'unsafe"), "no unsafe script source: {csp}");
@@ -118,9 +125,11 @@ async fn the_dashboard_works_in_a_real_browser() {
     let result: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let revoked = result["revoked_key"].as_str().expect("the flows report the revoked key");
     assert!(revoked.starts_with("rsk_") && revoked != demo_key);
-    let (status, body) = call(&client, &base, "GET", "/api/v2/reseller/wallet/balance", revoked, None, None).await.unwrap();
+    let (status, body) =
+        call(&client, &base, "GET", "/api/v2/reseller/wallet/balance", revoked, None, None).await.unwrap();
     assert_eq!((status, body["code"].as_str()), (401, Some("INVALID_API_KEY")), "{body}");
-    let (status, _) = call(&client, &base, "GET", "/api/v2/reseller/wallet/balance", &demo_key, None, None).await.unwrap();
+    let (status, _) =
+        call(&client, &base, "GET", "/api/v2/reseller/wallet/balance", &demo_key, None, None).await.unwrap();
     assert_eq!(status, 200, "the demo key still works");
 
     for name in ["reseller.png", "operator.png", "sandbox.png"] {

@@ -305,6 +305,11 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         assert credited == round(before_advance + esim_wallet, 2), (before_advance, esim_wallet, credited)
         expect(page.locator("#happened-balances tbody tr", has_text=f"+{esim_wallet:.2f}")).to_have_count(1)
         expect(page.locator("#happened-events tbody td", has_text="esim.defunded")).to_have_count(1)
+        page.fill("#install-iccid", iccid)
+        page.click("#install-form button[type=submit]")
+        expect(page.locator("#device-msg")).to_have_text(f"Installed {iccid}.")
+        status, detail_now = http_call("GET", f"{RESELLER}/esim/{iccid}", DEMO_KEY)
+        assert detail_now["activated_at"] is not None, detail_now
         check_labels(page, "sandbox")
         shoot(page, "sandbox.png")
 
@@ -372,6 +377,17 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         expect(page.locator("#accounts-msg")).to_contain_text(f"balance {held + 50:.2f} USD")
         expect(demo_row).to_contain_text(f"{held + 50:.2f}")
         assert wallet_balance() == round(held + 50, 2)
+        page.fill("#account-email", "ops@second.example")
+        page.fill("#account-company", "Second <i>Reseller</i>")
+        page.click("#account-create button[type=submit]")
+        first_key = page.locator("#account-key-once code.secret")
+        expect(first_key).to_be_visible()
+        second_key = first_key.inner_text()
+        status, second = http_call("GET", RESELLER + "/account", second_key)
+        assert status == 200 and second["company_name"] == "Second <i>Reseller</i>", second
+        page.click("#account-key-once button")
+        assert second_key not in page.content(), "the new account's key stays in the page"
+        expect(page.locator("#accounts-table tbody tr", has_text="Second <i>Reseller</i>")).to_have_count(1)
         page.select_option("#report-format", "html")
         page.click("#report-form button[type=submit]")
         frame = page.frame_locator("#report-frame")

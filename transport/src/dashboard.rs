@@ -111,7 +111,15 @@ mod tests {
         // The script's code (its `//` comment lines name what it never does).
         let (_, _, script) = FILES[1];
         let code: String = script.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
-        for never in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "localStorage", "document.cookie"] {
+        for never in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "localStorage",
+            "document.cookie",
+        ] {
             assert!(!code.contains(never), "the script uses {never}");
         }
     }
