@@ -818,8 +818,18 @@ async function advance(seconds) {
         const subject = item.data.iccid || item.data.group_id || item.data.topup_id || '';
         events.append(row('happened-events', [item.event, item.created_at, show(subject)]));
       }
-      if (!page.events.length) events.append(emptyRow('happened-events', 'No events for the signed-in reseller.'));
-      $('happened-note').textContent = 'Events are those of the reseller signed in on the Reseller view.';
+      // Webhook attempts made since (the log has an attempt once its receiver answered).
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const hooks = await call('reseller', 'GET', '/webhooks');
+      for (const hook of hooks.webhooks) {
+        const log = await call('reseller', 'GET', `/webhooks/${encodeURIComponent(hook.id)}/deliveries?limit=100`);
+        for (const attempt of log.attempts.filter((a) => a.attempted_at > before && !a.manual).reverse()) {
+          const result = attempt.success ? `delivered (HTTP ${attempt.status})` : `failed (${attempt.status !== null ? `HTTP ${attempt.status}` : show(attempt.error)})`;
+          events.append(row('happened-events', [`delivery of ${attempt.event_type}`, attempt.attempted_at, `${hook.url}: ${result}`]));
+        }
+      }
+      if (!events.children.length) events.append(emptyRow('happened-events', 'No events for the signed-in reseller.'));
+      $('happened-note').textContent = 'Events and webhook attempts are those of the reseller signed in on the Reseller view; attempts still in flight show in its delivery log.';
       loadWallet();
       loadEsims();
       loadEvents();
