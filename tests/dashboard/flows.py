@@ -446,6 +446,15 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         assert widths[0] <= widths[1], f"the page scrolls sideways at 390 px: {widths}"
         check_no_script_ran(narrow)
         narrow.screenshot(path=os.path.join(SHOTS, "reseller-390px.png"))
+        narrow.click("#tab-operator")
+        narrow.fill("#admin-token", ADMIN)
+        narrow.keyboard.press("Enter")
+        expect(narrow.locator("#accounts-table tbody tr")).to_have_count(2)
+        for view in ["operator", "sandbox"]:
+            narrow.click(f"#tab-{view}")
+            expect(narrow.locator(f"#{view}-app")).to_be_visible()
+            widths = narrow.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            assert widths[0] <= widths[1], f"the {view} view scrolls sideways at 390 px: {widths}"
 
 
 if __name__ == "__main__":
