@@ -24,7 +24,6 @@ function el(tag, attrs, ...children) {
   for (const [name, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
     if (name === 'text') node.textContent = String(value);
-    else if (name === 'onclick') node.addEventListener('click', value);
     else node.setAttribute(name, value === true ? '' : String(value));
   }
   for (const child of children) {
