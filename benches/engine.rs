@@ -88,6 +88,7 @@ impl Bench {
                     contact_email: "bench@x.example".into(),
                     company_name: None,
                     api_key_digest: KeyDigest::default(),
+                    api_key_prefix: String::new(),
                 }),
             ) else {
                 panic!("account creation failed")

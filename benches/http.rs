@@ -43,6 +43,7 @@ fn service_with_accounts(engine: Engine) -> (Service, Vec<Account>) {
                 contact_email: "load@x.example".into(),
                 company_name: None,
                 api_key_digest: Default::default(),
+                api_key_prefix: String::new(),
             }),
         ) else {
             panic!("account")

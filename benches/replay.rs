@@ -44,6 +44,7 @@ fn main() {
                 contact_email: "b@x.example".into(),
                 company_name: None,
                 api_key_digest: Default::default(),
+                api_key_prefix: String::new(),
             }),
         ) else {
             panic!("account")

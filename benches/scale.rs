@@ -214,6 +214,7 @@ impl Scale {
                 contact_email: format!("reseller{n}@scale.example"),
                 company_name: Some(format!("Reseller {n}")),
                 api_key_digest: KeyDigest::default(),
+                api_key_prefix: String::new(),
             };
             let Ok(Reply::AccountCreated(created)) = scale.apply(Command::Admin(create)) else {
                 panic!("account creation failed")

@@ -511,6 +511,7 @@ fn create_demo_account(service: &mut Service) -> Result<String, String> {
             company_name: Some("Demo Reseller".into()),
             // Drawn by the service.
             api_key_digest: Default::default(),
+            api_key_prefix: String::new(),
         }),
     );
     let Ok(Reply::AccountCreated(created)) = created else { return Err("demo account creation failed".into()) };

@@ -150,6 +150,18 @@ async fn no_key_or_secret_reaches_the_data_dir_or_the_log_and_every_mode_is_priv
     assert_eq!(status, 200, "{body}");
     assert_eq!(session.api("GET", "/wallet/balance", &revoked, None).await.0, 401, "the revoked key is refused");
     assert_eq!(session.api("GET", "/wallet/balance", &extra[0], None).await.0, 200, "the other extra key works");
+    // Keys the reseller makes itself (decision 128), one revoked by its id.
+    let mut made_ids = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = session.api("POST", "/keys", &key_b, None).await;
+        assert_eq!(status, 201, "{body}");
+        keys.push(body["api_key"].as_str().unwrap().to_string());
+        made_ids.push(body["id"].as_str().unwrap().to_string());
+    }
+    let (status, body) = session.api("DELETE", &format!("/keys/{}", made_ids[0]), &key_b, None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(session.api("GET", "/wallet/balance", &keys[keys.len() - 2], None).await.0, 401, "revoked by id");
+    assert_eq!(session.api("GET", "/wallet/balance", &keys[keys.len() - 1], None).await.0, 200, "the other works");
 
     // Webhooks: one with an Idempotency-Key (its stored answer keeps the secret sealed;
     // the retry shows the same secret), one per other account.

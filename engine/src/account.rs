@@ -18,8 +18,8 @@ use serde_json::json;
 impl Engine {
     pub(crate) fn handle_admin(&mut self, op: AdminOp) -> Response {
         match op {
-            AdminOp::CreateAccount { contact_email, company_name, api_key_digest } => {
-                self.create_account(contact_email, company_name, api_key_digest)
+            AdminOp::CreateAccount { contact_email, company_name, api_key_digest, api_key_prefix } => {
+                self.create_account(contact_email, company_name, api_key_digest, api_key_prefix)
             }
             AdminOp::SetInsecureWebhooks { allowed } => {
                 self.config.allow_insecure_webhooks = allowed;
@@ -29,9 +29,9 @@ impl Engine {
                 let account = self.account_by_id(&account_id)?;
                 self.top_up(account, amount_usd)
             }
-            AdminOp::CreateKey { account_id, api_key_digest } => {
+            AdminOp::CreateKey { account_id, api_key_digest, api_key_prefix } => {
                 let account = self.account_by_id(&account_id)?;
-                self.add_api_key(account, api_key_digest);
+                self.add_api_key(account, api_key_digest, api_key_prefix);
                 Ok(Reply::KeyCreated(KeyCreated { api_key: String::new() }))
             }
             AdminOp::RevokeKey { api_key_digest } => {
@@ -53,26 +53,8 @@ impl Engine {
                 if enabled.is_none() && amount_usd.is_none() && card.is_none() {
                     return Err(ApiError::validation("give at least one of enabled, amount_usd, card"));
                 }
-                if let Some(amount) = amount_usd {
-                    match money::to_cents(amount) {
-                        Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
-                        _ => {
-                            return Err(ApiError::validation(
-                                "amount_usd must be 10 to 1000000 with at most 2 decimals",
-                            ))
-                        }
-                    }
-                }
-                let refill = &mut self.accounts[account].auto_refill;
-                if let Some(enabled) = enabled {
-                    refill.enabled = enabled;
-                }
-                if let Some(amount) = amount_usd {
-                    refill.amount = amount.normalize();
-                }
-                if let Some(card) = card {
-                    refill.card = card;
-                }
+                self.set_auto_refill(account, enabled, amount_usd, card)?;
+                let refill = &self.accounts[account].auto_refill;
                 Ok(Reply::AdminUpdated(json!({
                     "account_id": account_id,
                     "enabled": refill.enabled,
@@ -108,6 +90,7 @@ impl Engine {
         contact_email: String,
         company_name: Option<String>,
         api_key_digest: crate::secret::KeyDigest,
+        api_key_prefix: String,
     ) -> Response {
         let email = contact_email.trim();
         if email.len() > limits::MAX_TEXT_LEN || !email.contains('@') || email.starts_with('@') || email.ends_with('@')
@@ -149,18 +132,10 @@ impl Engine {
             },
         });
         self.account_index.insert(id.clone(), index);
-        self.add_api_key(index, api_key_digest);
+        self.add_api_key(index, api_key_digest, api_key_prefix);
         let account = self.account_record(index)?;
         // The shell, which drew the key, shows it in the answer.
         Ok(Reply::AccountCreated(AccountCreated { account_id: id, api_key: String::new(), account }))
-    }
-
-    /// A key drawn by the shell from OS entropy (`rsk_` and 64 hex characters): only its
-    /// SHA-256 reaches the engine, and only that is kept.
-    fn add_api_key(&mut self, account: AccountIx, digest: crate::secret::KeyDigest) {
-        assert!(!digest.is_unset(), "the shell fills in every new key's digest");
-        let previous = self.keys.insert(digest.id(), KeyRecord { digest, account, revoked: false });
-        assert!(previous.is_none(), "a 128-bit key id collision cannot happen by chance");
     }
 
     pub(crate) fn account_by_id(&self, account_id: &str) -> Result<AccountIx, ApiError> {
@@ -290,6 +265,69 @@ impl Engine {
     }
 
     // ----- auto-refill -----
+
+    /// Changes the given auto-refill settings (the operator's and the reseller's calls
+    /// share it): all or nothing, the amount checked first.
+    fn set_auto_refill(
+        &mut self,
+        account: AccountIx,
+        enabled: Option<bool>,
+        amount_usd: Option<Decimal>,
+        card: Option<CardBehavior>,
+    ) -> Result<(), ApiError> {
+        if let Some(amount) = amount_usd {
+            match money::to_cents(amount) {
+                Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
+                _ => return Err(ApiError::validation("amount_usd must be 10 to 1000000 with at most 2 decimals")),
+            }
+        }
+        let refill = &mut self.accounts[account].auto_refill;
+        if let Some(enabled) = enabled {
+            refill.enabled = enabled;
+        }
+        if let Some(amount) = amount_usd {
+            refill.amount = amount.normalize();
+        }
+        if let Some(card) = card {
+            refill.card = card;
+        }
+        Ok(())
+    }
+
+    /// `GET /auto-refill` (decision 129): the settings and what the daily limit has left.
+    pub(crate) fn auto_refill_settings(&self, account: AccountIx) -> Response {
+        let refill = &self.accounts[account].auto_refill;
+        let now = self.now;
+        let charges_last_24h = refill.recent_charges.iter().filter(|at| now.0 - at.0 < Millis::DAY).count();
+        Ok(Reply::AutoRefill(AutoRefillSettings {
+            enabled: refill.enabled,
+            amount_usd: refill.amount,
+            card: refill.card,
+            charges_last_24h: charges_last_24h as u64,
+            max_charges_per_24h: limits::AUTO_REFILL_MAX_PER_DAY as u64,
+            charge_in_flight_usd: refill.charge_in_flight,
+            last_error: refill.last_error.as_ref().map(|RefillError { code, message, at }| AutoRefillError {
+                code: code.clone(),
+                message: message.clone(),
+                at: *at,
+            }),
+        }))
+    }
+
+    /// `PUT /auto-refill` (decision 129): the reseller turns auto-refill on or off and
+    /// sets its amount; the saved card is not the reseller's to change here.
+    pub(crate) fn update_auto_refill(
+        &mut self,
+        account: AccountIx,
+        enabled: Option<bool>,
+        amount_usd: Option<Decimal>,
+    ) -> Response {
+        if enabled.is_none() && amount_usd.is_none() {
+            return Err(ApiError::validation("give at least one of enabled, amount_usd"));
+        }
+        self.set_auto_refill(account, enabled, amount_usd, None)?;
+        self.auto_refill_settings(account)
+    }
 
     /// Starts a card charge if auto-refill is on and none is on its way. Returns whether
     /// a charge is now on its way. Only real spend calls this, never a transfer.

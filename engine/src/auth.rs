@@ -1,10 +1,16 @@
-//! Authentication of reseller API keys: only a key's digest is kept, looked up by its
-//! first half and compared whole in constant time.
+//! API keys: authentication (only a key's digest is kept, looked up by its first half
+//! and compared whole in constant time) and the reseller's own key management
+//! (decision 128: list, create, revoke by id).
 
-use crate::engine::Engine;
+use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
+use crate::reply::{ApiKeyCreated, ApiKeyList, ApiKeyRecord, ApiKeyRevoked, Reply, Response};
 use crate::secret::KeyDigest;
-use crate::state::AccountIx;
+use crate::state::{AccountIx, KeyRecord};
+
+/// How a key's id starts: `key_` and the first 128 bits of its digest in hex. The id
+/// names a key without being one (a digest cannot be turned back into its key).
+const KEY_ID_PREFIX: &str = "key_";
 
 impl Engine {
     /// The account holding a valid (known, not revoked) API key.
@@ -16,9 +22,122 @@ impl Engine {
             _ => Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
         }
     }
+
+    /// A key drawn by the shell from OS entropy (`rsk_` and 64 hex characters): only its
+    /// SHA-256 and its first 12 characters reach the engine, and only those are kept.
+    pub(crate) fn add_api_key(&mut self, account: AccountIx, digest: KeyDigest, prefix: String) {
+        assert!(!digest.is_unset(), "the shell fills in every new key's digest");
+        let prefix = (!prefix.is_empty()).then_some(prefix);
+        let record = KeyRecord { digest, account, revoked: false, prefix, created_at: Some(self.now) };
+        let previous = self.keys.insert(digest.id(), record);
+        assert!(previous.is_none(), "a 128-bit key id collision cannot happen by chance");
+    }
+
+    /// The account's active keys, oldest first (then by id). A scan of every key: the key
+    /// list is a rare call of the dashboard, and keeping no second index keeps snapshots
+    /// of earlier builds exact.
+    fn active_keys(&self, account: AccountIx) -> Vec<(&u128, &KeyRecord)> {
+        let mut keys: Vec<_> =
+            self.keys.iter().filter(|(_, record)| record.account == account && !record.revoked).collect();
+        keys.sort_by_key(|(id, record)| (record.created_at, **id));
+        keys
+    }
+
+    /// `GET /keys`: the account's active keys, marking the caller's.
+    pub(crate) fn list_api_keys(&self, account: AccountIx, caller: &KeyDigest) -> Response {
+        let keys = self
+            .active_keys(account)
+            .into_iter()
+            .map(|(id, record)| ApiKeyRecord {
+                id: key_id(*id),
+                prefix: record.prefix.clone(),
+                created_at: record.created_at,
+                current: record.digest == *caller,
+            })
+            .collect();
+        Ok(Reply::ApiKeyList(ApiKeyList { keys }))
+    }
+
+    /// `POST /keys`: one more key, within the account's cap; the shell shows the key.
+    pub(crate) fn create_api_key(&mut self, account: AccountIx, digest: KeyDigest, prefix: String) -> Response {
+        if self.active_keys(account).len() >= limits::API_KEYS_PER_ACCOUNT_MAX {
+            return Err(ApiError::new(
+                ErrorCode::ApiKeyLimitReached,
+                format!(
+                    "the account already has {} active API keys; revoke one first",
+                    limits::API_KEYS_PER_ACCOUNT_MAX
+                ),
+            ));
+        }
+        self.add_api_key(account, digest, prefix.clone());
+        Ok(Reply::ApiKeyCreated(ApiKeyCreated { id: key_id(digest.id()), api_key: None, prefix, created_at: self.now }))
+    }
+
+    /// `DELETE /keys/{id}`: refuses an unknown id (another account's is just as unknown)
+    /// and the last active key, which would lock the reseller out.
+    pub(crate) fn revoke_api_key(&mut self, account: AccountIx, key_id: &str) -> Response {
+        let not_found = || ApiError::new(ErrorCode::NotFound, format!("no active API key {key_id}"));
+        let id = parse_key_id(key_id).ok_or_else(not_found)?;
+        match self.keys.get(&id) {
+            Some(record) if record.account == account && !record.revoked => {}
+            _ => return Err(not_found()),
+        }
+        if self.active_keys(account).len() == 1 {
+            return Err(ApiError::new(
+                ErrorCode::LastApiKey,
+                "this is the account's last active API key: create another before revoking it",
+            ));
+        }
+        self.keys.get_mut(&id).expect("found above").revoked = true;
+        Ok(Reply::ApiKeyRevoked(ApiKeyRevoked { id: key_id.to_string(), revoked: true }))
+    }
+
+    /// The digest of one of the account's keys by id (the transport's key directory
+    /// follows a revocation by id with it).
+    pub fn api_key_digest(&self, key_id: &str) -> Option<KeyDigest> {
+        self.keys.get(&parse_key_id(key_id)?).map(|record| record.digest)
+    }
+}
+
+/// A key's id from its index (the first 128 bits of its digest).
+fn key_id(index: u128) -> String {
+    format!("{KEY_ID_PREFIX}{}", crate::ids::hex(&index.to_le_bytes()))
+}
+
+/// The index a key id names; `None` for anything that is not `key_` and 32 hex digits.
+fn parse_key_id(key_id: &str) -> Option<u128> {
+    let hex = key_id.strip_prefix(KEY_ID_PREFIX)?;
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(u128::from_le_bytes(bytes))
 }
 
 /// Compares two byte strings in time independent of where they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_ids_round_trip_and_refuse_anything_else() {
+        for index in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_0011_2233_4455_6677] {
+            let id = key_id(index);
+            assert_eq!(id.len(), 36);
+            assert_eq!(parse_key_id(&id), Some(index));
+        }
+        for bad in
+            ["", "key_", "key_00", "rsk_00000000000000000000000000000000", "key_0000000000000000000000000000000G"]
+        {
+            assert_eq!(parse_key_id(bad), None, "{bad}");
+        }
+        assert_eq!(parse_key_id("key_0000000000000000000000000000000A"), None, "upper case is not an id");
+    }
 }

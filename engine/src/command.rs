@@ -276,6 +276,32 @@ pub enum ResellerOp {
         /// The webhook (`wh_...`).
         webhook_id: String,
     },
+    /// `GET /keys` (beyond the spec, decision 128): the account's active API keys, by
+    /// id, prefix and creation time; never a key.
+    ListApiKeys,
+    /// `POST /keys` (decision 128): one more API key; the answer shows it once.
+    CreateApiKey {
+        /// The digest of the new key, drawn by the shell (not part of what an
+        /// `Idempotency-Key` compares: a retry draws a fresh one that is never used).
+        api_key_digest: KeyDigest,
+        /// The key's first 12 characters (`rsk_` and 8 hex digits).
+        api_key_prefix: String,
+    },
+    /// `DELETE /keys/{id}` (decision 128): the key stops authenticating at once.
+    RevokeApiKey {
+        /// The key's id (`key_...`), as the key list shows it.
+        key_id: String,
+    },
+    /// `GET /auto-refill` (decision 129): the account's auto-refill settings.
+    GetAutoRefill,
+    /// `PUT /auto-refill` (decision 129): a partial update (at least one field); the
+    /// saved card stays as it is.
+    UpdateAutoRefill {
+        /// Whether the saved card is charged when real spend leaves the balance low.
+        enabled: Option<bool>,
+        /// USD charged to the card per refill: 10 to 1000000, at most 2 decimals.
+        amount_usd: Option<Decimal>,
+    },
 }
 impl ResellerOp {
     /// Reads change nothing: they are neither journaled nor idempotency-stored.
@@ -296,6 +322,8 @@ impl ResellerOp {
                 | ListEvents { .. }
                 | GetEvent { .. }
                 | ListDeliveries { .. }
+                | ListApiKeys
+                | GetAutoRefill
         )
     }
 
@@ -335,12 +363,17 @@ impl ResellerOp {
             UpdateWebhook { .. } => "update_webhook",
             DeleteWebhook { .. } => "delete_webhook",
             TestWebhook { .. } => "test_webhook",
+            ListApiKeys => "list_api_keys",
+            CreateApiKey { .. } => "create_api_key",
+            RevokeApiKey { .. } => "revoke_api_key",
+            GetAutoRefill => "get_auto_refill",
+            UpdateAutoRefill { .. } => "update_auto_refill",
         }
     }
 }
 
 /// The simulated saved card of an account's auto-refill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CardBehavior {
     /// Every charge succeeds.
@@ -393,6 +426,10 @@ pub enum AdminOp {
         /// The digest of the account's first key, drawn by the shell (the key itself is
         /// shown once, in the answer, and never stored).
         api_key_digest: KeyDigest,
+        /// The key's first 12 characters (`rsk_` and 8 hex digits), how the reseller
+        /// tells keys apart in the key list (empty in journals written before it).
+        #[serde(default)]
+        api_key_prefix: String,
     },
     /// `POST /admin/v1/accounts/{account_id}/topups`: credits the reseller balance (a
     /// manual top-up, as a bank transfer would).
@@ -408,6 +445,9 @@ pub enum AdminOp {
         account_id: String,
         /// The digest of the new key, drawn by the shell.
         api_key_digest: KeyDigest,
+        /// The key's first 12 characters (empty in journals written before it).
+        #[serde(default)]
+        api_key_prefix: String,
     },
     /// `DELETE /admin/v1/keys/{api_key}`: the key stops authenticating at once.
     RevokeKey {

@@ -61,6 +61,9 @@ pub mod limits {
     /// After a secret rotation, how long the previous secret still signs deliveries
     /// beside the new one (decision 116).
     pub const SECRET_ROTATION_OVERLAP_MS: i64 = 24 * crate::Millis::HOUR;
+    /// Active API keys per account that the reseller may reach by making keys itself
+    /// (`POST /keys` past it answers 429, decision 128); the operator's keys are not capped.
+    pub const API_KEYS_PER_ACCOUNT_MAX: usize = 20;
     /// Auto-refill charges in 24 hours: the next one switches auto-refill off (decision 34).
     pub const AUTO_REFILL_MAX_PER_DAY: usize = 10;
     /// How long an `Idempotency-Key` replays its stored answer (decision 40).

@@ -261,13 +261,14 @@ impl Engine {
         let ResellerRequest { key_digest, idempotency_key, op } = request;
         let account = self.key_holder(key_digest)?;
         match idempotency_key {
-            Some(key) if !op.is_read() => self.dispatch_idempotent(account, key.clone(), op),
-            _ => self.dispatch(account, op),
+            Some(key) if !op.is_read() => self.dispatch_idempotent(account, key_digest, key.clone(), op),
+            _ => self.dispatch(account, key_digest, op),
         }
     }
 
-    /// Runs a reseller request; what a rule stores is copied out of the borrowed request.
-    pub(crate) fn dispatch(&mut self, account: AccountIx, op: &ResellerOp) -> Response {
+    /// Runs a reseller request of `caller`'s key; what a rule stores is copied out of the
+    /// borrowed request.
+    pub(crate) fn dispatch(&mut self, account: AccountIx, caller: &KeyDigest, op: &ResellerOp) -> Response {
         use ResellerOp::*;
         match op {
             Provision { end_user_reference, label, group_id } => {
@@ -316,6 +317,13 @@ impl Engine {
             ListDeliveries { webhook_id, event_id, limit, offset } => {
                 self.list_deliveries(account, webhook_id, event_id.as_deref(), *limit, *offset)
             }
+            ListApiKeys => self.list_api_keys(account, caller),
+            CreateApiKey { api_key_digest, api_key_prefix } => {
+                self.create_api_key(account, *api_key_digest, api_key_prefix.clone())
+            }
+            RevokeApiKey { key_id } => self.revoke_api_key(account, key_id),
+            GetAutoRefill => self.auto_refill_settings(account),
+            UpdateAutoRefill { enabled, amount_usd } => self.update_auto_refill(account, *enabled, *amount_usd),
         }
     }
 

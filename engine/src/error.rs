@@ -55,6 +55,10 @@ pub enum ErrorCode {
     AccountSuspended,
     /// Too many webhooks on the account (429, like the other count limits).
     WebhookLimitReached,
+    /// Too many active API keys on the account (429, decision 128).
+    ApiKeyLimitReached,
+    /// Revoking the account's last active API key (409, decision 128).
+    LastApiKey,
     /// Admin and sandbox APIs: bad admin token (401).
     InvalidAdminToken,
     /// Admin API: unknown account id (404).
@@ -85,10 +89,10 @@ impl ErrorCode {
             EsimNotFound | NotFound | GroupNotFound | AccountNotFound | RouteNotFound => 404,
             MethodNotAllowed => 405,
             GroupNameTaken | GroupDefundPending | DefundAlreadyPending | EsimAlreadyInGroup | MovePending
-            | EsimInGroup | DefundPending | IdempotencyKeyReused | ClockNotVirtual => 409,
+            | EsimInGroup | DefundPending | IdempotencyKeyReused | ClockNotVirtual | LastApiKey => 409,
             RequestTimeout => 408,
             PayloadTooLarge => 413,
-            RateLimited | GroupLimitReached | GroupFull | WebhookLimitReached => 429,
+            RateLimited | GroupLimitReached | GroupFull | WebhookLimitReached | ApiKeyLimitReached => 429,
             UpstreamError => 502,
             NoEsimsAvailable | ServiceUnavailable => 503,
         }
@@ -122,6 +126,8 @@ impl ErrorCode {
             IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             AccountSuspended => "ACCOUNT_SUSPENDED",
             WebhookLimitReached => "WEBHOOK_LIMIT_REACHED",
+            ApiKeyLimitReached => "API_KEY_LIMIT_REACHED",
+            LastApiKey => "LAST_API_KEY",
             InvalidAdminToken => "INVALID_ADMIN_TOKEN",
             AccountNotFound => "ACCOUNT_NOT_FOUND",
             ClockNotVirtual => "CLOCK_NOT_VIRTUAL",
@@ -161,6 +167,8 @@ impl ErrorCode {
             IdempotencyKeyReused => "Idempotency key reused",
             AccountSuspended => "Account suspended",
             WebhookLimitReached => "Webhook limit reached",
+            ApiKeyLimitReached => "API key limit reached",
+            LastApiKey => "Last API key",
             InvalidAdminToken => "Invalid admin token",
             AccountNotFound => "Account not found",
             ClockNotVirtual => "Clock is not virtual",
@@ -173,7 +181,7 @@ impl ErrorCode {
     }
 
     /// Every code, for the tests that each is produced by some command.
-    pub const ALL: [ErrorCode; 32] = {
+    pub const ALL: [ErrorCode; 34] = {
         use ErrorCode::*;
         [
             ValidationError,
@@ -200,6 +208,8 @@ impl ErrorCode {
             IdempotencyKeyReused,
             AccountSuspended,
             WebhookLimitReached,
+            ApiKeyLimitReached,
+            LastApiKey,
             InvalidAdminToken,
             AccountNotFound,
             ClockNotVirtual,

@@ -15,7 +15,13 @@ use sha2::{Digest, Sha256};
 impl Engine {
     /// A reseller write that carries an `Idempotency-Key`: a live stored answer is
     /// replayed, otherwise the request is dispatched and its final answer stored.
-    pub(crate) fn dispatch_idempotent(&mut self, account: AccountIx, key: String, op: &ResellerOp) -> Response {
+    pub(crate) fn dispatch_idempotent(
+        &mut self,
+        account: AccountIx,
+        caller: &crate::secret::KeyDigest,
+        key: String,
+        op: &ResellerOp,
+    ) -> Response {
         if key.is_empty() || key.len() > limits::IDEMPOTENCY_KEY_LEN_MAX {
             return Err(ApiError::validation(format!(
                 "Idempotency-Key must be 1 to {} characters",
@@ -39,7 +45,7 @@ impl Engine {
                 });
             }
         }
-        let response = self.dispatch(account, op);
+        let response = self.dispatch(account, caller, op);
         if is_final(&response) {
             self.store_idempotent(account, key, fingerprint, &response);
         }
@@ -117,6 +123,10 @@ fn request_fingerprint(op: &ResellerOp) -> [u8; 32] {
             };
             serde_json::to_vec(&blank)
         }
+        ResellerOp::CreateApiKey { .. } => serde_json::to_vec(&ResellerOp::CreateApiKey {
+            api_key_digest: crate::secret::KeyDigest::default(),
+            api_key_prefix: String::new(),
+        }),
         other => serde_json::to_vec(other),
     };
     Sha256::digest(bytes.expect("commands serialize")).into()

@@ -47,6 +47,7 @@
 //!     contact_email: "ops@reseller.example".into(),
 //!     company_name: None,
 //!     api_key_digest: KeyDigest::of("rsk_drawn_by_the_shell_from_os_entropy"),
+//!     api_key_prefix: "rsk_drawn_by".into(),
 //! };
 //! let mut inbox = vec![Command::Admin(create)];
 //! while let Some(command) = inbox.pop() {

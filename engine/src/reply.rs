@@ -98,6 +98,14 @@ pub enum Reply {
     ToppedUp(ToppedUp),
     /// Admin `POST /admin/v1/accounts/{account_id}/keys`, status 201.
     KeyCreated(KeyCreated),
+    /// `GET /keys` (decision 128).
+    ApiKeyList(ApiKeyList),
+    /// `POST /keys`, status 201: the key is shown this once (decision 128).
+    ApiKeyCreated(ApiKeyCreated),
+    /// `DELETE /keys/{id}` (decision 128).
+    ApiKeyRevoked(ApiKeyRevoked),
+    /// `GET /auto-refill` and `PUT /auto-refill` (decision 129).
+    AutoRefill(AutoRefillSettings),
     /// The other admin changes (freeze, auto-refill, limits, inventory, faults): the
     /// settings as they now are, a small object whose fields differ per call.
     AdminUpdated(serde_json::Value),
@@ -138,7 +146,8 @@ impl Reply {
             | Reply::WebhookCreated(_)
             | Reply::AccountCreated(_)
             | Reply::ToppedUp(_)
-            | Reply::KeyCreated(_) => 201,
+            | Reply::KeyCreated(_)
+            | Reply::ApiKeyCreated(_) => 201,
             Reply::DefundAccepted(_) | Reply::GroupMovePending(_) | Reply::ResendAccepted(_) => 202,
             Reply::Replayed { status, .. } => *status,
             _ => 200,
@@ -163,6 +172,7 @@ impl Reply {
         match self {
             Reply::AccountCreated(created) => created.api_key = secret.to_string(),
             Reply::KeyCreated(created) => created.api_key = secret.to_string(),
+            Reply::ApiKeyCreated(created) => created.api_key = Some(secret.to_string()),
             Reply::WebhookCreated(created) | Reply::WebhookSecretRotated(created) => {
                 created.signing_secret = secret.to_string()
             }
@@ -876,6 +886,74 @@ pub struct ToppedUp {
 pub struct KeyCreated {
     /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
     pub api_key: String,
+}
+
+/// The account's active API keys, oldest first (keys made in the same millisecond by id; decision 128)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApiKeyList {
+    /// One entry per key that authenticates; revoked keys are not listed
+    pub keys: Vec<ApiKeyRecord>,
+}
+
+/// An API key as the key list shows it: never the key itself
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApiKeyRecord {
+    /// The key's id (`key_` and 32 hex digits): what DELETE /keys/{id} takes
+    pub id: String,
+    /// The key's first 12 characters (`rsk_` and 8 hex digits); null for keys made before the key list existed
+    pub prefix: Option<String>,
+    /// When the key was made; null for keys made before the key list existed
+    #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(with = "Option<schema::Timestamp>")]
+    pub created_at: Option<Millis>,
+    /// True for the key that made this request
+    pub current: bool,
+}
+
+/// A new API key (status 201): the key is shown only here
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApiKeyCreated {
+    /// The key's id, as the key list shows it
+    pub id: String,
+    /// The key (`rsk_` and 64 hex digits): keep it now, it is never shown again. Null in an Idempotency-Key replay, which cannot show it again: only its digest was kept
+    #[schemars(length(min = 68, max = 68), regex(pattern = r"^rsk_[0-9a-f]{64}$"))]
+    pub api_key: Option<String>,
+    /// The key's first 12 characters
+    pub prefix: String,
+    /// When the key was made
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "schema::Timestamp")]
+    pub created_at: Millis,
+}
+
+/// A revoked API key: it answers 401 INVALID_API_KEY from now on
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApiKeyRevoked {
+    /// The key's id
+    pub id: String,
+    /// Always true
+    pub revoked: bool,
+}
+
+/// The account's auto-refill: the saved card charged when real spend leaves the balance low (decision 34)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct AutoRefillSettings {
+    /// Whether the saved card is charged; it switches itself off after a failed charge or the daily limit
+    pub enabled: bool,
+    /// USD. What one charge adds to the reseller balance
+    #[schemars(with = "schema::Usd")]
+    pub amount_usd: Decimal,
+    /// How the (simulated) saved card answers charges; the operator sets it
+    pub card: crate::command::CardBehavior,
+    /// Charges started in the last 24 hours
+    pub charges_last_24h: u64,
+    /// Charges allowed in 24 hours before auto-refill switches itself off
+    pub max_charges_per_24h: u64,
+    /// USD. The charge on its way; null when none is
+    #[schemars(with = "Option<schema::Usd>")]
+    pub charge_in_flight_usd: Option<Decimal>,
+    /// The last failed charge; null when none failed
+    pub last_error: Option<AutoRefillError>,
 }
 
 /// A device installed the profile (sandbox API).

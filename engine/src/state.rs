@@ -787,6 +787,13 @@ pub struct KeyRecord {
     pub account: AccountIx,
     /// Refused from now on; the record stays (revoking it again is not a 404).
     pub revoked: bool,
+    /// Its first 12 characters, shown in the key list (`None` for keys made before
+    /// the list existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// When it was made (`None` for keys made before the list existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Millis>,
 }
 
 /// A stored answer of an `Idempotency-Key` (decision 40).

@@ -412,7 +412,11 @@ fn api_keys_are_68_chars_and_revocable() {
     let r = h.reseller("20");
     assert!(r.api_key.starts_with("rsk_") && r.api_key.len() == 68);
     let (key, api_key_digest) = h.draw_key();
-    let created = h.admin(AdminOp::CreateKey { account_id: r.account_id.clone(), api_key_digest });
+    let created = h.admin(AdminOp::CreateKey {
+        account_id: r.account_id.clone(),
+        api_key_digest,
+        api_key_prefix: key[..12].to_string(),
+    });
     let Ok(Reply::KeyCreated(k)) = created else { panic!() };
     assert!(k.api_key.is_empty(), "the shell shows the key it drew; the engine has only its digest");
     let second = Reseller { account_id: r.account_id.clone(), api_key: key };

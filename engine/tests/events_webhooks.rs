@@ -398,6 +398,18 @@ fn every_engine_error_code_is_reachable() {
     h.admin(AdminOp::Freeze { account_id: r.account_id.clone(), frozen: true }).unwrap();
     note(h.call(&r, ResellerOp::Enable { iccid: standalone.clone() }));
     note(h.admin(AdminOp::TopUp { account_id: "acc_missing".into(), amount_usd: d("10") }));
+    // API keys (decision 128): the last active one cannot go, the 21st cannot come.
+    let Ok(Reply::ApiKeyList(list)) = h.call(&r, ResellerOp::ListApiKeys) else { panic!("the key list") };
+    note(h.call(&r, ResellerOp::RevokeApiKey { key_id: list.keys[0].id.clone() }));
+    for made in 1.. {
+        let (key, api_key_digest) = h.draw_key();
+        let answer = h.call(&r, ResellerOp::CreateApiKey { api_key_digest, api_key_prefix: key[..12].to_string() });
+        if answer.is_err() {
+            assert_eq!(made, limits::API_KEYS_PER_ACCOUNT_MAX, "the cap counts the first key too");
+            note(answer);
+            break;
+        }
+    }
     let engine_codes: BTreeSet<ErrorCode> = ErrorCode::ALL
         .into_iter()
         .filter(|c| {

@@ -207,6 +207,7 @@ mod tests {
                 contact_email: "a@b.example".into(),
                 company_name: None,
                 api_key_digest: digest,
+                api_key_prefix: String::new(),
             }),
         );
         assert!(matches!(created, Ok(Reply::AccountCreated(_))));

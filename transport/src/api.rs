@@ -356,6 +356,18 @@ fn try_route(
             active: body.bool("active")?,
         }),
         E::DeleteWebhook => reseller(ResellerOp::DeleteWebhook { webhook_id: param(0) }),
+        E::ListApiKeys => reseller(ResellerOp::ListApiKeys),
+        E::CreateApiKey => reseller(ResellerOp::CreateApiKey {
+            // Drawn by the service (`Service::issue_secrets`).
+            api_key_digest: KeyDigest::default(),
+            api_key_prefix: String::new(),
+        }),
+        E::RevokeApiKey => reseller(ResellerOp::RevokeApiKey { key_id: param(0) }),
+        E::GetAutoRefill => reseller(ResellerOp::GetAutoRefill),
+        E::UpdateAutoRefill => reseller(ResellerOp::UpdateAutoRefill {
+            enabled: body.bool("enabled")?,
+            amount_usd: body.money("amount_usd")?,
+        }),
         E::TestWebhook => reseller(ResellerOp::TestWebhook { webhook_id: param(0) }),
         E::OpenApi => Routed::OpenApi,
         E::CreateAccount => admin(AdminOp::CreateAccount {
@@ -363,13 +375,18 @@ fn try_route(
             company_name: body.string("company_name")?,
             // Drawn by the service (`Service::issue_secrets`).
             api_key_digest: KeyDigest::default(),
+            api_key_prefix: String::new(),
         }),
         E::ListAccounts => {
             let (limit, offset) = esim_engine::page(query_u64(&query, "limit")?, query_u64(&query, "offset")?)?;
             Routed::Accounts { limit, offset }
         }
         E::TopUp => admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_money("amount_usd")? }),
-        E::CreateKey => admin(AdminOp::CreateKey { account_id: param(0), api_key_digest: KeyDigest::default() }),
+        E::CreateKey => admin(AdminOp::CreateKey {
+            account_id: param(0),
+            api_key_digest: KeyDigest::default(),
+            api_key_prefix: String::new(),
+        }),
         E::RevokeKey => admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&param(0)) }),
         E::Freeze => admin(AdminOp::Freeze { account_id: param(0), frozen: body.required_bool("frozen")? }),
         E::SetAutoRefill => {

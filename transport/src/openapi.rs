@@ -87,6 +87,10 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<EventEnvelope>();
     generator.subschema_for::<DeliveryAttemptPage>();
     generator.subschema_for::<ResendAccepted>();
+    generator.subschema_for::<ApiKeyList>();
+    generator.subschema_for::<ApiKeyCreated>();
+    generator.subschema_for::<ApiKeyRevoked>();
+    generator.subschema_for::<AutoRefillSettings>();
     generator.take_definitions(true)
 }
 
@@ -248,6 +252,23 @@ fn schemas() -> Value {
             "Where to send the event again",
             &["webhook_id"],
             json!({ "webhook_id": string("One of the account's webhooks (active or not)") }),
+        ),
+    );
+    add(
+        "AutoRefillUpdateRequest",
+        object(
+            "Fields to change (at least one); the saved card is not changed here",
+            &[],
+            json!({
+                "enabled": boolean("true charges the saved card when real spend leaves the balance low"),
+                "amount_usd": {
+                    "type": "number",
+                    "minimum": 10,
+                    "maximum": 1000000,
+                    "multipleOf": 0.01,
+                    "description": "USD charged to the card per refill, at most 2 decimals",
+                },
+            }),
         ),
     );
     Value::Object(all)
@@ -563,6 +584,28 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 (ValidationError, "webhook_id is missing or not a string"),
                 (NotFound, "the event id is unknown, expired or of another account, or the webhook id is unknown"),
             ]),
+        E::ListApiKeys => Operation::new("listApiKeys", "Account", "List API keys")
+            .describe("The account's active API keys, oldest first (then by id), by id, prefix (the first 12 characters) and creation time; never a key. current marks the key of this request.")
+            .ok(200, "ApiKeyList", "The active keys"),
+        E::CreateApiKey => Operation::new("createApiKey", "Account", "Create an API key")
+            .describe("A new key for this account, shown only in this answer (an Idempotency-Key replay answers api_key null: only the key's digest is kept). At most 20 active keys.")
+            .ok(201, "ApiKeyCreated", "The new key")
+            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys")]),
+        E::RevokeApiKey => Operation::new("revokeApiKey", "Account", "Revoke an API key")
+            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not.")
+            .ok(200, "ApiKeyRevoked", "The key is revoked")
+            .errors(&[
+                (NotFound, "no active key of this account has that id"),
+                (LastApiKey, "the key is the account's last active key"),
+            ]),
+        E::GetAutoRefill => Operation::new("getAutoRefill", "Account", "Get the auto-refill settings")
+            .describe("Auto-refill charges the saved card when real spend (a provisioning fee, or a low group the balance cannot cover) leaves the reseller balance low; at most 10 charges in 24 hours, and a failed charge switches it off.")
+            .ok(200, "AutoRefillSettings", "The settings"),
+        E::UpdateAutoRefill => Operation::new("updateAutoRefill", "Account", "Change the auto-refill settings")
+            .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
+            .ok(200, "AutoRefillSettings", "The settings as they now are")
+            .body("AutoRefillUpdateRequest", true)
+            .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
         E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
             .describe("Public: needs no API key.")
             .ok(200, "OpenApiDocument", "The document"),
@@ -593,6 +636,8 @@ fn path_parameters(pattern: &str) -> Vec<Value> {
             let (schema, description) = match name {
                 "iccid" => (json!({ "type": "string" }), "ICCID of the eSIM (19 digits)"),
                 "id" if pattern.starts_with("/groups") => (json!({ "type": "string", "format": "uuid" }), "Group id"),
+                "id" if pattern.starts_with("/keys") => (json!({ "type": "string" }), "API key id (key_...)"),
+                "id" if pattern.starts_with("/events") => (json!({ "type": "string" }), "Event id (evt_...)"),
                 "id" => (json!({ "type": "string" }), "Webhook id (wh_...)"),
                 other => unreachable!("no description of the path parameter {other}"),
             };
@@ -1005,7 +1050,7 @@ struct LinkSource {
     prefix: &'static str,
 }
 
-const LINK_SOURCES: [LinkSource; 3] = [
+const LINK_SOURCES: [LinkSource; 4] = [
     LinkSource {
         path: "/esim/provision",
         method: "post",
@@ -1029,6 +1074,14 @@ const LINK_SOURCES: [LinkSource; 3] = [
         parameter: "id",
         expression: "$response.body#/id",
         prefix: "/webhooks/{id}",
+    },
+    LinkSource {
+        path: "/keys",
+        method: "post",
+        statuses: &["201"],
+        parameter: "id",
+        expression: "$response.body#/id",
+        prefix: "/keys/{id}",
     },
 ];
 
@@ -1171,7 +1224,7 @@ mod tests {
             .map(|endpoint| (endpoint.method().to_string(), endpoint.pattern().to_string()))
             .collect();
         assert_eq!(documented, routed);
-        assert_eq!(routed.len(), 33);
+        assert_eq!(routed.len(), 38);
         assert!(
             documented.iter().all(|(_, path)| !path.starts_with(RESELLER_BASE) && !path.starts_with("/admin/")),
             "relative paths, no admin or sandbox path"
@@ -1640,6 +1693,31 @@ mod tests {
         c.expect_code("GET", "/events/evt_000000000000000000000000", &key, None, "NOT_FOUND");
         c.expect_code("GET", "/events?type=nope", &key, None, "VALIDATION_ERROR");
         c.expect_code("GET", "/events?created_after=2026-02-31T00:00:00Z", &key, None, "VALIDATION_ERROR");
+
+        // API keys and auto-refill (decisions 128, 129), on a fresh account.
+        let owner = c.account(0);
+        let keys = c.expect("GET", "/keys", &owner, None, 200);
+        assert_eq!((keys["keys"].as_array().map(Vec::len), &keys["keys"][0]["current"]), (Some(1), &json!(true)));
+        let own_id = keys["keys"][0]["id"].as_str().unwrap().to_string();
+        c.expect_code("DELETE", &format!("/keys/{own_id}"), &owner, None, "LAST_API_KEY");
+        let made = c.expect("POST", "/keys", &owner, None, 201);
+        let (made_key, made_id) = (made["api_key"].as_str().unwrap(), made["id"].as_str().unwrap().to_string());
+        assert_eq!(made["prefix"].as_str(), Some(&made_key[..12]));
+        let made_key = made_key.to_string();
+        let listed = c.expect("GET", "/keys", &made_key, None, 200);
+        let current: Vec<_> =
+            listed["keys"].as_array().unwrap().iter().filter(|k| k["current"] == json!(true)).collect();
+        assert_eq!((current.len(), &current[0]["id"]), (1, &json!(made_id)), "{listed}");
+        c.expect("DELETE", &format!("/keys/{made_id}"), &owner, None, 200);
+        c.expect_code("GET", "/account", &made_key, None, "INVALID_API_KEY");
+        c.expect_code("DELETE", &format!("/keys/{made_id}"), &owner, None, "NOT_FOUND");
+        c.expect_code("DELETE", "/keys/key_nope", &owner, None, "NOT_FOUND");
+        let refill = c.expect("GET", "/auto-refill", &owner, None, 200);
+        assert_eq!(refill["enabled"], json!(false));
+        let refill = c.expect("PUT", "/auto-refill", &owner, Some(json!({ "enabled": true, "amount_usd": 25 })), 200);
+        assert_eq!((&refill["enabled"], &refill["amount_usd"]), (&json!(true), &json!(25)));
+        c.expect_code("PUT", "/auto-refill", &owner, Some(json!({})), "VALIDATION_ERROR");
+        c.expect_code("PUT", "/auto-refill", &owner, Some(json!({ "amount_usd": 5 })), "VALIDATION_ERROR");
 
         // The rate limit, on a fresh key.
         let busy = c.account(0);

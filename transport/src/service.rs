@@ -83,6 +83,15 @@ struct Issued {
     shown: String,
 }
 
+/// Characters of a new API key that the engine keeps to tell keys apart in the key list
+/// (`rsk_` and 8 of its 64 hex digits: 32 of 256 random bits, decision 128).
+const API_KEY_PREFIX_CHARS: usize = 12;
+
+/// The part of a new key that the key list shows.
+fn api_key_prefix(api_key: &str) -> String {
+    api_key[..API_KEY_PREFIX_CHARS].to_string()
+}
+
 impl Service {
     pub fn new(engine: Engine, admin_token: String, clock: ClockMode, secrets: Secrets) -> Service {
         let clock_now = engine.now();
@@ -231,17 +240,21 @@ impl Service {
     /// entropy source, and puts into the command only what the engine may hold: the
     /// key's digest, the secret sealed.
     fn issue_secrets(&mut self, command: &mut Command) -> Option<Issued> {
-        let new_key = |secrets: &mut Secrets, slot: &mut KeyDigest| {
+        let new_key = |secrets: &mut Secrets, slot: &mut KeyDigest, prefix: &mut String| {
             let issued = secrets.new_api_key();
             *slot = issued.digest;
+            *prefix = api_key_prefix(&issued.api_key);
             Issued { shown: issued.api_key }
         };
         match command {
-            Command::Admin(AdminOp::CreateAccount { api_key_digest, .. })
-            | Command::Admin(AdminOp::CreateKey { api_key_digest, .. }) => {
-                Some(new_key(&mut self.secrets, api_key_digest))
+            Command::Admin(AdminOp::CreateAccount { api_key_digest, api_key_prefix, .. })
+            | Command::Admin(AdminOp::CreateKey { api_key_digest, api_key_prefix, .. }) => {
+                Some(new_key(&mut self.secrets, api_key_digest, api_key_prefix))
             }
             Command::Reseller(request) => match &mut request.op {
+                ResellerOp::CreateApiKey { api_key_digest, api_key_prefix } => {
+                    Some(new_key(&mut self.secrets, api_key_digest, api_key_prefix))
+                }
                 ResellerOp::CreateWebhook { signing_secret, .. }
                 | ResellerOp::RotateWebhookSecret { signing_secret, .. } => {
                     let issued = self.secrets.new_signing_secret();
@@ -254,12 +267,18 @@ impl Service {
         }
     }
 
-    /// The key a command adds or revokes (the admission's copy follows the engine).
-    fn key_changed(command: &Command) -> Option<KeyDigest> {
+    /// The key a command adds or revokes (the admission's copy follows the engine); a
+    /// revocation by id is looked up before it is applied.
+    fn key_changed(&self, command: &Command) -> Option<KeyDigest> {
         match command {
             Command::Admin(AdminOp::CreateAccount { api_key_digest, .. })
             | Command::Admin(AdminOp::CreateKey { api_key_digest, .. })
             | Command::Admin(AdminOp::RevokeKey { api_key_digest }) => Some(*api_key_digest),
+            Command::Reseller(request) => match &request.op {
+                ResellerOp::CreateApiKey { api_key_digest, .. } => Some(*api_key_digest),
+                ResellerOp::RevokeApiKey { key_id } => self.engine.api_key_digest(key_id),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -278,7 +297,7 @@ impl Service {
             return Err(refused);
         }
         let issued = self.issue_secrets(&mut command);
-        let key_changed = Self::key_changed(&command);
+        let key_changed = self.key_changed(&command);
         // The engine answers from the journaled command itself (no copy of it).
         self.journal.push(JournalEntry::Command { at: now, command });
         let Some(JournalEntry::Command { command, .. }) = self.journal.last() else {
@@ -304,6 +323,7 @@ impl Service {
             },
             Reply::AccountCreated(_)
             | Reply::KeyCreated(_)
+            | Reply::ApiKeyCreated(_)
             | Reply::WebhookCreated(_)
             | Reply::WebhookSecretRotated(_) => {
                 let issued = issued.expect("a secret was drawn for every command that shows one");

@@ -67,7 +67,7 @@ proptest! {
         let mut service = Service::new(Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
         service.set_render_qr(false);
         let now = Millis::VIRTUAL_EPOCH;
-        let Ok(Reply::AccountCreated(account)) = service.apply_command(now, Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None, api_key_digest: Default::default() })) else { panic!() };
+        let Ok(Reply::AccountCreated(account)) = service.apply_command(now, Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None, api_key_digest: Default::default(), api_key_prefix: String::new() })) else { panic!() };
         let _ = service.apply_command(now, Command::Admin(AdminOp::TopUp { account_id: account.account_id.clone(), amount_usd: 100.into() }));
         for (route, method, param, body, credential) in requests {
             let path: String = Endpoint::ALL[route].full_pattern()

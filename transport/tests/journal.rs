@@ -42,6 +42,7 @@ fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
             contact_email: "a@b.c".into(),
             company_name: None,
             api_key_digest: Default::default(),
+            api_key_prefix: String::new(),
         }),
     );
     let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!() };
@@ -175,6 +176,7 @@ fn a_segment_in_memory_is_the_file_byte_for_byte_and_replays_strictly() {
             contact_email: "a@b.c".into(),
             company_name: None,
             api_key_digest: Default::default(),
+            api_key_prefix: String::new(),
         }),
     );
     let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!() };

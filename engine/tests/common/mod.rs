@@ -109,6 +109,7 @@ impl Harness {
             contact_email: "ops@reseller.example".into(),
             company_name: Some("Reseller".into()),
             api_key_digest,
+            api_key_prefix: String::new(),
         }) else {
             panic!("account creation failed")
         };

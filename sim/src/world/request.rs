@@ -498,6 +498,12 @@ pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
         // The events API shows what the event log already holds; its own tests check it
         // against the delivered envelopes (tests/events_api.rs).
         E::ListEvents | E::GetEvent => return None,
+        // The reseller's own key management and auto-refill settings (decisions 128, 129):
+        // the world models one key per account, changed by the operator's `newkey` and
+        // `revoke`, whose engine and admission paths these share (`Engine::add_api_key`,
+        // `Admission::refresh_key`); auto-refill settings share `Engine::set_auto_refill`
+        // with `autorefill`. tests/api_keys.rs drives these over real HTTP.
+        E::ListApiKeys | E::CreateApiKey | E::RevokeApiKey | E::GetAutoRefill | E::UpdateAutoRefill => return None,
         E::RotateWebhookSecret => "rotate",
         E::ListDeliveries => "deliveries",
         E::ResendEvent => "resend",

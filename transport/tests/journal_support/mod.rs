@@ -61,6 +61,7 @@ impl Workload {
                 contact_email: "a@b.c".into(),
                 company_name: None,
                 api_key_digest: Default::default(),
+                api_key_prefix: String::new(),
             }),
         );
         let Ok(esim_engine::Reply::AccountCreated(account)) = created else { panic!("account") };
