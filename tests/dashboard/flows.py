@@ -357,8 +357,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         ids = {envelope["id"] for envelope in Receiver.received}
         assert len(Receiver.received) >= 2 and len(ids) == 1, Receiver.received
 
-        if not os.environ.get("DASH_DEV_SKIP_KEYS"):
-            keys_and_refill(page, out)
+        keys_and_refill(page, out)
         check_no_script_ran(page)
         page.evaluate("() => window.scrollTo(0, 0)")
         shoot(page, "reseller.png")
@@ -455,6 +454,19 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
             expect(narrow.locator(f"#{view}-app")).to_be_visible()
             widths = narrow.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
             assert widths[0] <= widths[1], f"the {view} view scrolls sideways at 390 px: {widths}"
+
+        step("revoking the key in use signs out")
+        narrow.click("#tab-reseller")
+        current = narrow.locator("#keys-table tbody tr", has_text="yes")
+        expect(current).to_have_count(1)
+        assert keys[1].startswith(current.locator("code").inner_text().rstrip("…"))
+        current.locator("button", has_text="Revoke").click()
+        confirm(narrow, "key-confirm")
+        expect(narrow.locator("#reseller-signin-error")).to_contain_text("You revoked the key this page used")
+        expect(narrow.locator("#reseller-app")).to_be_hidden()
+        assert narrow.evaluate("() => sessionStorage.getItem('esim.dashboard.api_key')") is None
+        status, _ = http_call("GET", RESELLER + "/account", keys[1])
+        assert status == 401, status
 
 
 if __name__ == "__main__":

@@ -579,17 +579,19 @@ async function loadKeys() {
     const list = await call('reseller', 'GET', '/keys');
     const body = table('keys-table');
     for (const key of list.keys) {
-      const revoke = el('button', { type: 'button', class: 'danger', text: 'Revoke', 'aria-label': `Revoke key ${key.prefix}` });
-      revoke.addEventListener('click', () => confirmStep('key-confirm', `Revoke the key ${key.prefix}…? It answers 401 from then on${key.current ? '; it is the key this page uses, so you will be signed out' : ''}.`, 'revoke', 'keys-msg', async () => {
+      // Keys made before the key list existed have no prefix or creation time: named by id.
+      const name = key.prefix ? `${key.prefix}…` : key.id;
+      const revoke = el('button', { type: 'button', class: 'danger', text: 'Revoke', 'aria-label': `Revoke key ${name}` });
+      revoke.addEventListener('click', () => confirmStep('key-confirm', `Revoke the key ${name}? It answers 401 from then on${key.current ? '; it is the key this page uses, so you will be signed out' : ''}.`, 'revoke', 'keys-msg', async () => {
         await call('reseller', 'DELETE', `/keys/${encodeURIComponent(key.id)}`);
         if (key.current) {
           resellerSignOut('You revoked the key this page used: signed out.');
           return '';
         }
         await loadKeys();
-        return `Revoked ${key.prefix}….`;
+        return `Revoked ${name}.`;
       }));
-      body.append(row('keys-table', [el('code', { text: `${key.prefix}…` }), key.created_at, key.current ? 'yes' : 'no', revoke]));
+      body.append(row('keys-table', [el('code', { text: name }), show(key.created_at), key.current ? 'yes' : 'no', revoke]));
     }
   } catch (error) {
     table('keys-table').append(emptyRow('keys-table', errorText(error)));
@@ -600,7 +602,7 @@ async function createKey() {
   try {
     const made = await call('reseller', 'POST', '/keys');
     showOnce('key-once', `New API key ${made.id} (shown once; store it now):`, made.api_key, 'It works at once; revoke it below when it is no longer needed.');
-    say('keys-msg', `Created ${made.prefix}….`);
+    say('keys-msg', `Created ${made.prefix ? `${made.prefix}…` : made.id}.`);
     await loadKeys();
   } catch (error) {
     say('keys-msg', errorText(error), true);
@@ -615,6 +617,7 @@ async function loadRefill() {
       ['Amount (USD)', money(refill.amount_usd)],
       ['Card', show(refill.card)],
       ['Charges in the last 24 h', `${refill.charges_last_24h} of at most ${refill.max_charges_per_24h}`],
+      ['Charge in flight (USD)', money(refill.charge_in_flight_usd)],
       ['Last error', refill.last_error ? `${refill.last_error.message} (${refill.last_error.code}, ${refill.last_error.at})` : 'none'],
     ]);
     $('refill-enabled').checked = Boolean(refill.enabled);
