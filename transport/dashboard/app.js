@@ -184,7 +184,7 @@ function showView(name) {
 
 // ---------------------------------------------------------------- reseller
 
-const state = { esimOffset: 0, esimTotal: 0, iccid: null, groupId: null, webhookId: null, accountsOffset: 0, accountsTotal: 0, accountId: null };
+const state = { esimOffset: 0, esimTotal: 0, iccid: null, groupId: null, webhookId: null, webhookUrl: '', accountsOffset: 0, accountsTotal: 0, accountId: null };
 
 async function resellerSignIn(event) {
   event.preventDefault();
@@ -452,7 +452,7 @@ async function loadWebhooks() {
       const test = el('button', { type: 'button', text: 'Test', 'aria-label': `Send a test event to ${hook.url}` });
       test.addEventListener('click', () => testWebhook(hook));
       const log = el('button', { type: 'button', text: 'Delivery log', 'aria-label': `Delivery log of ${hook.url}` });
-      log.addEventListener('click', () => { state.webhookId = hook.id; loadDeliveries(hook.url); });
+      log.addEventListener('click', () => { state.webhookId = hook.id; state.webhookUrl = hook.url; loadDeliveries(); });
       const rotate = el('button', { type: 'button', text: 'Rotate secret', 'aria-label': `Rotate the signing secret of ${hook.url}` });
       rotate.addEventListener('click', () => confirmStep('webhook-confirm', `Rotate the signing secret of ${hook.url}? The old one keeps signing for 24 hours.`, 'rotate secret', 'webhooks-msg', async () => {
         const rotated = await call('reseller', 'POST', `/webhooks/${encodeURIComponent(hook.id)}/rotate-secret`);
@@ -477,6 +477,7 @@ async function createWebhook(event) {
     showOnce('webhook-secret', `Signing secret of ${hook.url} (shown once):`, hook.signing_secret, hook.note);
     say('webhooks-msg', `Created webhook ${hook.id}.`);
     state.webhookId = hook.id;
+    state.webhookUrl = hook.url;
     await loadWebhooks();
   } catch (error) {
     say('webhooks-msg', errorText(error), true);
@@ -488,19 +489,20 @@ async function testWebhook(hook) {
   try {
     const result = await call('reseller', 'POST', `/webhooks/${encodeURIComponent(hook.id)}/test`);
     say('webhooks-msg', `Test to ${hook.url}: ${result.success ? 'delivered' : 'failed'} (HTTP ${result.status})${result.error ? `, ${result.error}` : ''}.`, !result.success);
-    if (state.webhookId === hook.id) await loadDeliveries(hook.url);
+    if (state.webhookId === hook.id) await loadDeliveries();
   } catch (error) {
     say('webhooks-msg', errorText(error), true);
   }
 }
 
-async function loadDeliveries(url) {
+async function loadDeliveries() {
   const id = state.webhookId;
+  const url = state.webhookUrl;
   if (!id) return;
   try {
     const page = await call('reseller', 'GET', `/webhooks/${encodeURIComponent(id)}/deliveries?limit=100`);
     $('deliveries').hidden = false;
-    if (url) $('deliveries-title').textContent = `Delivery log of ${url} (${page.total} attempts)`;
+    $('deliveries-title').textContent = `Delivery log of ${url} (${page.total} attempt${page.total === 1 ? '' : 's'})`;
     const body = table('deliveries-table');
     for (const attempt of page.attempts) {
       const result = attempt.success ? `delivered (HTTP ${attempt.status})` : `failed (${attempt.status !== null ? `HTTP ${attempt.status}` : show(attempt.error)})`;
@@ -529,7 +531,7 @@ async function resendEvent(eventId) {
       const page = await call('reseller', 'GET', `/webhooks/${encodeURIComponent(state.webhookId)}/deliveries?limit=1`);
       if (page.attempts.length && page.attempts[0].delivery_id === sent.delivery_id) break;
     }
-    await Promise.all([loadDeliveries(), loadWebhooks()]);
+    await Promise.all([loadDeliveries(), loadWebhooks(), loadEvents()]);
   } catch (error) {
     say('webhooks-msg', errorText(error), true);
   }
