@@ -1287,14 +1287,13 @@ pub struct DecodedSnapshot {
 /// refuses damage (checksum, length, trailing bytes) and another format version.
 pub fn decode_snapshot(bytes: &[u8], name: &str) -> Result<DecodedSnapshot, JournalError> {
     let payload = snapshot_payload(bytes).ok_or_else(|| JournalError(format!("snapshot {name} is damaged")))?;
-    let snapshot: Snapshot = serde_json::from_slice(payload).map_err(|error| {
-        match serde_json::from_slice::<SnapshotVersion>(payload) {
+    let snapshot: Snapshot =
+        serde_json::from_slice(payload).map_err(|error| match serde_json::from_slice::<SnapshotVersion>(payload) {
             Ok(found) if found.header.version != FORMAT_VERSION => {
                 version_refusal(Path::new(name), found.header.version)
             }
             _ => JournalError(format!("snapshot {name} cannot be read: {error}")),
-        }
-    })?;
+        })?;
     if snapshot.header.version != FORMAT_VERSION {
         return Err(version_refusal(Path::new(name), snapshot.header.version));
     }

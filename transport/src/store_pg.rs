@@ -112,7 +112,18 @@ pub fn parse_url(url: &str) -> Result<Config, JournalError> {
 
 /// A current-thread runtime that drives the client: calls block on it.
 struct Io {
-    runtime: tokio::runtime::Runtime,
+    /// `None` only while dropped.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Io {
+    /// The store is dropped by the owner task (inside tokio), where a runtime may not
+    /// wait for its threads: it is shut down without waiting (it has no blocking tasks).
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl Io {
@@ -121,7 +132,7 @@ impl Io {
             .enable_all()
             .build()
             .map_err(|e| store_error("cannot start its runtime", e))?;
-        Ok(Io { runtime })
+        Ok(Io { runtime: Some(runtime) })
     }
 
     /// Runs `future` to its end. Inside tokio (the owner task's reload) a runtime cannot
@@ -131,10 +142,11 @@ impl Io {
         F: Future + Send,
         F::Output: Send,
     {
+        let runtime = self.runtime.as_ref().expect("not dropped");
         if tokio::runtime::Handle::try_current().is_err() {
-            return self.runtime.block_on(future);
+            return runtime.block_on(future);
         }
-        std::thread::scope(|scope| match scope.spawn(|| self.runtime.block_on(future)).join() {
+        std::thread::scope(|scope| match scope.spawn(|| runtime.block_on(future)).join() {
             Ok(output) => output,
             Err(panic) => std::panic::resume_unwind(panic),
         })
@@ -162,10 +174,7 @@ async fn connect(config: &Config) -> Result<Connection, tokio_postgres::Error> {
 async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
     let failed = |e: tokio_postgres::Error| store_error("migrations failed", e);
     let transaction = client.transaction().await.map_err(failed)?;
-    transaction
-        .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await
-        .map_err(failed)?;
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(failed)?;
     transaction
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -194,10 +203,7 @@ async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
             continue;
         }
         transaction.batch_execute(sql).await.map_err(failed)?;
-        transaction
-            .execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version])
-            .await
-            .map_err(failed)?;
+        transaction.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version]).await.map_err(failed)?;
         applied += 1;
     }
     transaction.commit().await.map_err(failed)?;
@@ -381,7 +387,7 @@ impl PgStore {
         let io = Io::new()?;
         let owner = owner_name();
         let header_json = serde_json::to_vec(fresh).map_err(|e| store_error("cannot encode the header", e))?;
-        let (connection, applied, epoch, recovery, newest) = io.run(async {
+        let (connection, applied, epoch, mut recovery, newest) = io.run(async {
             let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
             let applied = migrate(&mut connection.client).await?;
             let epoch = take_shard(&mut connection.client, &owner, &header_json)
@@ -401,6 +407,12 @@ impl PgStore {
             Ok::<_, JournalError>((connection, applied, epoch, recovery, newest))
         })?;
         tracing::info!(applied, epoch, owner, entries = recovery.next_index, "took shard 0 of the PostgreSQL store");
+        if recovery.next_index == 0 {
+            // A new store (or one whose first append never committed): it starts like a
+            // new data dir, from `fresh` (written to the owner row by `set_header`).
+            recovery.engine = None;
+            recovery.header = None;
+        }
         let mut header = recovery.header.clone().unwrap_or_else(|| fresh.clone());
         header.first_index = recovery.next_index;
         let store = PgStore {
@@ -419,12 +431,9 @@ impl PgStore {
         Ok((store, recovery))
     }
 
-    /// Records the header this process continues with (another clock mode), in the owner
-    /// row, if this process still owns the shard.
+    /// Records the header this process continues with (a new store's, or another clock
+    /// mode) in the owner row, if this process still owns the shard.
     pub fn set_header(&mut self, header: SegmentHeader) -> Result<(), JournalError> {
-        if header == self.header {
-            return Ok(());
-        }
         let json = serde_json::to_vec(&header).map_err(|e| store_error("cannot encode the header", e))?;
         let epoch = self.epoch;
         let connection = self.connection.as_mut().ok_or_else(|| JournalError("not connected".into()))?;
