@@ -483,3 +483,117 @@ fn snapshots_and_fencing_through_the_trait() {
     assert_eq!(all.engine.unwrap().state_digest(), engine.state_digest());
     assert_eq!(owner.unwrap().epoch, second.epoch());
 }
+
+/// A TCP proxy in front of PostgreSQL that can cut the connection that sends `COMMIT`:
+/// after forwarding it (the server commits, the client never hears) or before (the
+/// server rolls back). One cut per arming; otherwise it relays both ways.
+struct CuttingProxy {
+    port: u16,
+    /// 0 relay, 1 cut after forwarding COMMIT, 2 cut before forwarding it.
+    mode: Arc<std::sync::atomic::AtomicU8>,
+}
+
+impl CuttingProxy {
+    fn start(upstream: u16) -> CuttingProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(AtomicU8::new(0));
+        let armed = mode.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let cut = Arc::new(AtomicBool::new(false));
+                let (mut from_client, mut to_server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut from_server, mut to_client) = (server, client);
+                let (mode, cut_up, cut_down) = (armed.clone(), cut.clone(), cut);
+                let (client_end, server_end) = (to_client.try_clone().unwrap(), to_server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    loop {
+                        let Ok(read) = from_client.read(&mut buffer) else { return };
+                        if read == 0 {
+                            let _ = to_server.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        let chunk = &buffer[..read];
+                        let commit = chunk.windows(6).any(|w| w == b"COMMIT");
+                        let armed_mode = if commit { mode.swap(0, Ordering::SeqCst) } else { 0 };
+                        if armed_mode != 0 {
+                            cut_up.store(true, Ordering::SeqCst);
+                            if armed_mode == 1 {
+                                let _ = to_server.write_all(chunk);
+                                // The server commits; the client hears nothing.
+                                std::thread::sleep(Duration::from_millis(300));
+                            }
+                            let _ = client_end.shutdown(std::net::Shutdown::Both);
+                            let _ = to_server.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                        if to_server.write_all(chunk).is_err() {
+                            return;
+                        }
+                    }
+                });
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    loop {
+                        let Ok(read) = from_server.read(&mut buffer) else { return };
+                        if read == 0 || cut_down.load(Ordering::SeqCst) || to_client.write_all(&buffer[..read]).is_err()
+                        {
+                            let _ = to_client.shutdown(std::net::Shutdown::Both);
+                            let _ = server_end.shutdown(std::net::Shutdown::Both);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        CuttingProxy { port, mode }
+    }
+
+    fn arm(&self, mode: u8) {
+        self.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A commit whose connection fails is never answered from a guess: the store ends the
+/// old session, reads the row at the batch's index, and acknowledges the batch only
+/// when it committed; a batch that did not commit is not applied, and the next append
+/// continues at the same index (never twice).
+#[test]
+fn a_commit_whose_connection_fails_is_resolved_by_reading_the_store() {
+    let cluster = Cluster::start("unknown");
+    let proxy = CuttingProxy::start(cluster.port);
+    let url = format!("postgres://esim@127.0.0.1:{}/esim", proxy.port);
+    let fresh = header(9);
+    let (mut store, _) = PgStore::open(&url, &fresh, SnapshotPolicy::default()).unwrap();
+    store.set_header(fresh).unwrap();
+    let tick = |second: i64| JournalEntry::Tick { at: Millis(Millis::VIRTUAL_EPOCH.0 + second * 1_000) };
+    store.append(&[tick(1)]).unwrap();
+
+    // Cut after COMMIT reached the server: committed, so acknowledged.
+    proxy.arm(1);
+    store.append(&[tick(2), tick(3)]).expect("the batch committed: the store finds it and acknowledges it");
+    assert_eq!(cluster.psql("SELECT head FROM shard_owner"), "3");
+    assert_eq!(cluster.psql("SELECT count(*) FROM journal"), "3");
+    assert_eq!(proxy.mode.load(std::sync::atomic::Ordering::SeqCst), 0, "the cut happened");
+
+    // Cut before COMMIT reached the server: not committed, so refused, and not applied.
+    proxy.arm(2);
+    let error = store.append(&[tick(4)]).unwrap_err();
+    assert!(error.to_string().contains("not in the store"), "{error}");
+    assert!(store.fenced().is_none(), "the store still owns the shard");
+    assert_eq!(cluster.psql("SELECT head FROM shard_owner"), "3");
+    assert_eq!(cluster.psql("SELECT count(*) FROM journal"), "3");
+    store.probe().expect("the store takes writes again");
+    let durable = store.reload().unwrap();
+    assert_eq!(durable.now(), Millis(Millis::VIRTUAL_EPOCH.0 + 3_000), "the durable state ends at the third tick");
+    store.append(&[tick(5)]).unwrap();
+    assert_eq!(cluster.psql("SELECT string_agg(seq::text || ':' || at_ms::text, ',' ORDER BY seq) FROM journal"), {
+        let at = |second: i64| Millis::VIRTUAL_EPOCH.0 + second * 1_000;
+        format!("0:{},1:{},2:{},3:{}", at(1), at(2), at(3), at(5))
+    });
+}
