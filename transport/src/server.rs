@@ -314,6 +314,7 @@ pub async fn serve(
         shown_ms,
         waiting_tests: BTreeMap::new(),
         readiness: readiness.clone(),
+        stale: false,
     };
     let mut owner = tokio::spawn(owner_task(state, inbox));
 
@@ -614,6 +615,10 @@ struct Owner {
     shown_ms: Arc<AtomicI64>,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
     readiness: Arc<Readiness>,
+    /// A failed append could not reload the durable state (a store that cannot be
+    /// reached): the engine may hold changes that are not durable, so changes are
+    /// accepted again only after a reload succeeds.
+    stale: bool,
 }
 
 async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
@@ -812,7 +817,10 @@ impl Owner {
         tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
         match journal.reload() {
             Ok(engine) => self.service.replace_engine(engine),
-            Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
+            Err(why) => {
+                tracing::error!(%why, "cannot reload the durable state; changes stay refused");
+                self.stale = true;
+            }
         }
         self.refuse_changes(Some(reason));
         // The answers saw changes that are not durable: each request is answered again
@@ -866,6 +874,21 @@ impl Owner {
                 "this process no longer owns the journal ({why}); restart it to serve changes"
             )));
             return;
+        }
+        if probed.is_ok() && self.stale {
+            let journal = self.journal.take().expect("put back above");
+            let (journal, reloaded) = on_journal(journal, |journal| journal.reload()).await;
+            self.journal = Some(journal);
+            match reloaded {
+                Ok(engine) => {
+                    self.service.replace_engine(engine);
+                    self.stale = false;
+                }
+                Err(why) => {
+                    tracing::warn!(%why, "cannot reload the durable state yet; changes stay refused");
+                    return;
+                }
+            }
         }
         if probed.is_ok() {
             tracing::info!("the journal takes writes again: changes are accepted");

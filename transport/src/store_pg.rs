@@ -25,8 +25,8 @@
 //!
 //! # A commit whose outcome is unknown
 //!
-//! When the connection fails during `COMMIT`, the transaction may or may not have
-//! committed. Nothing is answered from a guess: a new connection ends the old session
+//! When `COMMIT` fails (the connection breaks, or the server ends the session while it
+//! waits for a synchronous standby), the transaction may or may not have committed. Nothing is answered from a guess: a new connection ends the old session
 //! (`pg_terminate_backend`) and waits until it is gone, so its outcome is final, then
 //! reads the journal row at the batch's first index: written by this epoch means
 //! committed (acknowledged), absent means not (503, back to the durable state). If that
@@ -353,10 +353,10 @@ enum Appended {
     Committed,
     /// The conditional update touched no row: the shard has another owner (or head).
     Fenced(Option<ShardOwner>),
-    /// Failed before `COMMIT` was sent, or the server answered it with an error: nothing
-    /// of the batch is durable.
+    /// Failed before `COMMIT` was sent: nothing of the batch is durable.
     NotCommitted(tokio_postgres::Error),
-    /// The connection failed during `COMMIT`.
+    /// `COMMIT` failed (the connection broke, or the server ended the session): it may
+    /// have committed.
     Unknown(tokio_postgres::Error),
 }
 
@@ -602,8 +602,8 @@ async fn append_batch(
     }
     match transaction.commit().await {
         Ok(()) => Appended::Committed,
-        // The server answered the COMMIT with an error: it did not commit.
-        Err(error) if error.as_db_error().is_some() => Appended::NotCommitted(error),
+        // Even an error the server sent may follow a local commit (a session ended while
+        // it waited for a synchronous standby): every failed COMMIT is read back.
         Err(error) => Appended::Unknown(error),
     }
 }
