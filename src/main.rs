@@ -49,10 +49,12 @@ enum Commands {
     Serve(ServeArgs),
     /// Run the simulation harness: many seeded scenarios, every invariant checked after every step.
     Sim(SimArgs),
-    /// Rebuild the state from a data dir's journal; print its digest and a summary.
+    /// Rebuild the state from a data dir's journal (or a PostgreSQL store's, `--store`);
+    /// print its digest and a summary.
     ///
     /// Read-only: a live data dir (held by a running `esim serve`) is read without taking
-    /// it over, and says it is live. A torn tail is reported, not cut. Journals of another
+    /// it over, and says it is live; a store is read in one consistent read up to its
+    /// head, without migrating it or taking its shard. A torn tail is reported, not cut. Journals of another
     /// format version are refused with the reason. No secret key file is needed: the
     /// journal holds key digests and sealed secrets only.
     Replay(ReplayArgs),
@@ -214,7 +216,7 @@ struct ReplayArgs {
 
 #[derive(Subcommand)]
 enum ReportKind {
-    /// The finance report, rebuilt offline from a data dir: money in -> where it is now ->
+    /// The finance report, rebuilt offline from a data dir (or a PostgreSQL store, `--store`): money in -> where it is now ->
     /// where it went -> the difference (exactly 0, with the equation written out), one row
     /// per account and a total row, over a period, with a per-day movements table.
     ///

@@ -135,8 +135,10 @@ impl Io {
         Ok(Io { runtime: Some(runtime) })
     }
 
-    /// Runs `future` to its end. Inside tokio (the owner task's reload) a runtime cannot
-    /// be entered, so it runs on a scoped thread of its own.
+    /// Runs `future` to its end. With a tokio context (the blocking pool's appends, the
+    /// owner task's reload) another runtime may not be entered on this thread, so it
+    /// runs on a scoped thread of its own (tens of microseconds beside a commit's
+    /// millisecond).
     fn run<F>(&self, future: F) -> F::Output
     where
         F: Future + Send,
