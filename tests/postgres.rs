@@ -180,6 +180,20 @@ fn dec(value: &Value) -> Decimal {
     Decimal::from_str(&value.to_string()).unwrap()
 }
 
+/// The state digest once no webhook outcome changes it any more (two reads 300 ms apart).
+async fn settled_digest(server: &common::TestServer) -> String {
+    let mut last = server.digest().await;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = server.digest().await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the state kept changing for 9 s");
+}
+
 /// A session over real HTTP, a graceful restart: the same digest and every acknowledged
 /// change; `esim replay --store` and `esim report conservation --store` read the same
 /// state; the second start applies no migration and bumps the epoch.
@@ -202,7 +216,7 @@ async fn a_session_survives_a_restart_and_replay_reads_the_store() {
     let second_iccid = server.provision(&key, None).await;
     receiver.wait_event("esim.provisioned").await;
     server.advance(3_600).await;
-    let before = server.digest().await;
+    let before = settled_digest(&server).await;
     let balance_before = server.api("GET", "/wallet/balance", &key, None).await.body;
     first.stop();
     assert_eq!(cluster.psql("SELECT version FROM schema_migrations"), "1");
@@ -230,13 +244,24 @@ async fn a_session_survives_a_restart_and_replay_reads_the_store() {
     let topped =
         server.admin("POST", &format!("/admin/v1/accounts/{account_id}/topups"), Some(json!({"amount_usd": 17}))).await;
     assert_eq!(topped.status, 201, "{}", topped.body);
-    let live = server.digest().await;
-    let replay = esim_cli(&["replay", "--store", &url]);
-    let text = String::from_utf8_lossy(&replay.stdout);
-    assert!(replay.status.success(), "{text}{}", String::from_utf8_lossy(&replay.stderr));
-    assert!(text.contains(&format!("state_digest {live}")), "live {live}, replay:\n{text}");
+    // Webhook outcomes may still land: compare with a replay taken while the live
+    // digest stood still.
+    let mut matched = None;
+    for _ in 0..50 {
+        let live = server.digest().await;
+        let replay = esim_cli(&["replay", "--store", &url]);
+        assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+        if server.digest().await == live {
+            let text = String::from_utf8_lossy(&replay.stdout).to_string();
+            assert!(text.contains(&format!("state_digest {live}")), "live {live}, replay:\n{text}");
+            assert!(String::from_utf8_lossy(&replay.stderr).contains("held by"), "replay notes the live owner");
+            matched = Some(text);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = matched.expect("the live digest stood still during a replay");
     assert!(text.contains("conserved    yes"), "{text}");
-    assert!(String::from_utf8_lossy(&replay.stderr).contains("held by"), "replay notes the live owner");
     let report = esim_cli(&["report", "conservation", "--store", &url, "--format", "json"]);
     assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
     let report: Value = serde_json::from_slice(&report.stdout).unwrap();
