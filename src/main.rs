@@ -9,6 +9,7 @@ use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
 use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
 use esim_transport::secrets::{self, SealingKey, Secrets};
 use esim_transport::server::{self, JournalSink, ServerOptions};
+use esim_transport::store_pg::{self, PgStore};
 use esim_transport::{ClockMode, Service};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -48,10 +49,12 @@ enum Commands {
     Serve(ServeArgs),
     /// Run the simulation harness: many seeded scenarios, every invariant checked after every step.
     Sim(SimArgs),
-    /// Rebuild the state from a data dir's journal; print its digest and a summary.
+    /// Rebuild the state from a data dir's journal (or a PostgreSQL store's, `--store`);
+    /// print its digest and a summary.
     ///
     /// Read-only: a live data dir (held by a running `esim serve`) is read without taking
-    /// it over, and says it is live. A torn tail is reported, not cut. Journals of another
+    /// it over, and says it is live; a store is read in one consistent read up to its
+    /// head, without migrating it or taking its shard. A torn tail is reported, not cut. Journals of another
     /// format version are refused with the reason. No secret key file is needed: the
     /// journal holds key digests and sealed secrets only.
     Replay(ReplayArgs),
@@ -201,8 +204,11 @@ fn simulate(args: SimArgs) -> Result<(), String> {
 #[derive(clap::Args)]
 struct ReplayArgs {
     /// The data dir of `esim serve`.
-    #[arg(long)]
-    data_dir: PathBuf,
+    #[arg(long, required_unless_present = "store")]
+    data_dir: Option<PathBuf>,
+    /// A PostgreSQL store (`esim serve --store`), read without taking its shard.
+    #[arg(long, conflicts_with = "data_dir")]
+    store: Option<String>,
     /// Stop before the first entry later than this time (RFC 3339).
     #[arg(long)]
     until: Option<String>,
@@ -210,7 +216,7 @@ struct ReplayArgs {
 
 #[derive(Subcommand)]
 enum ReportKind {
-    /// The finance report, rebuilt offline from a data dir: money in -> where it is now ->
+    /// The finance report, rebuilt offline from a data dir (or a PostgreSQL store, `--store`): money in -> where it is now ->
     /// where it went -> the difference (exactly 0, with the equation written out), one row
     /// per account and a total row, over a period, with a per-day movements table.
     ///
@@ -224,8 +230,11 @@ enum ReportKind {
     )]
     Conservation {
         /// The data dir of `esim serve`.
-        #[arg(long)]
-        data_dir: PathBuf,
+        #[arg(long, required_unless_present = "store")]
+        data_dir: Option<PathBuf>,
+        /// A PostgreSQL store (`esim serve --store`), read without taking its shard.
+        #[arg(long, conflicts_with = "data_dir")]
+        store: Option<String>,
         /// Only this account.
         #[arg(long)]
         account: Option<String>,
@@ -246,9 +255,16 @@ struct ServeArgs {
     /// Bind address; port 0 picks a free port.
     #[arg(long, env = "ESIM_LISTEN", default_value = "127.0.0.1:8080")]
     listen: String,
-    /// Journal and snapshots; created when missing.
+    /// Journal and snapshots; created when missing. With `--store`, only the generated
+    /// admin token file is kept here (no journal, no lock).
     #[arg(long, env = "ESIM_DATA_DIR", default_value = "./esim-data")]
     data_dir: PathBuf,
+    /// The journal and snapshots in PostgreSQL instead of the data dir: a `postgres://`
+    /// URL (or libpq `key=value` settings). The schema is migrated on start and this
+    /// process takes the store's shard: a process that served it before acknowledges no
+    /// more changes. Default: the data dir's file journal.
+    #[arg(long, env = "ESIM_STORE", hide_env_values = true)]
+    store: Option<String>,
     /// `virtual`: time moves only through POST /sandbox/v1/clock/advance.
     #[arg(long, env = "ESIM_CLOCK", default_value = "wall", value_parser = ["wall", "virtual"])]
     clock: String,
@@ -356,10 +372,26 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // Only the service's user may read the data dir, whatever the umask.
     secrets::set_mode(&args.data_dir, 0o700)
         .map_err(|e| format!("cannot make the data dir {} mode 0700: {e}", args.data_dir.display()))?;
-    // One process per data dir, for this process's whole life (released however it ends).
-    let _lock = esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?;
-    let recovery =
-        journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None }).map_err(|e| e.to_string())?;
+    let clock = if args.clock == "virtual" { ClockMode::Virtual } else { ClockMode::Wall };
+    // The header a new journal starts with (drawn once: a new store records it when this
+    // process takes its shard, a new data dir in its first segment).
+    let fresh = new_header(&args, clock);
+    // With a store: no lock (the shard's epoch fences a second server, decision 140).
+    let mut lock = None;
+    let (recovery, store) = match &args.store {
+        Some(url) => {
+            let (store, recovery) = PgStore::open(url, &fresh, SnapshotPolicy::default()).map_err(|e| e.to_string())?;
+            (recovery, Some(store))
+        }
+        None => {
+            // One process per data dir, for this process's whole life (released however it ends).
+            lock = Some(esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?);
+            let recovery = journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None })
+                .map_err(|e| e.to_string())?;
+            (recovery, None)
+        }
+    };
+    let _lock = lock;
     for note in &recovery.repaired {
         tracing::warn!("recovery: {note}");
     }
@@ -374,7 +406,6 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             token
         }
     };
-    let clock = if args.clock == "virtual" { ClockMode::Virtual } else { ClockMode::Wall };
     let (engine, header) = match (recovery.engine, recovery.header) {
         (Some(engine), Some(mut header)) => {
             header.first_index = recovery.next_index;
@@ -394,32 +425,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
             (engine, header)
         }
-        _ => {
-            // A new data dir: the seed and configuration go into the journal header.
-            let config = EngineConfig {
-                // The seed draws ids and serials only, never a secret (secrets come from
-                // the OS random source), so it may sit in every segment header.
-                seed: args.seed.unwrap_or_else(|| u64::from_le_bytes(secrets::os_random::<8>())),
-                allow_insecure_webhooks: args.allow_insecure_webhooks,
-                ..EngineConfig::default()
-            };
-            let start = match clock {
-                ClockMode::Virtual => Millis::VIRTUAL_EPOCH,
-                ClockMode::Wall => Millis(server::real_now_ms()),
-            };
-            let header = SegmentHeader {
-                version: journal::FORMAT_VERSION,
-                config: config.clone(),
-                clock,
-                start,
-                first_index: 0,
-            };
-            (Engine::new(config, start), header)
-        }
+        _ => (Engine::new(fresh.config.clone(), fresh.start), fresh),
     };
     let replayed = (recovery.from_snapshot, recovery.replayed);
-    let mut journal = FileJournal::open(&args.data_dir, header, SnapshotPolicy::default())
-        .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?;
+    let mut journal: Box<dyn JournalSink> = match store {
+        Some(mut store) => {
+            store.set_header(header).map_err(|e| e.to_string())?;
+            Box::new(store)
+        }
+        None => Box::new(
+            FileJournal::open(&args.data_dir, header, SnapshotPolicy::default())
+                .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?,
+        ),
+    };
     let key = sealing_key(&args, Some(&engine))?;
     esim_engine::with_test_switches! {
         let engine = panic_on_fund_if_asked(engine);
@@ -461,13 +479,30 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             None => {}
         }
         tracing::info!(
-            data_dir = %args.data_dir.display(), clock = ?clock, speed,
+            data_dir = %args.data_dir.display(), store = args.store.is_some(), clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
         let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
         options.edge.connections_max = args.max_connections;
-        server::serve(listener, service, Box::new(journal), options, shutdown).await.map_err(|e| e.to_string())
+        server::serve(listener, service, journal, options, shutdown).await.map_err(|e| e.to_string())
     })
+}
+
+/// The journal header of a new data dir or store: the seed and configuration of this
+/// start (the seed from the OS when none is given).
+fn new_header(args: &ServeArgs, clock: ClockMode) -> SegmentHeader {
+    let config = EngineConfig {
+        // The seed draws ids and serials only, never a secret (secrets come from the OS
+        // random source), so it may sit in every segment header.
+        seed: args.seed.unwrap_or_else(|| u64::from_le_bytes(secrets::os_random::<8>())),
+        allow_insecure_webhooks: args.allow_insecure_webhooks,
+        ..EngineConfig::default()
+    };
+    let start = match clock {
+        ClockMode::Virtual => Millis::VIRTUAL_EPOCH,
+        ClockMode::Wall => Millis(server::real_now_ms()),
+    };
+    SegmentHeader { version: journal::FORMAT_VERSION, config, clock, start, first_index: 0 }
 }
 
 esim_engine::with_test_switches! {
@@ -532,10 +567,10 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
         None => None,
     };
     let started = std::time::Instant::now();
-    let recovery =
-        journal::recover(&args.data_dir, &RecoverOptions { repair: false, until }).map_err(|e| e.to_string())?;
+    let source = Source::new(args.data_dir, args.store);
+    let recovery = source.recover(until)?;
     let elapsed = started.elapsed();
-    let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", args.data_dir.display())) };
+    let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", source.name())) };
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "state_digest {}", engine.state_digest());
@@ -556,9 +591,62 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
     for note in &recovery.repaired {
         let _ = writeln!(out, "damage       {note} (not repaired here: `esim serve` cuts it on start)");
     }
-    note_live(&args.data_dir);
+    source.note_live();
     print_out(&out);
     Ok(())
+}
+
+/// What `esim replay` and `esim report` read: a data dir, or a store (read-only).
+enum Source {
+    DataDir(PathBuf),
+    Store { url: String, owner: std::cell::RefCell<Option<store_pg::ShardOwner>> },
+}
+
+impl Source {
+    /// From the arguments (clap requires exactly one).
+    fn new(data_dir: Option<PathBuf>, store: Option<String>) -> Source {
+        match (data_dir, store) {
+            (_, Some(url)) => Source::Store { url, owner: Default::default() },
+            (Some(dir), None) => Source::DataDir(dir),
+            (None, None) => unreachable!("clap requires --data-dir or --store"),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Source::DataDir(dir) => dir.display().to_string(),
+            Source::Store { .. } => "the store".into(),
+        }
+    }
+
+    fn recover(&self, until: Option<Millis>) -> Result<journal::Recovery, String> {
+        match self {
+            Source::DataDir(dir) => {
+                journal::recover(dir, &RecoverOptions { repair: false, until }).map_err(|e| e.to_string())
+            }
+            Source::Store { url, owner } => {
+                let (recovery, found) = store_pg::read_only(url, until).map_err(|e| e.to_string())?;
+                *owner.borrow_mut() = found;
+                Ok(recovery)
+            }
+        }
+    }
+
+    /// Says on stderr that a live server may be appending while this reads.
+    fn note_live(&self) {
+        match self {
+            Source::DataDir(dir) => note_live(dir),
+            Source::Store { owner, .. } => {
+                if let Some(owner) = owner.borrow().as_ref().filter(|o| o.lease_left_s > 0.0) {
+                    eprintln!(
+                        "esim: note: shard 0 of the store is held by {} (epoch {}, lease for {:.1} s more); shown as of \
+                         its head when read",
+                        owner.owner, owner.epoch, owner.lease_left_s
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// `esim replay` and `esim report` read a data dir without taking it over: on a live one
@@ -588,19 +676,18 @@ fn print_out(text: &str) {
 }
 
 fn report_conservation(
-    data_dir: &Path,
+    source: Source,
     account: Option<&str>,
     format: &str,
     from: Option<&str>,
     until: Option<&str>,
 ) -> Result<(), String> {
     let period = esim_engine::finance::Period::parse(from, until)?;
-    let recovery =
-        journal::recover(data_dir, &RecoverOptions { repair: false, until: None }).map_err(|e| e.to_string())?;
-    let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", data_dir.display())) };
+    let recovery = source.recover(None)?;
+    let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", source.name())) };
     let report =
         engine.finance_report(account, period).ok_or_else(|| format!("no account {}", account.unwrap_or("")))?;
-    note_live(data_dir);
+    source.note_live();
     print_out(&report.render(format).expect("format checked by clap"));
     if report.conserved {
         Ok(())
@@ -664,8 +751,14 @@ fn main() -> ExitCode {
         Commands::Replay(args) => replay(args),
         Commands::Repair(args) => repair::run(args),
         Commands::Scenario(args) => scenario(args),
-        Commands::Report { report: ReportKind::Conservation { data_dir, account, format, from, until } } => {
-            report_conservation(&data_dir, account.as_deref(), &format, from.as_deref(), until.as_deref())
+        Commands::Report { report: ReportKind::Conservation { data_dir, store, account, format, from, until } } => {
+            report_conservation(
+                Source::new(data_dir, store),
+                account.as_deref(),
+                &format,
+                from.as_deref(),
+                until.as_deref(),
+            )
         }
     };
     match result {

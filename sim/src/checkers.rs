@@ -54,6 +54,7 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(WebhookSigning::default()),
         Box::new(LowBalanceOnce::default()),
         Box::new(RateLimit::default()),
+        Box::new(Authentication),
         Box::new(IdempotentReplay),
         Box::new(CrashRecovery),
     ]
@@ -1137,6 +1138,39 @@ impl Checker for RateLimit {
     }
 }
 
+/// A reseller call answers 401 exactly when its key is revoked (by the operator, or by
+/// the reseller itself by id): a revoked key never gets through, a valid one is never
+/// refused, whichever way keys were made and revoked (decision 128).
+pub struct Authentication;
+
+impl Checker for Authentication {
+    fn name(&self) -> &'static str {
+        "authentication"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for exchange in &ctx.log.exchanges {
+            let (Some(key), true) = (exchange.key, exchange.engine_bound) else { continue };
+            // Routing answers (an unknown path or method, a body too large) may come
+            // before the key is looked at.
+            if matches!(exchange.status, 0 | 404 | 405 | 413) {
+                continue;
+            }
+            let refused = exchange.status == 401;
+            if refused == exchange.key_valid {
+                return Err(format!(
+                    "{} {} with key #{key} ({}) answered {}",
+                    exchange.method,
+                    exchange.path,
+                    if exchange.key_valid { "valid" } else { "revoked" },
+                    exchange.status
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 // ----- idempotency -----
 
 /// A retry with the same Idempotency-Key and request within 24 hours gets the stored
@@ -1299,7 +1333,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 15);
+        assert_eq!(names().len(), 16);
     }
 
     #[test]
@@ -1531,6 +1565,32 @@ mod tests {
         // A new window starts a minute later.
         log.exchanges = (0..100).map(|_| exchange(200, at)).chain([exchange(200, at.plus_ms(60_000))]).collect();
         assert!(check_with(&mut RateLimit::default(), &world, &log).is_ok());
+    }
+
+    #[test]
+    fn authentication_follows_keys_the_reseller_makes_and_revokes_and_fires_on_a_wrong_401() {
+        let mut checker = Authentication;
+        let mut world = world(None);
+        // Each step's status (a step's log holds its own exchanges only).
+        let mut step = |world: &mut World, line: &str| {
+            run(&mut checker, world, &[line]).unwrap();
+            world.log().exchanges[0].status
+        };
+        assert_eq!(step(&mut world, "revokekey alice"), 409, "the account's last key stays");
+        assert_eq!(step(&mut world, "wallet alice"), 200);
+        assert_eq!(step(&mut world, "makekey alice"), 201);
+        assert_eq!(step(&mut world, "wallet alice"), 200, "the new key works at once");
+        assert_eq!(step(&mut world, "keys alice"), 200);
+        assert_eq!(step(&mut world, "revokekey alice"), 200, "the new key revokes itself");
+        assert_eq!(step(&mut world, "wallet alice"), 401, "revoked by id: refused at once");
+        let mut log = world.log().clone();
+        log.exchanges[0].key_valid = true;
+        let mut checker = Authentication;
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("(valid) answered 401"));
+        run(&mut checker, &mut world, &["newkey alice", "wallet alice"]).unwrap();
+        let mut log = world.log().clone();
+        log.exchanges[0].key_valid = false;
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("(revoked) answered 200"));
     }
 
     #[test]

@@ -402,7 +402,16 @@ impl Generator {
                 Op::Freeze { account, frozen: !frozen && self.chance(60) }
             }
             What::AutoRefill => {
-                if self.chance(20) {
+                if self.chance(25) {
+                    // The reseller's own settings (decision 129); the card stays the operator's.
+                    let call = if self.chance(30) {
+                        Call::GetRefill
+                    } else {
+                        let amount = self.chance(50).then(|| Decimal::from(self.range(10, 60)));
+                        Call::SetRefill { enabled: Some(self.chance(70)), amount }
+                    };
+                    self.call(account, call, false)
+                } else if self.chance(20) {
                     Op::AutoRefill { account, enabled: false, amount: None, card: None }
                 } else {
                     let amount = Some(Decimal::from(self.range(10, 60)));
@@ -421,7 +430,16 @@ impl Generator {
             What::Keys => {
                 // A revoked key is replaced soon, so the account does not go silent.
                 let revoked = world.accounts().iter().any(|a| a.name == account && a.revoked);
-                if !revoked && self.chance(30) {
+                if !revoked && self.chance(40) {
+                    // The reseller's own key calls (decision 128); no Idempotency-Key: a
+                    // replay cannot show the key again, so it is not byte for byte.
+                    let call = match self.below(4) {
+                        0 => Call::Keys,
+                        1 | 2 => Call::MakeKey,
+                        _ => Call::RevokeOwnKey,
+                    };
+                    self.call(account, call, false)
+                } else if !revoked && self.chance(30) {
                     Op::Revoke { account }
                 } else {
                     self.next_key += 1;

@@ -141,6 +141,20 @@ pub enum Call {
         event: String,
         webhook: String,
     },
+    /// `GET /keys`: the caller's active keys (decision 128).
+    Keys,
+    /// `POST /keys`: a new key, which the caller uses from then on.
+    MakeKey,
+    /// `DELETE /keys/{id}` of the caller's own key: its calls get 401 until `newkey`
+    /// (refused while it is the account's last key).
+    RevokeOwnKey,
+    /// `GET /auto-refill` (decision 129).
+    GetRefill,
+    /// `PUT /auto-refill`.
+    SetRefill {
+        enabled: Option<bool>,
+        amount: Option<Decimal>,
+    },
 }
 
 impl Call {
@@ -177,6 +191,11 @@ impl Call {
             Call::RotateSecret { .. } => "rotate",
             Call::Deliveries { .. } => "deliveries",
             Call::Resend { .. } => "resend",
+            Call::Keys => "keys",
+            Call::MakeKey => "makekey",
+            Call::RevokeOwnKey => "revokekey",
+            Call::GetRefill => "getrefill",
+            Call::SetRefill { .. } => "refill",
         }
     }
 
@@ -195,6 +214,8 @@ impl Call {
                 | Call::Webhooks
                 | Call::GetWebhook { .. }
                 | Call::Deliveries { .. }
+                | Call::Keys
+                | Call::GetRefill
         )
     }
 }
@@ -437,7 +458,18 @@ impl fmt::Display for Call {
             | Call::Defund { sim } => out.push_str(&format!(" {}", token(sim))),
             Call::Throttle { sim, speed } => out.push_str(&format!(" {} {}", token(sim), token(speed))),
             Call::Fund { sim, amount } => out.push_str(&format!(" {} {amount}", token(sim))),
-            Call::Groups | Call::Wallet | Call::AccountInfo | Call::Webhooks => {}
+            Call::Groups
+            | Call::Wallet
+            | Call::AccountInfo
+            | Call::Webhooks
+            | Call::Keys
+            | Call::MakeKey
+            | Call::RevokeOwnKey
+            | Call::GetRefill => {}
+            Call::SetRefill { enabled, amount } => {
+                opt(&mut out, "enabled", enabled);
+                opt(&mut out, "amount", amount);
+            }
             Call::CreateGroup { bind, name, threshold, refill } => {
                 opt(&mut out, "as", bind);
                 out.push_str(&format!(" {}", token(name)));
@@ -842,6 +874,14 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
         "rotate" => Call::RotateSecret { webhook: args.string("webhook")? },
         "deliveries" => Call::Deliveries { webhook: args.string("webhook")? },
         "resend" => Call::Resend { event: args.string("event")?, webhook: args.string("webhook")? },
+        "keys" => Call::Keys,
+        "makekey" => Call::MakeKey,
+        "revokekey" => Call::RevokeOwnKey,
+        "getrefill" => Call::GetRefill,
+        "refill" => {
+            let o = args.options(&["enabled", "amount"])?;
+            Call::SetRefill { enabled: o.switch("enabled")?, amount: o.decimal("amount")? }
+        }
         other => return Err(format!("unknown step {other:?}")),
     };
     args.done()?;

@@ -367,7 +367,8 @@ pub struct RecoverOptions {
     pub until: Option<Millis>,
 }
 
-fn entry_time(entry: &JournalEntry) -> Millis {
+/// The service time an entry was applied at.
+pub fn entry_time(entry: &JournalEntry) -> Millis {
     match entry {
         JournalEntry::Command { at, .. } | JournalEntry::Tick { at } => *at,
     }
@@ -1157,20 +1158,7 @@ impl FileJournal {
     /// `pending_entries` more: the server's owner task encodes it when it hands those
     /// entries to the journal, and the journal writes it after appending them.
     pub fn encode_snapshot(&self, engine: &Engine, pending_entries: u64) -> io::Result<EncodedSnapshot> {
-        let covered_entries = self.next_index + pending_entries;
-        let snapshot = SnapshotRef { covered_entries, header: &self.header, engine };
-        let payload = serde_json::to_vec(&snapshot).map_err(io::Error::other)?;
-        if payload.len() > MAX_SNAPSHOT_BYTES as usize {
-            // Its length cannot be framed: no snapshot (the journal still holds everything).
-            return Err(io::Error::other(format!(
-                "the state takes {} bytes, more than one snapshot record holds ({MAX_SNAPSHOT_BYTES})",
-                payload.len()
-            )));
-        }
-        let mut bytes = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 8 + payload.len());
-        bytes.extend_from_slice(SNAPSHOT_MAGIC);
-        encode_record(&payload, &mut bytes);
-        Ok(EncodedSnapshot { covered_entries, bytes })
+        encode_snapshot(&self.header, engine, self.next_index + pending_entries)
     }
 
     /// Writes an encoded snapshot atomically (temporary file, sync, rename, sync of the
@@ -1255,6 +1243,70 @@ impl FileJournal {
 pub struct EncodedSnapshot {
     covered_entries: u64,
     bytes: Vec<u8>,
+}
+
+impl EncodedSnapshot {
+    /// The entries it covers (the index of the first entry after it).
+    pub fn covered_entries(&self) -> u64 {
+        self.covered_entries
+    }
+
+    /// The snapshot as a file holds it: the magic and one record.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Encodes a snapshot of `engine` after `covered_entries` entries, as a snapshot file
+/// holds it (the magic and one record): the file journal and the PostgreSQL store
+/// write the same bytes.
+pub fn encode_snapshot(header: &SegmentHeader, engine: &Engine, covered_entries: u64) -> io::Result<EncodedSnapshot> {
+    let snapshot = SnapshotRef { covered_entries, header, engine };
+    let payload = serde_json::to_vec(&snapshot).map_err(io::Error::other)?;
+    if payload.len() > MAX_SNAPSHOT_BYTES as usize {
+        // Its length cannot be framed: no snapshot (the journal still holds everything).
+        return Err(io::Error::other(format!(
+            "the state takes {} bytes, more than one snapshot record holds ({MAX_SNAPSHOT_BYTES})",
+            payload.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 8 + payload.len());
+    bytes.extend_from_slice(SNAPSHOT_MAGIC);
+    encode_record(&payload, &mut bytes);
+    Ok(EncodedSnapshot { covered_entries, bytes })
+}
+
+/// A snapshot read back from the bytes [`encode_snapshot`] made.
+pub struct DecodedSnapshot {
+    pub covered_entries: u64,
+    pub header: SegmentHeader,
+    pub engine: Engine,
+}
+
+/// Reads the bytes of a snapshot (`name` says where they come from, for errors):
+/// refuses damage (checksum, length, trailing bytes) and another format version.
+pub fn decode_snapshot(bytes: &[u8], name: &str) -> Result<DecodedSnapshot, JournalError> {
+    let payload = snapshot_payload(bytes).ok_or_else(|| JournalError(format!("snapshot {name} is damaged")))?;
+    let snapshot: Snapshot =
+        serde_json::from_slice(payload).map_err(|error| match serde_json::from_slice::<SnapshotVersion>(payload) {
+            Ok(found) if found.header.version != FORMAT_VERSION => {
+                version_refusal(Path::new(name), found.header.version)
+            }
+            _ => JournalError(format!("snapshot {name} cannot be read: {error}")),
+        })?;
+    if snapshot.header.version != FORMAT_VERSION {
+        return Err(version_refusal(Path::new(name), snapshot.header.version));
+    }
+    Ok(DecodedSnapshot { covered_entries: snapshot.covered_entries, header: snapshot.header, engine: snapshot.engine })
+}
+
+/// Refuses a header written by another format version, naming where it was read.
+pub fn check_version(header: &SegmentHeader, name: &str) -> Result<(), JournalError> {
+    if header.version == FORMAT_VERSION {
+        Ok(())
+    } else {
+        Err(version_refusal(Path::new(name), header.version))
+    }
 }
 
 #[derive(Serialize)]

@@ -26,5 +26,6 @@ pub mod secrets;
 pub mod sender;
 pub mod server;
 pub mod service;
+pub mod store_pg;
 
 pub use service::{ClockMode, JournalEntry, Outcome, Service};

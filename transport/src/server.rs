@@ -87,6 +87,12 @@ pub trait JournalSink: Send + 'static {
     fn wedged(&self) -> Option<String> {
         None
     }
+    /// Why this process may never append again because another process took the
+    /// journal over (a store's shard with a newer epoch), if so: changes stay refused
+    /// until a restart, and the refusal says so.
+    fn fenced(&self) -> Option<String> {
+        None
+    }
     /// Whether appends would succeed again (a full disk has room), without appending.
     fn probe(&mut self) -> std::io::Result<()> {
         Ok(())
@@ -308,6 +314,7 @@ pub async fn serve(
         shown_ms,
         waiting_tests: BTreeMap::new(),
         readiness: readiness.clone(),
+        stale: false,
     };
     let mut owner = tokio::spawn(owner_task(state, inbox));
 
@@ -614,6 +621,10 @@ struct Owner {
     shown_ms: Arc<AtomicI64>,
     waiting_tests: BTreeMap<u64, (Reply, Box<http::Request<Bytes>>)>,
     readiness: Arc<Readiness>,
+    /// A failed append could not reload the durable state (a store that cannot be
+    /// reached): the engine may hold changes that are not durable, so changes are
+    /// accepted again only after a reload succeeds.
+    stale: bool,
 }
 
 async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
@@ -800,16 +811,22 @@ impl Owner {
     /// full disk costs one reload per episode, not one per batch.
     fn append_failed(&mut self, failed: Group, error: std::io::Error) {
         let journal = self.journal.as_mut().expect("the append returned the journal");
-        let reason = match journal.wedged() {
-            Some(why) => format!(
+        let reason = match (journal.fenced(), journal.wedged()) {
+            (Some(why), _) => format!("this process no longer owns the journal ({why}); restart it to serve changes"),
+            (None, Some(why)) => format!(
                 "the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"
             ),
-            None => format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs()),
+            (None, None) => {
+                format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs())
+            }
         };
         tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
         match journal.reload() {
             Ok(engine) => self.service.replace_engine(engine),
-            Err(why) => tracing::error!(%why, "cannot reload the durable state; changes stay refused"),
+            Err(why) => {
+                tracing::error!(%why, "cannot reload the durable state; changes stay refused");
+                self.stale = true;
+            }
         }
         self.refuse_changes(Some(reason));
         // The answers saw changes that are not durable: each request is answered again
@@ -856,7 +873,29 @@ impl Owner {
             return;
         }
         let (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
+        let fenced = journal.fenced();
         self.journal = Some(journal);
+        if let Some(why) = fenced {
+            self.refuse_changes(Some(format!(
+                "this process no longer owns the journal ({why}); restart it to serve changes"
+            )));
+            return;
+        }
+        if probed.is_ok() && self.stale {
+            let journal = self.journal.take().expect("put back above");
+            let (journal, reloaded) = on_journal(journal, |journal| journal.reload()).await;
+            self.journal = Some(journal);
+            match reloaded {
+                Ok(engine) => {
+                    self.service.replace_engine(engine);
+                    self.stale = false;
+                }
+                Err(why) => {
+                    tracing::warn!(%why, "cannot reload the durable state yet; changes stay refused");
+                    return;
+                }
+            }
+        }
         if probed.is_ok() {
             tracing::info!("the journal takes writes again: changes are accepted");
             self.refuse_changes(None);

@@ -344,6 +344,17 @@ impl World {
                     account.revoked = true;
                 }
             }
+            Kind::MadeKey => {
+                if let (Some(i), Some(key)) = (caller, text("api_key")) {
+                    self.accounts[i].key = self.keys.len() as u32;
+                    self.keys.push(key);
+                }
+            }
+            Kind::RevokedOwnKey => {
+                if let Some(i) = caller {
+                    self.accounts[i].revoked = true;
+                }
+            }
             Kind::TestWebhook | Kind::Raw | Kind::Other | Kind::Deliveries => {}
         }
     }

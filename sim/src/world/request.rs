@@ -56,6 +56,10 @@ pub(super) enum Kind {
     Resend,
     /// `GET /webhooks/{id}/deliveries` (the checkers read the engine's log itself).
     Deliveries,
+    /// `POST /keys`: the caller uses the new key from then on.
+    MadeKey,
+    /// `DELETE /keys/{id}` of the caller's own key: it is revoked.
+    RevokedOwnKey,
     /// A hand-written request: the production router says what it is.
     Raw,
     CreateAccount {
@@ -285,6 +289,24 @@ impl World {
                 };
                 (E::ResendEvent, vec![event], none(), body, Kind::Resend)
             }
+            Call::Keys => (E::ListApiKeys, vec![], none(), none(), Kind::Other),
+            Call::MakeKey => (E::CreateApiKey, vec![], none(), none(), Kind::MadeKey),
+            Call::RevokeOwnKey => {
+                // A key's id is `key_` and the first 128 bits of its digest (decision 128).
+                let key_id = match who {
+                    Who::Account(i) => {
+                        let index = esim_engine::KeyDigest::of(&self.keys[self.accounts[i].key as usize]).id();
+                        format!("key_{}", index.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>())
+                    }
+                    _ => "key_none".to_string(),
+                };
+                (E::RevokeApiKey, vec![key_id], none(), none(), Kind::RevokedOwnKey)
+            }
+            Call::GetRefill => (E::GetAutoRefill, vec![], none(), none(), Kind::Other),
+            Call::SetRefill { enabled, amount } => {
+                let body = Json::new().optional("enabled", enabled.as_ref()).optional("amount_usd", amount.as_ref());
+                (E::UpdateAutoRefill, vec![], none(), body.finish_or_empty(), Kind::Other)
+            }
         };
         let params: Vec<&str> = params.iter().map(String::as_str).collect();
         self.send_to(who, endpoint, &params, &query, body, idempotency_key, kind);
@@ -498,12 +520,11 @@ pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
         // The events API shows what the event log already holds; its own tests check it
         // against the delivered envelopes (tests/events_api.rs).
         E::ListEvents | E::GetEvent => return None,
-        // The reseller's own key management and auto-refill settings (decisions 128, 129):
-        // the world models one key per account, changed by the operator's `newkey` and
-        // `revoke`, whose engine and admission paths these share (`Engine::add_api_key`,
-        // `Admission::refresh_key`); auto-refill settings share `Engine::set_auto_refill`
-        // with `autorefill`. tests/api_keys.rs drives these over real HTTP.
-        E::ListApiKeys | E::CreateApiKey | E::RevokeApiKey | E::GetAutoRefill | E::UpdateAutoRefill => return None,
+        E::ListApiKeys => "keys",
+        E::CreateApiKey => "makekey",
+        E::RevokeApiKey => "revokekey",
+        E::GetAutoRefill => "getrefill",
+        E::UpdateAutoRefill => "refill",
         E::RotateWebhookSecret => "rotate",
         E::ListDeliveries => "deliveries",
         E::ResendEvent => "resend",

@@ -1,0 +1,778 @@
+//! The journal and snapshots in PostgreSQL: `esim serve --store postgres://…` (issue 17,
+//! first slice; decisions 138-145).
+//!
+//! The same entries as the file journal (each the JSON payload of a journal record) and
+//! the same snapshot bytes (the magic and one record), in three tables, created by the
+//! versioned migrations in [`MIGRATIONS`] (applied on start, in one transaction, under an
+//! advisory lock; each version recorded once in `schema_migrations`):
+//!
+//! - `shard_owner`: one row per shard (only shard 0 in this slice): the owner's `epoch`,
+//!   the journal `head` (entries appended: the index the next entry gets), the owner's
+//!   name, its lease expiry (kept for the standby of a later slice: nothing reads it yet)
+//!   and the journal header (engine configuration with the seed, clock, start time).
+//! - `journal`: `(shard, seq)` primary key, the epoch that wrote it, its service time
+//!   (`at_ms`) and the entry payload.
+//! - `snapshot`: `(shard, covered)` primary key, when it was written, its bytes.
+//!
+//! # Appending: group commit and fencing in one transaction
+//!
+//! One transaction per batch: `UPDATE shard_owner SET head = new WHERE shard = s AND
+//! epoch = mine AND head = old` must touch exactly one row, and the batch's entries are
+//! inserted with one statement; then `COMMIT`. No row touched: another process took the
+//! shard (bumped the epoch); the transaction is rolled back and this process acknowledges
+//! no more changes ([`JournalSink::fenced`]). The primary key makes a second append at
+//! the same index impossible.
+//!
+//! # A commit whose outcome is unknown
+//!
+//! When `COMMIT` fails (the connection breaks, or the server ends the session while it
+//! waits for a synchronous standby), the transaction may or may not have committed. Nothing is answered from a guess: a new connection ends the old session
+//! (`pg_terminate_backend`) and waits until it is gone, so its outcome is final, then
+//! reads the journal row at the batch's first index: written by this epoch means
+//! committed (acknowledged), absent means not (503, back to the durable state). If that
+//! cannot be read within [`RESOLVE_WINDOW`], the store stops taking writes for good in
+//! this process (a restart reads what is durable).
+//!
+//! The client is `tokio-postgres` without TLS (decision 138). Its calls run on a small
+//! runtime of the store's own, on the caller's thread (or a scoped thread when the caller
+//! is inside tokio), because the server calls the [`JournalSink`] synchronously.
+
+use crate::journal::{self, EncodedSnapshot, JournalError, Recovery, SegmentHeader, SnapshotPolicy};
+use crate::server::JournalSink;
+use crate::service::JournalEntry;
+use esim_engine::{Engine, Millis};
+use std::future::Future;
+use std::io;
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, Config, IsolationLevel, NoTls};
+
+/// The shard this slice serves (sharding is a later slice: every table has the column).
+pub const SHARD: i32 = 0;
+/// How long an owner's lease runs from its last append or its start. Nothing reads it in
+/// this slice; a standby will take over only after it has passed.
+pub const LEASE_MS: u64 = 10_000;
+/// A connection attempt gives up after this long.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Every statement of the store's sessions ends after this long (the server cancels it).
+const STATEMENT_TIMEOUT_MS: u64 = 30_000;
+/// A session idle inside a transaction (a frozen owner) is ended by the server after
+/// this long, releasing its row locks.
+const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 10_000;
+/// Taking the shard waits at most this long for the owner row's lock.
+const TAKEOVER_LOCK_TIMEOUT_MS: u64 = 5_000;
+/// How long the outcome of a commit whose connection failed is looked for.
+pub const RESOLVE_WINDOW: Duration = Duration::from_secs(30);
+/// Entries read per query while loading.
+const LOAD_PAGE_ENTRIES: i64 = 10_000;
+/// The advisory lock key that serializes migrations of one database.
+const MIGRATION_LOCK: i64 = 0x6573_696d_0017;
+
+/// The schema, one version at a time: applied in order, each once, never edited after
+/// it shipped (a change is a new version).
+pub const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    "CREATE TABLE shard_owner (
+        shard integer PRIMARY KEY,
+        epoch bigint NOT NULL,
+        head bigint NOT NULL,
+        owner text NOT NULL,
+        lease_until timestamptz NOT NULL,
+        header bytea NOT NULL
+    );
+    CREATE TABLE journal (
+        shard integer NOT NULL,
+        seq bigint NOT NULL,
+        epoch bigint NOT NULL,
+        at_ms bigint NOT NULL,
+        entry bytea NOT NULL,
+        PRIMARY KEY (shard, seq)
+    );
+    CREATE TABLE snapshot (
+        shard integer NOT NULL,
+        covered bigint NOT NULL,
+        written_at timestamptz NOT NULL DEFAULT now(),
+        state bytea NOT NULL,
+        PRIMARY KEY (shard, covered)
+    );",
+)];
+
+fn store_error(what: &str, error: impl std::fmt::Display) -> JournalError {
+    JournalError(format!("the PostgreSQL store: {what}: {error}"))
+}
+
+/// The connection settings of a `--store` value (a `postgres://` URL or libpq's
+/// `key=value` form), with the timeouts of the store's sessions.
+pub fn parse_url(url: &str) -> Result<Config, JournalError> {
+    let mut config: Config = url.parse().map_err(|e| store_error("not a PostgreSQL connection string", e))?;
+    config.connect_timeout(CONNECT_TIMEOUT).application_name("esim").options(format!(
+        "-c statement_timeout={STATEMENT_TIMEOUT_MS} -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+    ));
+    Ok(config)
+}
+
+/// A current-thread runtime that drives the client: calls block on it.
+struct Io {
+    /// `None` only while dropped.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Io {
+    /// The store is dropped by the owner task (inside tokio), where a runtime may not
+    /// wait for its threads: it is shut down without waiting (it has no blocking tasks).
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Io {
+    fn new() -> Result<Io, JournalError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| store_error("cannot start its runtime", e))?;
+        Ok(Io { runtime: Some(runtime) })
+    }
+
+    /// Runs `future` to its end. With a tokio context (the blocking pool's appends, the
+    /// owner task's reload) another runtime may not be entered on this thread, so it
+    /// runs on a scoped thread of its own (tens of microseconds beside a commit's
+    /// millisecond).
+    fn run<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let runtime = self.runtime.as_ref().expect("not dropped");
+        if tokio::runtime::Handle::try_current().is_err() {
+            return runtime.block_on(future);
+        }
+        std::thread::scope(|scope| match scope.spawn(|| runtime.block_on(future)).join() {
+            Ok(output) => output,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    }
+}
+
+/// A connection and its server process id (to end it when a commit's outcome is unknown).
+struct Connection {
+    client: Client,
+    backend_pid: i32,
+}
+
+async fn connect(config: &Config) -> Result<Connection, tokio_postgres::Error> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "PostgreSQL connection ended");
+        }
+    });
+    let backend_pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+    Ok(Connection { client, backend_pid })
+}
+
+/// Applies the migrations not applied yet; returns how many were.
+async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
+    let failed = |e: tokio_postgres::Error| store_error("migrations failed", e);
+    let transaction = client.transaction().await.map_err(failed)?;
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(failed)?;
+    transaction
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                version integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+        )
+        .await
+        .map_err(failed)?;
+    let done: Vec<i32> = transaction
+        .query("SELECT version FROM schema_migrations", &[])
+        .await
+        .map_err(failed)?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let known = MIGRATIONS.last().map_or(0, |(version, _)| *version);
+    if let Some(newer) = done.iter().copied().filter(|v| *v > known).max() {
+        return Err(JournalError(format!(
+            "the PostgreSQL store has schema version {newer}, newer than this build's {known}; run the build that wrote it"
+        )));
+    }
+    let mut applied = 0;
+    for (version, sql) in MIGRATIONS {
+        if done.contains(version) {
+            continue;
+        }
+        transaction.batch_execute(sql).await.map_err(failed)?;
+        transaction.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version]).await.map_err(failed)?;
+        applied += 1;
+    }
+    transaction.commit().await.map_err(failed)?;
+    Ok(applied)
+}
+
+/// Who holds a shard, as the store says.
+#[derive(Clone, Debug)]
+pub struct ShardOwner {
+    pub epoch: i64,
+    pub head: i64,
+    pub owner: String,
+    /// Seconds until the lease ends (negative: ended that long ago).
+    pub lease_left_s: f64,
+}
+
+async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT epoch, head, owner, extract(epoch FROM lease_until - now())::float8 FROM shard_owner WHERE shard = $1",
+            &[&SHARD],
+        )
+        .await?;
+    Ok(row.map(|row| ShardOwner { epoch: row.get(0), head: row.get(1), owner: row.get(2), lease_left_s: row.get(3) }))
+}
+
+/// Rebuilds the state of shard 0 in one consistent read: the newest snapshot (none when
+/// `until` is given: every entry is kept, decision 141), then the entries after it, up to
+/// the head or `max_entries`.
+async fn load(client: &mut Client, until: Option<Millis>, max_entries: Option<u64>) -> Result<Recovery, JournalError> {
+    let failed = |e: tokio_postgres::Error| store_error("cannot read the journal", e);
+    let transaction = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(failed)?;
+    let mut recovery =
+        Recovery { engine: None, header: None, next_index: 0, replayed: 0, from_snapshot: 0, repaired: Vec::new() };
+    let Some(row) = transaction
+        .query_opt("SELECT head, header FROM shard_owner WHERE shard = $1", &[&SHARD])
+        .await
+        .map_err(failed)?
+    else {
+        return Ok(recovery);
+    };
+    let stored_head: i64 = row.get(0);
+    let head = max_entries.map_or(stored_head as u64, |max| max.min(stored_head as u64));
+    let header: SegmentHeader = serde_json::from_slice(row.get::<_, &[u8]>(1))
+        .map_err(|e| store_error("the journal header of shard 0 cannot be read", e))?;
+    journal::check_version(&header, "the PostgreSQL store's journal header")?;
+    let mut engine = None;
+    if until.is_none() {
+        let snapshot = transaction
+            .query_opt(
+                "SELECT covered, state FROM snapshot WHERE shard = $1 AND covered <= $2 ORDER BY covered DESC LIMIT 1",
+                &[&SHARD, &(head as i64)],
+            )
+            .await
+            .map_err(failed)?;
+        if let Some(row) = snapshot {
+            let covered: i64 = row.get(0);
+            let name = format!("covering {covered} entries in the PostgreSQL store");
+            let decoded = journal::decode_snapshot(row.get::<_, &[u8]>(1), &name)?;
+            if decoded.covered_entries != covered as u64 {
+                return Err(JournalError(format!("snapshot {name} says it covers {}", decoded.covered_entries)));
+            }
+            engine = Some(decoded.engine);
+            recovery.next_index = covered as u64;
+            recovery.from_snapshot = covered as u64;
+        }
+    }
+    let mut engine = engine.unwrap_or_else(|| Engine::new(header.config.clone(), header.start));
+    'pages: while recovery.next_index < head {
+        let rows = transaction
+            .query(
+                "SELECT seq, entry FROM journal WHERE shard = $1 AND seq >= $2 AND seq < $3 ORDER BY seq LIMIT $4",
+                &[&SHARD, &(recovery.next_index as i64), &(head as i64), &LOAD_PAGE_ENTRIES],
+            )
+            .await
+            .map_err(failed)?;
+        if rows.is_empty() {
+            return Err(JournalError(format!(
+                "the PostgreSQL store's journal of shard 0 ends at entry {} but its head is {head}",
+                recovery.next_index
+            )));
+        }
+        for row in rows {
+            let seq: i64 = row.get(0);
+            if seq as u64 != recovery.next_index {
+                return Err(JournalError(format!(
+                    "the PostgreSQL store's journal of shard 0 lacks entry {} (the next is {seq})",
+                    recovery.next_index
+                )));
+            }
+            let entry: JournalEntry = serde_json::from_slice(row.get::<_, &[u8]>(1))
+                .map_err(|e| store_error(&format!("journal entry {seq} of shard 0 cannot be read"), e))?;
+            if until.is_some_and(|until| journal::entry_time(&entry) > until) {
+                break 'pages;
+            }
+            entry.replay(&mut engine);
+            recovery.next_index += 1;
+            recovery.replayed += 1;
+        }
+    }
+    transaction.commit().await.map_err(failed)?;
+    recovery.engine = Some(engine);
+    recovery.header = Some(header);
+    Ok(recovery)
+}
+
+/// Reads a store without taking its shard (`esim replay --store`, `esim report
+/// --store`): no migration, nothing written. Also says who owns the shard.
+pub fn read_only(url: &str, until: Option<Millis>) -> Result<(Recovery, Option<ShardOwner>), JournalError> {
+    let config = parse_url(url)?;
+    let io = Io::new()?;
+    io.run(async {
+        let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
+        let client = &mut connection.client;
+        let exists: bool = client
+            .query_one("SELECT to_regclass('shard_owner') IS NOT NULL", &[])
+            .await
+            .map_err(|e| store_error("cannot read", e))?
+            .get(0);
+        if !exists {
+            return Ok((
+                Recovery {
+                    engine: None,
+                    header: None,
+                    next_index: 0,
+                    replayed: 0,
+                    from_snapshot: 0,
+                    repaired: Vec::new(),
+                },
+                None,
+            ));
+        }
+        let recovery = load(client, until, None).await?;
+        let owner = read_owner(client).await.map_err(|e| store_error("cannot read the shard owner", e))?;
+        Ok((recovery, owner))
+    })
+}
+
+/// How one append transaction ended.
+enum Appended {
+    Committed,
+    /// The conditional update touched no row: the shard has another owner (or head).
+    Fenced(Option<ShardOwner>),
+    /// Failed before `COMMIT` was sent: nothing of the batch is durable.
+    NotCommitted(tokio_postgres::Error),
+    /// `COMMIT` failed (the connection broke, or the server ended the session): it may
+    /// have committed.
+    Unknown(tokio_postgres::Error),
+}
+
+/// The journal and snapshots of shard 0 in PostgreSQL, appended to by the owner task.
+pub struct PgStore {
+    io: Io,
+    config: Config,
+    connection: Option<Connection>,
+    /// The epoch this process took the shard at.
+    epoch: i64,
+    header: SegmentHeader,
+    next_index: u64,
+    policy: SnapshotPolicy,
+    entries_since_snapshot: u64,
+    bytes_since_snapshot: u64,
+    newest_snapshot_unix_ms: Option<i64>,
+    /// Why this process appends no more (another took the shard, or a commit's outcome
+    /// could not be learnt).
+    lost: Option<String>,
+}
+
+impl PgStore {
+    /// Connects, applies the migrations, takes shard 0 (a new epoch: from now on a
+    /// previous owner's appends fail) and reads its state. `fresh` is the header a new
+    /// store is created with. Returns the store and what was recovered.
+    pub fn open(url: &str, fresh: &SegmentHeader, policy: SnapshotPolicy) -> Result<(PgStore, Recovery), JournalError> {
+        let config = parse_url(url)?;
+        let io = Io::new()?;
+        let owner = owner_name();
+        let header_json = serde_json::to_vec(fresh).map_err(|e| store_error("cannot encode the header", e))?;
+        let (connection, applied, epoch, mut recovery, newest) = io.run(async {
+            let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
+            let applied = migrate(&mut connection.client).await?;
+            let epoch = take_shard(&mut connection.client, &owner, &header_json)
+                .await
+                .map_err(|e| store_error("cannot take shard 0", e))?;
+            let recovery = load(&mut connection.client, None, None).await?;
+            let newest: Option<i64> = connection
+                .client
+                .query_opt(
+                    "SELECT (extract(epoch FROM written_at) * 1000)::bigint FROM snapshot WHERE shard = $1 \
+                     ORDER BY covered DESC LIMIT 1",
+                    &[&SHARD],
+                )
+                .await
+                .map_err(|e| store_error("cannot read the snapshots", e))?
+                .map(|row| row.get(0));
+            Ok::<_, JournalError>((connection, applied, epoch, recovery, newest))
+        })?;
+        tracing::info!(applied, epoch, owner, entries = recovery.next_index, "took shard 0 of the PostgreSQL store");
+        if recovery.next_index == 0 {
+            // A new store (or one whose first append never committed): it starts like a
+            // new data dir, from `fresh` (written to the owner row by `set_header`).
+            recovery.engine = None;
+            recovery.header = None;
+        }
+        let mut header = recovery.header.clone().unwrap_or_else(|| fresh.clone());
+        header.first_index = recovery.next_index;
+        let store = PgStore {
+            io,
+            config,
+            connection: Some(connection),
+            epoch,
+            header,
+            next_index: recovery.next_index,
+            policy,
+            entries_since_snapshot: recovery.replayed,
+            bytes_since_snapshot: 0,
+            newest_snapshot_unix_ms: newest,
+            lost: None,
+        };
+        Ok((store, recovery))
+    }
+
+    /// Records the header this process continues with (a new store's, or another clock
+    /// mode) in the owner row, if this process still owns the shard.
+    pub fn set_header(&mut self, header: SegmentHeader) -> Result<(), JournalError> {
+        let json = serde_json::to_vec(&header).map_err(|e| store_error("cannot encode the header", e))?;
+        let epoch = self.epoch;
+        let connection = self.connection.as_mut().ok_or_else(|| JournalError("not connected".into()))?;
+        let updated = self
+            .io
+            .run(connection.client.execute(
+                "UPDATE shard_owner SET header = $3 WHERE shard = $1 AND epoch = $2",
+                &[&SHARD, &epoch, &json],
+            ))
+            .map_err(|e| store_error("cannot write the header", e))?;
+        if updated != 1 {
+            return Err(JournalError("shard 0 of the PostgreSQL store was taken by another process".into()));
+        }
+        self.header = header;
+        Ok(())
+    }
+
+    /// The epoch this process took the shard at.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// Makes sure there is a live connection (made again after a failure).
+    fn connect_again(&mut self) -> io::Result<()> {
+        if self.connection.as_ref().is_some_and(|c| c.client.is_closed()) {
+            self.connection = None;
+        }
+        if self.connection.is_none() {
+            let connected = self.io.run(connect(&self.config)).map_err(io::Error::other)?;
+            self.connection = Some(connected);
+        }
+        Ok(())
+    }
+
+    fn lose(&mut self, why: String) -> io::Error {
+        tracing::error!(%why, "no more changes are acknowledged by this process");
+        self.lost = Some(why.clone());
+        io::Error::other(why)
+    }
+
+    /// Learns whether the batch at `old_head` committed after its `COMMIT` failed: ends
+    /// the old session (so its outcome is final), then reads the row at `old_head`.
+    fn resolve(&mut self, old_head: i64, old_pid: i32) -> Result<bool, String> {
+        let (config, epoch) = (self.config.clone(), self.epoch);
+        let resolved = self.io.run(async move {
+            let began = Instant::now();
+            let mut last_error = String::from("no attempt");
+            while began.elapsed() < RESOLVE_WINDOW {
+                let attempt = async {
+                    let connection = connect(&config).await.map_err(|e| e.to_string())?;
+                    let client = &connection.client;
+                    let _ = client.execute("SELECT pg_terminate_backend($1)", &[&old_pid]).await;
+                    loop {
+                        let alive = client
+                            .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&old_pid])
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        if alive.is_none() {
+                            break;
+                        }
+                        if began.elapsed() >= RESOLVE_WINDOW {
+                            return Err(format!("the session {old_pid} of the failed commit does not end"));
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    let row = client
+                        .query_opt("SELECT epoch FROM journal WHERE shard = $1 AND seq = $2", &[&SHARD, &old_head])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((connection, row.is_some_and(|row| row.get::<_, i64>(0) == epoch)))
+                };
+                match attempt.await {
+                    Ok(found) => return Ok(found),
+                    Err(error) => last_error = error,
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(last_error)
+        })?;
+        let (connection, committed) = resolved;
+        self.connection = Some(connection);
+        Ok(committed)
+    }
+}
+
+/// This process, as the owner row names it.
+fn owner_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    format!("pid {} on {}", std::process::id(), if host.is_empty() { "unknown host" } else { &host })
+}
+
+/// Takes shard 0: creates its row (epoch 1) in a new store, else bumps its epoch.
+async fn take_shard(client: &mut Client, owner: &str, header_json: &[u8]) -> Result<i64, tokio_postgres::Error> {
+    let transaction = client.transaction().await?;
+    transaction.batch_execute(&format!("SET LOCAL lock_timeout = {TAKEOVER_LOCK_TIMEOUT_MS}")).await?;
+    let lease = format!("now() + interval '{LEASE_MS} milliseconds'");
+    let row = transaction.query_opt("SELECT epoch FROM shard_owner WHERE shard = $1 FOR UPDATE", &[&SHARD]).await?;
+    let epoch = match row {
+        None => {
+            transaction
+                .execute(
+                    &format!(
+                        "INSERT INTO shard_owner (shard, epoch, head, owner, lease_until, header) \
+                         VALUES ($1, 1, 0, $2, {lease}, $3)"
+                    ),
+                    &[&SHARD, &owner, &header_json],
+                )
+                .await?;
+            1
+        }
+        Some(row) => {
+            let epoch = row.get::<_, i64>(0) + 1;
+            transaction
+                .execute(
+                    &format!("UPDATE shard_owner SET epoch = $2, owner = $3, lease_until = {lease} WHERE shard = $1"),
+                    &[&SHARD, &epoch, &owner],
+                )
+                .await?;
+            epoch
+        }
+    };
+    transaction.commit().await?;
+    Ok(epoch)
+}
+
+/// One batch in one transaction: the fenced head update, the entries, `COMMIT`.
+async fn append_batch(
+    client: &mut Client,
+    epoch: i64,
+    old_head: i64,
+    seqs: &[i64],
+    ats: &[i64],
+    payloads: &[Vec<u8>],
+) -> Appended {
+    let new_head = old_head + seqs.len() as i64;
+    let transaction = match client.transaction().await {
+        Ok(transaction) => transaction,
+        Err(error) => return Appended::NotCommitted(error),
+    };
+    let updated = transaction
+        .execute(
+            &format!(
+                "UPDATE shard_owner SET head = $4, lease_until = now() + interval '{LEASE_MS} milliseconds' \
+                 WHERE shard = $1 AND epoch = $2 AND head = $3"
+            ),
+            &[&SHARD, &epoch, &old_head, &new_head],
+        )
+        .await;
+    match updated {
+        Err(error) => return Appended::NotCommitted(error),
+        Ok(1) => {}
+        Ok(_) => {
+            let _ = transaction.rollback().await;
+            return Appended::Fenced(read_owner(client).await.ok().flatten());
+        }
+    }
+    let inserted = transaction
+        .execute(
+            "INSERT INTO journal (shard, seq, epoch, at_ms, entry) \
+             SELECT $1, t.seq, $2, t.at_ms, t.entry FROM unnest($3::bigint[], $4::bigint[], $5::bytea[]) AS t(seq, at_ms, entry)",
+            &[&SHARD, &epoch, &seqs, &ats, &payloads],
+        )
+        .await;
+    if let Err(error) = inserted {
+        return Appended::NotCommitted(error);
+    }
+    match transaction.commit().await {
+        Ok(()) => Appended::Committed,
+        // Even an error the server sent may follow a local commit (a session ended while
+        // it waited for a synchronous standby): every failed COMMIT is read back.
+        Err(error) => Appended::Unknown(error),
+    }
+}
+
+impl JournalSink for PgStore {
+    fn append(&mut self, entries: &[JournalEntry]) -> io::Result<()> {
+        if let Some(why) = &self.lost {
+            return Err(io::Error::other(why.clone()));
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let old_head = self.next_index as i64;
+        let seqs: Vec<i64> = (0..entries.len() as i64).map(|i| old_head + i).collect();
+        let ats: Vec<i64> = entries.iter().map(|entry| journal::entry_time(entry).0).collect();
+        let payloads: Vec<Vec<u8>> =
+            entries.iter().map(|entry| serde_json::to_vec(entry).expect("an entry serializes")).collect();
+        let bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
+        let epoch = self.epoch;
+        self.connect_again()?;
+        let connection = self.connection.as_mut().expect("connected");
+        let old_pid = connection.backend_pid;
+        let client = &mut connection.client;
+        let appended = self.io.run(append_batch(client, epoch, old_head, &seqs, &ats, &payloads));
+        let committed = match appended {
+            Appended::Committed => true,
+            Appended::Fenced(owner) => {
+                let now = match owner {
+                    Some(owner) => format!(
+                        "the store now says epoch {}, head {}, owner {:?}",
+                        owner.epoch, owner.head, owner.owner
+                    ),
+                    None => "the owner row could not be read".into(),
+                };
+                return Err(self.lose(format!(
+                    "shard 0 of the PostgreSQL store was taken by another process: the append at head {old_head} \
+                     with epoch {epoch} touched no owner row ({now})"
+                )));
+            }
+            Appended::NotCommitted(error) => {
+                tracing::warn!(%error, "a journal append to PostgreSQL failed; nothing of it is durable");
+                return Err(io::Error::other(format!("the PostgreSQL store: {error}")));
+            }
+            Appended::Unknown(error) => {
+                tracing::warn!(%error, "the connection failed during COMMIT: reading whether it committed");
+                self.connection = None;
+                match self.resolve(old_head, old_pid) {
+                    Ok(committed) => {
+                        tracing::warn!(committed, "the outcome of the failed COMMIT");
+                        if !committed {
+                            return Err(io::Error::other(format!(
+                                "the PostgreSQL store: the connection failed during COMMIT ({error}) and the batch \
+                                 is not in the store"
+                            )));
+                        }
+                        true
+                    }
+                    Err(why) => {
+                        return Err(self.lose(format!(
+                            "the connection failed during COMMIT ({error}) and whether it committed could not be \
+                             read within {} s ({why}); restart the service to continue from what is durable",
+                            RESOLVE_WINDOW.as_secs()
+                        )))
+                    }
+                }
+            }
+        };
+        debug_assert!(committed);
+        self.next_index += entries.len() as u64;
+        self.entries_since_snapshot += entries.len() as u64;
+        self.bytes_since_snapshot += bytes;
+        Ok(())
+    }
+
+    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<io::Result<EncodedSnapshot>> {
+        let due = self.entries_since_snapshot >= self.policy.every_entries
+            || self.bytes_since_snapshot >= self.policy.every_bytes;
+        due.then(|| journal::encode_snapshot(&self.header, engine, self.next_index + pending_entries))
+    }
+
+    fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> io::Result<()> {
+        if let Some(why) = &self.lost {
+            return Err(io::Error::other(why.clone()));
+        }
+        let covered = snapshot.covered_entries();
+        if covered != self.next_index {
+            return Err(io::Error::other(format!(
+                "a snapshot covering {covered} entries cannot follow a journal of {}",
+                self.next_index
+            )));
+        }
+        let epoch = self.epoch;
+        self.connect_again()?;
+        let client = &mut self.connection.as_mut().expect("connected").client;
+        let written = self.io.run(async {
+            let transaction = client.transaction().await?;
+            let inserted = transaction
+                .execute(
+                    "INSERT INTO snapshot (shard, covered, state) SELECT $1, $2, $3 \
+                     WHERE EXISTS (SELECT 1 FROM shard_owner WHERE shard = $1 AND epoch = $4) ON CONFLICT DO NOTHING",
+                    &[&SHARD, &(covered as i64), &snapshot.bytes(), &epoch],
+                )
+                .await?;
+            // Older snapshots are dropped; the entries they cover are kept (decision 141).
+            transaction
+                .execute("DELETE FROM snapshot WHERE shard = $1 AND covered < $2", &[&SHARD, &(covered as i64)])
+                .await?;
+            transaction.commit().await?;
+            Ok::<_, tokio_postgres::Error>(inserted)
+        });
+        match written {
+            Ok(1) => {
+                self.entries_since_snapshot = 0;
+                self.bytes_since_snapshot = 0;
+                self.newest_snapshot_unix_ms = Some(crate::server::real_now_ms());
+                Ok(())
+            }
+            Ok(_) => Err(io::Error::other("the snapshot was not written: the shard has another owner")),
+            Err(error) => Err(io::Error::other(format!("the PostgreSQL store: {error}"))),
+        }
+    }
+
+    fn reload(&mut self) -> Result<Engine, String> {
+        let next_index = self.next_index;
+        self.connect_again().map_err(|e| format!("the PostgreSQL store: {e}"))?;
+        let client = &mut self.connection.as_mut().expect("connected").client;
+        let recovery = self.io.run(load(client, None, Some(next_index))).map_err(|e| e.0)?;
+        if recovery.next_index != next_index {
+            return Err(format!("the store holds {} entries but {next_index} were acknowledged", recovery.next_index));
+        }
+        recovery.engine.ok_or_else(|| "the store lost its journal".into())
+    }
+
+    fn wedged(&self) -> Option<String> {
+        self.lost.clone()
+    }
+
+    fn fenced(&self) -> Option<String> {
+        self.lost.clone()
+    }
+
+    /// Whether appends would succeed again: the store answers, and this process still
+    /// owns the shard at the head it acknowledged.
+    fn probe(&mut self) -> io::Result<()> {
+        if let Some(why) = &self.lost {
+            return Err(io::Error::other(why.clone()));
+        }
+        self.connect_again()?;
+        let owner = self.io.run(read_owner(&self.connection.as_ref().expect("connected").client));
+        let owner = match owner {
+            Ok(owner) => owner,
+            Err(error) => {
+                self.connection = None;
+                return Err(io::Error::other(format!("the PostgreSQL store: {error}")));
+            }
+        };
+        match owner {
+            Some(owner) if owner.epoch == self.epoch && owner.head as u64 == self.next_index => Ok(()),
+            Some(owner) => Err(self.lose(format!(
+                "shard 0 of the PostgreSQL store moved on: epoch {} head {} (this process: epoch {} head {})",
+                owner.epoch, owner.head, self.epoch, self.next_index
+            ))),
+            None => Err(self.lose("shard 0 of the PostgreSQL store has no owner row".into())),
+        }
+    }
+
+    fn newest_snapshot_unix_ms(&self) -> Option<i64> {
+        self.newest_snapshot_unix_ms
+    }
+}
