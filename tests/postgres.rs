@@ -464,6 +464,7 @@ fn snapshots_and_fencing_through_the_trait() {
         contact_email: "t@x.example".into(),
         company_name: None,
         api_key_digest: esim_engine::KeyDigest::of("rsk_postgres_store_test"),
+        api_key_prefix: "rsk_postgres".into(),
     });
     let account_id = match engine.handle(at, create.clone()) {
         Ok(esim_engine::Reply::AccountCreated(created)) => created.account_id,
