@@ -78,6 +78,12 @@ pub enum ResellerOp {
         /// The eSIM.
         iccid: String,
     },
+    /// `GET /esim/{iccid}/qr-code` (beyond the spec, decision 130): the eSIM's QR code
+    /// again, as the provisioning answer showed it.
+    EsimQrCode {
+        /// The eSIM.
+        iccid: String,
+    },
     /// `POST /esim/{iccid}/enable`: switches data on (402 when the reseller balance is
     /// not above 0).
     Enable {
@@ -311,6 +317,7 @@ impl ResellerOp {
             self,
             ListEsims { .. }
                 | GetEsim { .. }
+                | EsimQrCode { .. }
                 | ListGroups
                 | GetGroup { .. }
                 | ListGroupEsims { .. }
@@ -334,6 +341,7 @@ impl ResellerOp {
             Provision { .. } => "provision",
             ListEsims { .. } => "list_esims",
             GetEsim { .. } => "get_esim",
+            EsimQrCode { .. } => "esim_qr_code",
             Enable { .. } => "enable",
             Disable { .. } => "disable",
             Terminate { .. } => "terminate",

@@ -276,6 +276,7 @@ impl Engine {
             }
             ListEsims { status, limit, offset } => self.list_esims(account, status.as_deref(), *limit, *offset),
             GetEsim { iccid } => self.get_esim(account, iccid),
+            EsimQrCode { iccid } => self.esim_qr_code(account, iccid),
             Enable { iccid } => self.enable(account, iccid),
             Disable { iccid } => self.disable(account, iccid),
             Terminate { iccid } => self.terminate(account, iccid),

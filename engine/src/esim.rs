@@ -299,6 +299,20 @@ impl Engine {
         }))
     }
 
+    /// `GET /esim/{iccid}/qr-code` (decision 130): the QR code of the eSIM's LPA string,
+    /// drawn when the answer is serialized (in the connection task, as provisioning's).
+    pub(crate) fn esim_qr_code(&self, account: AccountIx, iccid: &str) -> Response {
+        let sim = self.sim_of(account, iccid)?;
+        let esim = &self.esims[sim];
+        let lpa_string = esim.lpa.text();
+        Ok(Reply::EsimQrCode(EsimQrCode {
+            iccid: iccid.to_string(),
+            qr_code: QrCodeDataUrl::new(lpa_string.clone()),
+            direct_install_url: codes::direct_install_url(&lpa_string),
+            lpa_string,
+        }))
+    }
+
     fn require_not_terminated(&self, sim: EsimIx) -> Result<(), ApiError> {
         if self.esims[sim].status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));

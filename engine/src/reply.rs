@@ -98,6 +98,8 @@ pub enum Reply {
     ToppedUp(ToppedUp),
     /// Admin `POST /admin/v1/accounts/{account_id}/keys`, status 201.
     KeyCreated(KeyCreated),
+    /// `GET /esim/{iccid}/qr-code` (decision 130).
+    EsimQrCode(EsimQrCode),
     /// `GET /keys` (decision 128).
     ApiKeyList(ApiKeyList),
     /// `POST /keys`, status 201: the key is shown this once (decision 128).
@@ -198,6 +200,7 @@ impl Reply {
     pub fn set_render_qr(&mut self, render: bool) {
         match self {
             Reply::Provisioned(provisioned) => provisioned.qr_code.render = render,
+            Reply::EsimQrCode(qr) => qr.qr_code.render = render,
             Reply::Replayed { qr_code: Some(qr_code), .. } => qr_code.render = render,
             _ => {}
         }
@@ -207,6 +210,7 @@ impl Reply {
     fn qr_code(&self) -> Option<&QrCodeDataUrl> {
         match self {
             Reply::Provisioned(provisioned) => Some(&provisioned.qr_code),
+            Reply::EsimQrCode(qr) => Some(&qr.qr_code),
             Reply::Replayed { qr_code, .. } => qr_code.as_ref(),
             _ => None,
         }
@@ -886,6 +890,21 @@ pub struct ToppedUp {
 pub struct KeyCreated {
     /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
     pub api_key: String,
+}
+
+/// The eSIM's installation details again, with its QR code (decision 130)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct EsimQrCode {
+    /// ICCID (19 digits)
+    pub iccid: String,
+    /// LPA activation code, for a QR code or manual entry
+    pub lpa_string: String,
+    /// base64 PNG data URL (data:image/png;base64,...) of the LPA string, as provisioning showed it
+    #[schemars(with = "String")]
+    pub qr_code: QrCodeDataUrl,
+    /// iOS 17.4+ one-tap install link
+    #[schemars(extend("format" = "uri"))]
+    pub direct_install_url: String,
 }
 
 /// The account's active API keys, oldest first (keys made in the same millisecond by id; decision 128)

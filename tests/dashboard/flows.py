@@ -245,6 +245,12 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         assert page.evaluate("() => document.querySelector('#esim-qr img').naturalWidth") > 0, "QR image loads"
         expect(page.locator("#esim-detail code")).to_contain_text("LPA:1$")
         expect(page.locator("#esim-detail a", has_text="Install link")).to_have_count(1)
+        step("after a reload, the eSIM opened from the list shows its QR (GET /esim/{iccid}/qr-code)")
+        page.reload()
+        page.locator("#esims-table button", has_text=iccid).click()
+        expect(page.locator("#esim-detail-iccid")).to_have_text(iccid)
+        expect(page.locator("#esim-qr img")).to_be_visible()
+        assert page.evaluate("() => document.querySelector('#esim-qr img').naturalWidth") > 0, "QR image loads"
         after_provision = wallet_balance()
         assert round(before - after_provision, 2) == 1.75, (before, after_provision)
 

@@ -12,9 +12,6 @@
 const RESELLER = '/api/v2/reseller';
 const KEY_STORE = 'esim.dashboard.api_key';
 const ADMIN_STORE = 'esim.dashboard.admin_token';
-// QR images and install links come only in the provisioning answer (the detail has the
-// LPA string alone): kept for this tab's session so the detail can show them (decision 135).
-const QR_STORE = 'esim.dashboard.qr.';
 
 const $ = (id) => document.getElementById(id);
 
@@ -205,7 +202,6 @@ async function resellerSignIn(event) {
 
 function resellerSignOut(reason) {
   sessionStorage.removeItem(KEY_STORE);
-  for (const name of Object.keys(sessionStorage)) if (name.startsWith(QR_STORE)) sessionStorage.removeItem(name);
   for (const id of ['key-once', 'webhook-secret']) { clear($(id)); $(id).hidden = true; }
   $('reseller-app').hidden = true;
   $('reseller-signin').hidden = false;
@@ -252,7 +248,6 @@ async function provision(event) {
   if (group) body.group_id = group;
   try {
     const made = await call('reseller', 'POST', '/esim/provision', body);
-    sessionStorage.setItem(QR_STORE + made.iccid, JSON.stringify({ qr: made.qr_code, url: made.direct_install_url }));
     say('provision-msg', `Provisioned ${made.iccid} for ${money(made.cost)} USD; balance ${money(made.balance_remaining)} USD.`);
     state.iccid = made.iccid;
     if (group) state.groupId = group;
@@ -290,15 +285,16 @@ async function loadEsim(iccid, focus) {
     const esim = await call('reseller', 'GET', `/esim/${encodeURIComponent(iccid)}`);
     card.hidden = false;
     $('esim-detail-iccid').textContent = esim.iccid;
-    const kept = JSON.parse(sessionStorage.getItem(QR_STORE + esim.iccid) || 'null');
+    // The QR image and install link: GET /esim/{iccid}/qr-code (decision 130).
+    const shown = await call('reseller', 'GET', `/esim/${encodeURIComponent(iccid)}/qr-code`).catch(() => null);
     const qr = clear($('esim-qr'));
-    if (kept && typeof kept.qr === 'string' && kept.qr.startsWith('data:image/png;base64,')) {
-      qr.append(el('img', { src: kept.qr, alt: `QR code of eSIM ${esim.iccid}`, width: 164, height: 164 }));
+    if (shown && typeof shown.qr_code === 'string' && shown.qr_code.startsWith('data:image/png;base64,')) {
+      qr.append(el('img', { src: shown.qr_code, alt: `QR code of eSIM ${esim.iccid}`, width: 164, height: 164 }));
     } else {
-      qr.append(el('p', { class: 'hint', text: 'The QR image comes with the provisioning answer only; the LPA string is what it encodes.' }));
+      qr.append(el('p', { class: 'hint', text: 'The QR image could not be loaded; the LPA string is what it encodes.' }));
     }
-    const install = kept && typeof kept.url === 'string' && kept.url.startsWith('https://')
-      ? el('a', { href: kept.url, rel: 'noreferrer noopener', target: '_blank', text: 'Install link' })
+    const install = shown && typeof shown.direct_install_url === 'string' && shown.direct_install_url.startsWith('https://')
+      ? el('a', { href: shown.direct_install_url, rel: 'noreferrer noopener', target: '_blank', text: 'Install link' })
       : '—';
     figures('esim-detail', [
       ['Status', el('span', { id: 'esim-status', text: esim.status })],

@@ -279,6 +279,7 @@ fn try_route(
             offset: query_u64(&query, "offset")?,
         }),
         E::GetEsim => reseller(ResellerOp::GetEsim { iccid: param(0) }),
+        E::EsimQrCode => reseller(ResellerOp::EsimQrCode { iccid: param(0) }),
         E::EnableEsim => reseller(ResellerOp::Enable { iccid: param(0) }),
         E::DisableEsim => reseller(ResellerOp::Disable { iccid: param(0) }),
         E::TerminateEsim => reseller(ResellerOp::Terminate { iccid: param(0) }),

@@ -87,6 +87,7 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<EventEnvelope>();
     generator.subschema_for::<DeliveryAttemptPage>();
     generator.subschema_for::<ResendAccepted>();
+    generator.subschema_for::<EsimQrCode>();
     generator.subschema_for::<ApiKeyList>();
     generator.subschema_for::<ApiKeyCreated>();
     generator.subschema_for::<ApiKeyRevoked>();
@@ -383,6 +384,10 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::GetEsim => Operation::new("getEsim", "eSIMs", "Get an eSIM")
             .describe("The detail record; euicc_state is read live from the network, falling back to the cached state.")
             .ok(200, "EsimDetail", "The eSIM")
+            .errors(&[NO_ESIM]),
+        E::EsimQrCode => Operation::new("getEsimQrCode", "eSIMs", "Get the eSIM's QR code")
+            .describe("The installation details the provisioning answer showed, again: the LPA string, its QR code as a PNG data URL and the one-tap install link (beyond the spec; what the dashboard shows).")
+            .ok(200, "EsimQrCode", "The QR code")
             .errors(&[NO_ESIM]),
         E::EnableEsim => Operation::new("enableEsim", "eSIMs", "Enable data")
             .describe("Needs a reseller balance above 0. Emits esim.data_resumed when data was off.")
@@ -1224,7 +1229,7 @@ mod tests {
             .map(|endpoint| (endpoint.method().to_string(), endpoint.pattern().to_string()))
             .collect();
         assert_eq!(documented, routed);
-        assert_eq!(routed.len(), 38);
+        assert_eq!(routed.len(), 39);
         assert!(
             documented.iter().all(|(_, path)| !path.starts_with(RESELLER_BASE) && !path.starts_with("/admin/")),
             "relative paths, no admin or sandbox path"
@@ -1560,6 +1565,9 @@ mod tests {
         c.expect("GET", "/esim/list?status=pending&limit=1&offset=1", &key, None, 200);
         c.expect_code("GET", "/esim/list?status=lost", &key, None, "VALIDATION_ERROR");
         c.expect("GET", &format!("/esim/{first}"), &key, None, 200);
+        let qr = c.expect("GET", &format!("/esim/{first}/qr-code"), &key, None, 200);
+        assert!(qr["qr_code"].as_str().is_some_and(|url| url.len() > 100), "a drawn PNG: {qr}");
+        c.expect_code("GET", "/esim/8944000000000000000/qr-code", &key, None, "ESIM_NOT_FOUND");
         c.expect_code("GET", "/esim/8944000000000000000", &key, None, "ESIM_NOT_FOUND");
         c.expect("POST", &format!("/esim/{first}/disable"), &key, None, 200);
         c.expect("POST", &format!("/esim/{first}/enable"), &key, None, 200);

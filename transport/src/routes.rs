@@ -72,6 +72,7 @@ endpoints! {
     ProvisionEsim => Reseller POST "/esim/provision",
     ListEsims => Reseller GET "/esim/list",
     GetEsim => Reseller GET "/esim/{iccid}",
+    EsimQrCode => Reseller GET "/esim/{iccid}/qr-code",
     EnableEsim => Reseller POST "/esim/{iccid}/enable",
     DisableEsim => Reseller POST "/esim/{iccid}/disable",
     TerminateEsim => Reseller POST "/esim/{iccid}/terminate",
