@@ -1,8 +1,10 @@
 //! HTTP load: requests per second and latency at 64 keep-alive connections (or
 //! `LOAD_CONNECTIONS`) for
 //! `GET /esim/{iccid}`, `POST /esim/{iccid}/fund` (in memory, and durable with the
-//! journal's group commit), beside a hyper hello-world server measured the same way in
-//! the same run. Everything runs on 127.0.0.1 and stops by itself.
+//! journal's group commit), `POST /esim/provision` (QR code drawn, as a real answer is),
+//! and a mix (half the connections read while the other half provision: the p99 of a
+//! read while provisionings run), beside a hyper hello-world server measured the same
+//! way in the same run. Everything runs on 127.0.0.1 and stops by itself.
 //!
 //! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4).
 //! The engine gets a bench-only rate limit (no limit), so no scenario meets a 429; the
@@ -30,10 +32,12 @@ struct Account {
     iccid: String,
 }
 
-fn service_with_accounts(engine: Engine) -> (Service, Vec<Account>) {
+/// A service with [`ACCOUNTS`] funded accounts of one eSIM each; `render_qr` draws the
+/// QR code of provisioning answers (the provisioning scenarios), as the real server does.
+fn service_with_accounts(engine: Engine, render_qr: bool) -> (Service, Vec<Account>) {
     let mut service =
         Service::new(engine, "bench-admin".into(), ClockMode::Wall, esim_transport::secrets::Secrets::seeded(1));
-    service.set_render_qr(false);
+    service.set_render_qr(render_qr);
     let now = Millis(server::real_now_ms());
     let mut accounts = Vec::with_capacity(ACCOUNTS);
     for _ in 0..ACCOUNTS {
@@ -101,6 +105,7 @@ enum Kind {
     Hello,
     Read,
     Fund,
+    Provision,
 }
 
 struct Outcome {
@@ -128,6 +133,10 @@ async fn worker(base: String, kind: Kind, accounts: Vec<(String, String)>, deadl
                 .header("authorization", format!("Bearer {key}"))
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from_static(b"{\"amount\":0.01}"))),
+            Kind::Provision => http::Request::post(format!("http://{base}/api/v2/reseller/esim/provision"))
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(b"{\"label\":\"load\"}"))),
         }
         .unwrap();
         let started = Instant::now();
@@ -139,7 +148,7 @@ async fn worker(base: String, kind: Kind, accounts: Vec<(String, String)>, deadl
         let _ = response.into_body().collect().await;
         outcome.latencies_us.push(started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
         match status {
-            200 => {}
+            200 | 201 => {}
             429 => outcome.limited += 1,
             _ => outcome.failed += 1,
         }
@@ -172,43 +181,63 @@ fn cpu_seconds() -> f64 {
 }
 
 async fn measure(base: &str, kind: Kind, accounts: &[(String, String)], seconds: u64) -> Figures {
+    measure_mix(base, &[(kind, accounts)], seconds).await.remove(0)
+}
+
+/// Runs the kinds at once, the connections shared out evenly among them (each kind's
+/// connections cycle over its own accounts); one set of figures per kind, the cores busy
+/// being the whole run's.
+async fn measure_mix(base: &str, kinds: &[(Kind, &[(String, String)])], seconds: u64) -> Vec<Figures> {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let cpu_started = cpu_seconds();
-    let mut tasks = Vec::new();
-    let connections = connections();
-    for connection in 0..connections {
-        // Each connection cycles over its own share of the accounts.
-        let mine: Vec<(String, String)> = accounts.iter().skip(connection).step_by(connections).cloned().collect();
-        let mine = if mine.is_empty() { vec![(String::new(), String::new())] } else { mine };
-        tasks.push(tokio::spawn(worker(base.to_string(), kind, mine, deadline)));
+    let connections = connections() / kinds.len();
+    let mut tasks: Vec<Vec<_>> = Vec::new();
+    for (kind, accounts) in kinds {
+        let mut mine_tasks = Vec::new();
+        for connection in 0..connections {
+            // Each connection cycles over its own share of the accounts.
+            let mine: Vec<(String, String)> = accounts.iter().skip(connection).step_by(connections).cloned().collect();
+            let mine = if mine.is_empty() { vec![(String::new(), String::new())] } else { mine };
+            mine_tasks.push(tokio::spawn(worker(base.to_string(), *kind, mine, deadline)));
+        }
+        tasks.push(mine_tasks);
     }
-    let mut latencies = Vec::new();
-    let (mut limited, mut failed) = (0, 0);
-    for task in tasks {
-        let outcome = task.await.unwrap();
-        latencies.extend(outcome.latencies_us);
-        limited += outcome.limited;
-        failed += outcome.failed;
+    let mut outcomes = Vec::new();
+    for kind_tasks in tasks {
+        let mut latencies = Vec::new();
+        let (mut limited, mut failed) = (0, 0);
+        for task in kind_tasks {
+            let outcome = task.await.unwrap();
+            latencies.extend(outcome.latencies_us);
+            limited += outcome.limited;
+            failed += outcome.failed;
+        }
+        outcomes.push((latencies, limited, failed));
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cores_busy = (cpu_seconds() - cpu_started) / elapsed;
-    latencies.sort_unstable();
-    let percentile = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0) as f64
-            / 1000.0
-    };
-    Figures {
-        rps: latencies.len() as f64 / elapsed,
-        p50_ms: percentile(0.50),
-        p99_ms: percentile(0.99),
-        limited,
-        failed,
-        cores_busy,
-    }
+    outcomes
+        .into_iter()
+        .map(|(mut latencies, limited, failed)| {
+            latencies.sort_unstable();
+            let percentile = |p: f64| {
+                latencies
+                    .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+                    .copied()
+                    .unwrap_or(0) as f64
+                    / 1000.0
+            };
+            Figures {
+                rps: latencies.len() as f64 / elapsed,
+                p50_ms: percentile(0.50),
+                p99_ms: percentile(0.99),
+                limited,
+                failed,
+                cores_busy,
+            }
+        })
+        .collect()
 }
 
 /// Counts what the journal does during the run (appends, entries, time in append).
@@ -247,16 +276,27 @@ fn main() {
     runtime.block_on(async move {
         // A bench-only rate limit (the spec's 100 a minute per key is not what is
         // measured): no 429 in any scenario. The accounts still spread the load.
-        let config = EngineConfig { seed: 1, rate_limit_per_minute: u32::MAX, ..EngineConfig::default() };
+        // The inventory holds what every provisioning round may take.
+        let config = EngineConfig {
+            seed: 1,
+            rate_limit_per_minute: u32::MAX,
+            initial_inventory: 10_000_000,
+            ..EngineConfig::default()
+        };
         let engine = || Engine::new(config.clone(), Millis(server::real_now_ms()));
         let hello = start_hello().await;
-        let (memory_service, mut memory_accounts) = service_with_accounts(engine());
+        let (memory_service, mut memory_accounts) = service_with_accounts(engine(), false);
         // Reads and funds on the in-memory server use separate halves of its accounts.
         let fund_accounts = memory_accounts.split_off(ACCOUNTS / 2);
         let memory = start_esim(memory_service, Box::new(NoJournal)).await;
         let dir = std::env::temp_dir().join(format!("esim-http-bench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let (mut durable_service, durable_accounts) = service_with_accounts(engine());
+        let (mut durable_service, durable_accounts) = service_with_accounts(engine(), false);
+        // Provisioning (QR drawn) alone, and beside reads: one in-memory server, its
+        // accounts split between the provisioning and the reading connections.
+        let (provision_service, mut provision_accounts) = service_with_accounts(engine(), true);
+        let mix_read_accounts = provision_accounts.split_off(ACCOUNTS / 2);
+        let provisioning = start_esim(provision_service, Box::new(NoJournal)).await;
         let header = SegmentHeader {
             version: esim_transport::journal::FORMAT_VERSION,
             config: durable_service.engine().config().clone(),
@@ -271,18 +311,29 @@ fn main() {
 
         // Rounds interleave the scenarios so that a burst of other work on the machine
         // hits all of them alike; each figure is the median round.
-        let mut rounds: Vec<[Figures; 4]> = Vec::new();
+        let mut rounds: Vec<[Figures; 7]> = Vec::new();
         for round in 0..ROUNDS {
             // Each round funds from its own slice of accounts (per-key rate limit).
             let slice = |accounts: &[Account]| {
                 let size = accounts.len() / ROUNDS;
                 accounts[round * size..(round + 1) * size].iter().map(|a| (a.key.clone(), a.iccid.clone())).collect::<Vec<_>>()
             };
+            let mut mix = measure_mix(
+                &provisioning,
+                &[(Kind::Read, &slice(&mix_read_accounts)), (Kind::Provision, &slice(&provision_accounts))],
+                seconds,
+            )
+            .await;
+            let mix_provision = mix.pop().expect("two kinds");
+            let mix_read = mix.pop().expect("two kinds");
             rounds.push([
                 measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await,
                 measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await,
                 measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await,
                 measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await,
+                measure(&provisioning, Kind::Provision, &slice(&provision_accounts), seconds).await,
+                mix_read,
+                mix_provision,
             ]);
         }
         let median = |scenario: usize| {
@@ -294,7 +345,16 @@ fn main() {
         println!("{} connections, {ROUNDS} interleaved rounds of {seconds} s, median round, 127.0.0.1, one process (server and load share the 2 cores)", connections());
         println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | cores busy | vs hello-world |");
         println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-        for (index, name) in ["hyper hello-world", "GET /esim/{iccid}", "POST /esim/{iccid}/fund (in memory)", "POST /esim/{iccid}/fund (durable, group commit)"].iter().enumerate() {
+        let names = [
+            "hyper hello-world",
+            "GET /esim/{iccid}",
+            "POST /esim/{iccid}/fund (in memory)",
+            "POST /esim/{iccid}/fund (durable, group commit)",
+            "POST /esim/provision (in memory, QR drawn)",
+            "mix: GET /esim/{iccid} (half the connections) while provisioning",
+            "mix: POST /esim/provision (the other half)",
+        ];
+        for (index, name) in names.iter().enumerate() {
             let figures = median(index);
             println!(
                 "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",

@@ -137,7 +137,7 @@ pub use engine::{limits, Delivery, Effect, Engine, EngineConfig};
 pub use error::{ApiError, ErrorCode};
 pub use esim::page;
 pub use event::{Event, EventName};
-pub use reply::{render, Reply, Response};
+pub use reply::{draw_qr, render, Reply, Response};
 pub use secret::{KeyDigest, SealedSecret};
 pub use time::Millis;
 

@@ -161,7 +161,7 @@ impl Reply {
         match self {
             Reply::Replayed { body, qr_code: Some(qr_code), .. } if qr_code.render => {
                 let drawn = serde_json::to_string(qr_code).expect("a QR code serializes");
-                body.replacen(&format!("\"qr_code\":\"{UNDRAWN_QR}\""), &format!("\"qr_code\":{drawn}"), 1).into_bytes()
+                splice_qr(body, &drawn).into_bytes()
             }
             Reply::Replayed { body, .. } => body.clone().into_bytes(),
             other => serde_json::to_vec(other).expect("replies always serialize"),
@@ -206,6 +206,12 @@ impl Reply {
         }
     }
 
+    /// The text of the QR code this reply shows, if any (a shell that draws it outside
+    /// the task applying commands serializes the reply undrawn, then [`draw_qr`]).
+    pub fn qr_text(&self) -> Option<&str> {
+        self.qr_code().map(|qr_code| qr_code.text.as_str())
+    }
+
     /// The QR code this reply draws, if any.
     fn qr_code(&self) -> Option<&QrCodeDataUrl> {
         match self {
@@ -241,6 +247,19 @@ pub fn render(response: &Response) -> (u16, Vec<u8>) {
         Ok(reply) => (reply.status(), reply.body_bytes()),
         Err(error) => (error.status(), serde_json::to_vec(error).expect("errors always serialize")),
     }
+}
+
+/// Puts a drawn QR code (a JSON string) in place of the undrawn one in a body.
+fn splice_qr(body: &str, drawn_json: &str) -> String {
+    body.replacen(&format!("\"qr_code\":\"{UNDRAWN_QR}\""), &format!("\"qr_code\":{drawn_json}"), 1)
+}
+
+/// Draws the QR code of `text` into a body serialized with it undrawn (see
+/// [`Reply::qr_text`]): the same bytes the reply would have had drawn in place.
+pub fn draw_qr(body: &[u8], text: &str) -> Result<Vec<u8>, codes::CodeError> {
+    let url = codes::qr_png_data_url(text)?;
+    let drawn = serde_json::to_string(&url).expect("a string serializes");
+    Ok(splice_qr(&String::from_utf8_lossy(body), &drawn).into_bytes())
 }
 
 /// The `qr_code` field: rendered to a PNG data URL only when serialized, because

@@ -269,11 +269,13 @@ impl Shared {
 /// error if the owner task of the engine died (a bug: the process must end).
 pub async fn serve(
     listener: TcpListener,
-    service: Service,
+    mut service: Service,
     journal: Box<dyn JournalSink>,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    // QR codes are drawn by the connection tasks (`answer`), off the owner task.
+    service.set_defer_qr(true);
     let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
     let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
     let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
@@ -549,7 +551,9 @@ async fn answer(
                     if shared.to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
                         unavailable()
                     } else {
-                        answer.await.unwrap_or_else(|_| unavailable())
+                        let mut response = answer.await.unwrap_or_else(|_| unavailable());
+                        crate::service::draw_deferred_qr(&mut response);
+                        response
                     }
                 }
             }

@@ -69,6 +69,9 @@ pub struct Service {
     openapi: Bytes,
     /// Draw QR codes in provisioning responses (off only in the simulation).
     render_qr: bool,
+    /// Leave QR codes undrawn, marked with [`DeferredQr`], for the caller to draw with
+    /// [`draw_deferred_qr`] (the server: its connection tasks draw them).
+    defer_qr: bool,
     /// Credentials and rate windows, shared with the connection tasks of a server.
     admission: Arc<Admission>,
     /// New keys and signing secrets, and the key that seals secrets.
@@ -76,6 +79,21 @@ pub struct Service {
     /// Why changes are refused for now (the journal cannot be written), if they are:
     /// reads are still answered, timers wait.
     refusal: Option<String>,
+}
+
+/// The text of a QR code an answer still has to draw ([`Service::set_defer_qr`]).
+#[derive(Clone, Debug)]
+pub struct DeferredQr(String);
+
+/// Draws the QR code an answer left undrawn (in the connection task, off the task that
+/// applies commands); any other answer is left as it is.
+pub fn draw_deferred_qr(response: &mut http::Response<Bytes>) {
+    let Some(DeferredQr(text)) = response.extensions_mut().remove::<DeferredQr>() else { return };
+    match esim_engine::draw_qr(response.body(), &text) {
+        Ok(body) => *response.body_mut() = Bytes::from(body),
+        // Cannot happen for an LPA string; the answer keeps its empty data URL.
+        Err(why) => tracing::error!(%why, "a QR code could not be drawn"),
+    }
 }
 
 /// A secret the service drew for a command, to show once in its answer.
@@ -106,7 +124,14 @@ impl Service {
             journal: Vec::new(),
             openapi: Bytes::from(crate::openapi::document()),
             render_qr: true,
+            defer_qr: false,
         }
+    }
+
+    /// The server's connection tasks draw QR codes ([`draw_deferred_qr`]), so the task
+    /// applying commands never spends a QR drawing's time (issue 15).
+    pub fn set_defer_qr(&mut self, defer: bool) {
+        self.defer_qr = defer;
     }
 
     /// The simulation renders millions of responses and never looks at QR pictures:
@@ -411,8 +436,18 @@ impl Service {
             Routed::Engine(command) => match self.apply(now, command) {
                 Ok(Reply::WebhookTestDispatched { delivery_id }) => return Outcome::AwaitDelivery(delivery_id),
                 Ok(mut reply) => {
-                    reply.set_render_qr(self.render_qr);
-                    respond(&Ok(reply))
+                    // Issue 15: a QR code (about 75 µs) is drawn by the connection task
+                    // when the server asks for it, not here, where every command waits.
+                    let deferred = match (self.render_qr && self.defer_qr, reply.qr_text()) {
+                        (true, Some(text)) => Some(DeferredQr(text.to_string())),
+                        _ => None,
+                    };
+                    reply.set_render_qr(self.render_qr && deferred.is_none());
+                    let mut response = respond(&Ok(reply));
+                    if let Some(deferred) = deferred {
+                        response.extensions_mut().insert(deferred);
+                    }
+                    response
                 }
                 other => respond(&other),
             },
