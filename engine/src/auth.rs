@@ -5,12 +5,8 @@
 use crate::engine::{limits, Engine};
 use crate::error::{ApiError, ErrorCode};
 use crate::reply::{ApiKeyCreated, ApiKeyList, ApiKeyRecord, ApiKeyRevoked, Reply, Response};
-use crate::secret::KeyDigest;
+use crate::secret::{KeyDigest, KEY_ID_PREFIX};
 use crate::state::{AccountIx, KeyRecord};
-
-/// How a key's id starts: `key_` and the first 128 bits of its digest in hex. The id
-/// names a key without being one (a digest cannot be turned back into its key).
-const KEY_ID_PREFIX: &str = "key_";
 
 impl Engine {
     /// The account holding a valid (known, not revoked) API key.
@@ -48,8 +44,8 @@ impl Engine {
         let keys = self
             .active_keys(account)
             .into_iter()
-            .map(|(id, record)| ApiKeyRecord {
-                id: key_id(*id),
+            .map(|(_, record)| ApiKeyRecord {
+                id: record.digest.key_id(),
                 prefix: record.prefix.clone(),
                 created_at: record.created_at,
                 current: record.digest == *caller,
@@ -70,7 +66,7 @@ impl Engine {
             ));
         }
         self.add_api_key(account, digest, prefix.clone());
-        Ok(Reply::ApiKeyCreated(ApiKeyCreated { id: key_id(digest.id()), api_key: None, prefix, created_at: self.now }))
+        Ok(Reply::ApiKeyCreated(ApiKeyCreated { id: digest.key_id(), api_key: None, prefix, created_at: self.now }))
     }
 
     /// `DELETE /keys/{id}`: refuses an unknown id (another account's is just as unknown)
@@ -99,12 +95,7 @@ impl Engine {
     }
 }
 
-/// A key's id from its index (the first 128 bits of its digest).
-fn key_id(index: u128) -> String {
-    format!("{KEY_ID_PREFIX}{}", crate::ids::hex(&index.to_le_bytes()))
-}
-
-/// The index a key id names; `None` for anything that is not `key_` and 32 hex digits.
+/// The index ([`KeyDigest::id`]) a key id ([`KeyDigest::key_id`]) names; `None` for anything that is not `key_` and 32 hex digits.
 fn parse_key_id(key_id: &str) -> Option<u128> {
     let hex = key_id.strip_prefix(KEY_ID_PREFIX)?;
     if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
@@ -128,10 +119,11 @@ mod tests {
 
     #[test]
     fn key_ids_round_trip_and_refuse_anything_else() {
-        for index in [0u128, 1, u128::MAX, 0x0123_4567_89ab_cdef_0011_2233_4455_6677] {
-            let id = key_id(index);
+        for key in ["rsk_a", "rsk_b", "rsk_0000"] {
+            let digest = KeyDigest::of(key);
+            let id = digest.key_id();
             assert_eq!(id.len(), 36);
-            assert_eq!(parse_key_id(&id), Some(index));
+            assert_eq!(parse_key_id(&id), Some(digest.id()), "{id} names the key's index");
         }
         for bad in
             ["", "key_", "key_00", "rsk_00000000000000000000000000000000", "key_0000000000000000000000000000000G"]

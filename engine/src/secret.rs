@@ -14,6 +14,9 @@ use sha2::{Digest, Sha256};
 #[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KeyDigest(pub [u8; 32]);
 
+/// How a key's id starts ([`KeyDigest::key_id`]).
+pub const KEY_ID_PREFIX: &str = "key_";
+
 impl KeyDigest {
     /// The digest of a bearer credential (the transport hashes each request's key once).
     pub fn of(api_key: &str) -> KeyDigest {
@@ -23,6 +26,12 @@ impl KeyDigest {
     /// The index of a key: the first 128 bits of its digest.
     pub fn id(&self) -> u128 {
         u128::from_le_bytes(self.0[..16].try_into().expect("16 bytes"))
+    }
+
+    /// The key's id in the API (`key_` and the first 128 bits of the digest in hex,
+    /// decision 128): it names a key without being one.
+    pub fn key_id(&self) -> String {
+        format!("{}{}", KEY_ID_PREFIX, crate::ids::hex(&self.0[..16]))
     }
 
     /// The all-zero digest: no key hashes to it, so it marks "not filled in".

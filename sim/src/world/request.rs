@@ -292,12 +292,8 @@ impl World {
             Call::Keys => (E::ListApiKeys, vec![], none(), none(), Kind::Other),
             Call::MakeKey => (E::CreateApiKey, vec![], none(), none(), Kind::MadeKey),
             Call::RevokeOwnKey => {
-                // A key's id is `key_` and the first 128 bits of its digest (decision 128).
                 let key_id = match who {
-                    Who::Account(i) => {
-                        let index = esim_engine::KeyDigest::of(&self.keys[self.accounts[i].key as usize]).id();
-                        format!("key_{}", index.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>())
-                    }
+                    Who::Account(i) => esim_engine::KeyDigest::of(&self.keys[self.accounts[i].key as usize]).key_id(),
                     _ => "key_none".to_string(),
                 };
                 (E::RevokeApiKey, vec![key_id], none(), none(), Kind::RevokedOwnKey)
