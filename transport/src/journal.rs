@@ -29,6 +29,13 @@
 //! continues in the same segment. If that cut fails too, the journal is wedged: every
 //! later append fails at once and nothing more is written by this process.
 //!
+//! # Snapshots
+//!
+//! A snapshot is never encoded by the server's owner task: when one is due, the append
+//! that made it due starts a new segment and a thread that rebuilds the state before
+//! that segment by replay from the data dir and writes it ([`FileJournal::compact_if_due`],
+//! decision 160); the covered segments are then removed.
+//!
 //! # Torn tail versus damage
 //!
 //! Only the last write of the last segment can be torn. A bad record (cut short, zero or
@@ -46,6 +53,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"ESIMJRN1";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"ESIMSNP1";
@@ -796,6 +805,14 @@ impl SegmentFile for File {
 /// Makes the [`SegmentFile`] for a new file at a path (created empty, mode 0600).
 pub type Opener = Box<dyn FnMut(&Path) -> io::Result<Box<dyn SegmentFile>> + Send>;
 
+/// The opener of a journal and of its compaction thread.
+type SharedOpener = Arc<Mutex<Opener>>;
+
+fn open_file(opener: &SharedOpener, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+    let mut opener = opener.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    opener(path)
+}
+
 /// Creates (or empties) a file with mode 0600 whatever the umask or an older file's mode.
 pub fn create_private_file(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
@@ -859,7 +876,8 @@ impl From<AppendError> for io::Error {
 pub struct FileJournal {
     dir: PathBuf,
     header: SegmentHeader,
-    opener: Opener,
+    /// Shared with a compaction thread, which writes its snapshot through it too.
+    opener: SharedOpener,
     file: Box<dyn SegmentFile>,
     segment: PathBuf,
     /// The end of the last acknowledged batch in the current segment: everything
@@ -867,8 +885,12 @@ pub struct FileJournal {
     durable_len: u64,
     next_index: u64,
     entries_since_snapshot: u64,
+    /// Bytes appended since the last snapshot was due (or the start).
+    bytes_since_snapshot: u64,
     policy: SnapshotPolicy,
     health: JournalHealth,
+    /// The snapshot being made by replay on its own thread, if one is.
+    compaction: Option<Compaction>,
     scratch: Vec<u8>,
     /// Record ends in `scratch`.
     ends: Vec<usize>,
@@ -953,7 +975,7 @@ pub fn replay_segment(bytes: &[u8]) -> Result<(Engine, SegmentHeader, u64), Jour
 /// Creates a segment durably: written as `.seg.tmp`, synced, renamed, directory synced.
 /// On failure the temporary file is removed (a `.seg` never lacks its header).
 fn new_segment(
-    opener: &mut Opener,
+    opener: &SharedOpener,
     dir: &Path,
     header: &SegmentHeader,
 ) -> io::Result<(Box<dyn SegmentFile>, PathBuf, u64)> {
@@ -962,7 +984,7 @@ fn new_segment(
     let temporary = journal.join(format!("{:020}.seg.tmp", header.first_index));
     let bytes = segment_start(header);
     let made = (|| {
-        let mut file = opener(&temporary)?;
+        let mut file = open_file(opener, &temporary)?;
         file.write_all_at(&bytes, 0)?;
         file.sync_data()?;
         fs::rename(&temporary, &path)?;
@@ -1011,8 +1033,8 @@ impl FileJournal {
             private_dir(&dir.join(sub))?;
             remove_temporaries(&dir.join(sub))?;
         }
-        let mut opener: Opener = Box::new(opener);
-        let (file, segment, durable_len) = new_segment(&mut opener, &dir, &header)?;
+        let opener: SharedOpener = Arc::new(Mutex::new(Box::new(opener)));
+        let (file, segment, durable_len) = new_segment(&opener, &dir, &header)?;
         Ok(FileJournal {
             next_index: header.first_index,
             dir,
@@ -1022,8 +1044,10 @@ impl FileJournal {
             segment,
             durable_len,
             entries_since_snapshot: 0,
+            bytes_since_snapshot: 0,
             policy,
             health: JournalHealth::Ok,
+            compaction: None,
             scratch: Vec::new(),
             ends: Vec::new(),
         })
@@ -1078,6 +1102,7 @@ impl FileJournal {
         self.durable_len += self.scratch.len() as u64;
         self.next_index += entries.len() as u64;
         self.entries_since_snapshot += entries.len() as u64;
+        self.bytes_since_snapshot += self.scratch.len() as u64;
         Ok(())
     }
 
@@ -1144,7 +1169,7 @@ impl FileJournal {
     }
 
     pub fn snapshot_due(&self) -> bool {
-        self.entries_since_snapshot >= self.policy.every_entries || self.durable_len >= self.policy.every_bytes
+        self.entries_since_snapshot >= self.policy.every_entries || self.bytes_since_snapshot >= self.policy.every_bytes
     }
 
     /// Writes a snapshot of `engine` (which has applied every appended entry): see
@@ -1180,7 +1205,7 @@ impl FileJournal {
         let final_path = snapshots.join(format!("{:020}.snap", self.next_index));
         let temporary = snapshots.join(format!("{:020}.snap.tmp", self.next_index));
         let written = (|| {
-            let mut file = (self.opener)(&temporary)?;
+            let mut file = open_file(&self.opener, &temporary)?;
             file.write_all_at(&bytes, 0)?;
             file.sync_data()?;
             drop(file);
@@ -1192,27 +1217,74 @@ impl FileJournal {
             return Err(error);
         }
         self.entries_since_snapshot = 0;
+        self.bytes_since_snapshot = 0;
+        self.start_segment_here()?;
+        remove_covered(&self.dir, self.next_index)
+    }
+
+    /// Starts a new segment at the next entry (unless the current one starts there), so
+    /// that a snapshot covering the entries so far covers whole segments.
+    fn start_segment_here(&mut self) -> io::Result<()> {
         if self.header.first_index != self.next_index {
             let mut header = self.header.clone();
             header.first_index = self.next_index;
-            let (file, segment, durable_len) = new_segment(&mut self.opener, &self.dir, &header)?;
+            let (file, segment, durable_len) = new_segment(&self.opener, &self.dir, &header)?;
             self.header = header;
             self.file = file;
             self.segment = segment;
             self.durable_len = durable_len;
         }
-        for (first, path) in list(&self.dir.join("journal"), "seg").map_err(|e| io::Error::other(e.0))? {
-            if first < self.next_index {
-                fs::remove_file(path)?;
-            }
+        Ok(())
+    }
+
+    /// After an append, when a snapshot is due and none is being made: starts a new
+    /// segment here and a thread that makes the snapshot of everything before it by
+    /// replay (see [`compact`]). The caller (the server's owner task) never encodes the
+    /// state: a snapshot stalls no request, whatever the size of the state.
+    pub fn compact_if_due(&mut self) {
+        if !self.snapshot_due() || self.health != JournalHealth::Ok {
+            return;
         }
-        for (covered, path) in list(&snapshots, "snap").map_err(|e| io::Error::other(e.0))? {
-            if covered < self.next_index {
-                fs::remove_file(path)?;
-            }
+        if self.compaction.as_ref().is_some_and(|running| !running.thread.is_finished()) {
+            return;
         }
-        sync_dir(&self.dir.join("journal"))?;
-        sync_dir(&snapshots)
+        if let Some(done) = self.compaction.take() {
+            let _ = done.join();
+        }
+        // Due again only after another policy's worth, whatever happens next: a failing
+        // disk is not asked for a segment at every append.
+        self.entries_since_snapshot = 0;
+        self.bytes_since_snapshot = 0;
+        if let Err(error) = self.start_segment_here() {
+            tracing::warn!(%error, "a snapshot was due but no new segment could be started; the journal still holds everything");
+            return;
+        }
+        let covered_entries = self.next_index;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (dir, header, opener, stop) = (self.dir.clone(), self.header.clone(), self.opener.clone(), cancel.clone());
+        let spawned = std::thread::Builder::new()
+            .name("esim-snapshot".into())
+            .spawn(move || compact(&dir, &header, covered_entries, &opener, &stop));
+        match spawned {
+            Ok(thread) => self.compaction = Some(Compaction { covered_entries, cancel, thread }),
+            Err(error) => tracing::warn!(%error, "no thread for a snapshot; the journal still holds everything"),
+        }
+    }
+
+    /// When to write the next snapshots.
+    pub fn set_snapshot_policy(&mut self, policy: SnapshotPolicy) {
+        self.policy = policy;
+    }
+
+    /// Whether a snapshot is being made on its thread.
+    pub fn snapshot_in_progress(&self) -> bool {
+        self.compaction.as_ref().is_some_and(|running| !running.thread.is_finished())
+    }
+
+    /// Waits for the snapshot being made, if any: the entries it covers when it was
+    /// written, or why it was not.
+    pub fn wait_for_snapshot(&mut self) -> Option<Result<u64, String>> {
+        self.compaction.take().map(Compaction::join)
     }
 
     /// When the newest snapshot in the data dir was written (its file's modification
@@ -1236,6 +1308,182 @@ impl FileJournal {
     pub fn segment_path(&self) -> &Path {
         &self.segment
     }
+}
+
+impl Drop for FileJournal {
+    /// A snapshot being made is cancelled at its next step and waited for: no thread
+    /// outlives its journal (a test may start another on the same dir at once).
+    fn drop(&mut self) {
+        if let Some(running) = self.compaction.take() {
+            running.cancel.store(true, Ordering::SeqCst);
+            let _ = running.join();
+        }
+    }
+}
+
+/// A snapshot being made on its own thread.
+struct Compaction {
+    covered_entries: u64,
+    /// Asks the thread to stop at its next step (the journal is going away).
+    cancel: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<(), String>>,
+}
+
+impl Compaction {
+    /// Waits for the thread; logs and returns how it ended.
+    fn join(self) -> Result<u64, String> {
+        let covered = self.covered_entries;
+        let ended = self.thread.join().unwrap_or_else(|_| Err("the snapshot thread panicked".into()));
+        match &ended {
+            Ok(()) => {}
+            Err(why) => tracing::warn!(covered, %why, "no snapshot; the journal still holds everything"),
+        }
+        ended.map(|()| covered)
+    }
+}
+
+/// Makes the snapshot covering the first `covered_entries` entries, off the owner task:
+/// rebuilds that state by replay from the data dir (the newest snapshot and the whole
+/// segments before `covered_entries`, all durable and never written again), streams it
+/// to a temporary file, syncs, renames, and removes the segments and snapshots it covers.
+///
+/// The state it writes is the one a restart would rebuild from the same files, so it
+/// needs no copy of the live engine; the price is a second engine in memory and a core
+/// busy while it runs (about the time of a restart).
+fn compact(
+    dir: &Path,
+    header: &SegmentHeader,
+    covered_entries: u64,
+    opener: &SharedOpener,
+    cancel: &AtomicBool,
+) -> Result<(), String> {
+    let began = std::time::Instant::now();
+    let cancelled = || cancel.load(Ordering::SeqCst).then(|| "cancelled: the journal was closed".to_string());
+    let options = RecoverOptions { repair: false, until: None };
+    let (result, recovery, _) = recover_with(dir, &options, Some(covered_entries));
+    result.map_err(|failure| failure.into_error().0)?;
+    if recovery.next_index != covered_entries {
+        return Err(format!("the data dir holds {} entries, not the {covered_entries} to cover", recovery.next_index));
+    }
+    let engine = recovery.engine.ok_or("the data dir holds no state")?;
+    let rebuilt_ms = began.elapsed().as_millis() as u64;
+    if let Some(why) = cancelled() {
+        return Err(why);
+    }
+    let snapshots = dir.join("snapshots");
+    let final_path = snapshots.join(format!("{covered_entries:020}.snap"));
+    let temporary = snapshots.join(format!("{covered_entries:020}.snap.tmp"));
+    let written = (|| -> io::Result<u64> {
+        let mut file = open_file(opener, &temporary)?;
+        let bytes = stream_snapshot(file.as_mut(), header, &engine, covered_entries)?;
+        file.sync_data()?;
+        drop(file);
+        if let Some(why) = cancelled() {
+            return Err(io::Error::other(why));
+        }
+        fs::rename(&temporary, &final_path)?;
+        sync_dir(&snapshots)?;
+        Ok(bytes)
+    })();
+    drop(engine);
+    let bytes = match written {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let _ = fs::remove_file(&temporary);
+            return Err(error.to_string());
+        }
+    };
+    remove_covered(dir, covered_entries).map_err(|error| format!("removing what the snapshot covers: {error}"))?;
+    crate::metrics::snapshot_written(crate::server::real_now_ms(), true);
+    tracing::info!(
+        covered_entries,
+        bytes,
+        rebuilt_ms,
+        total_ms = began.elapsed().as_millis() as u64,
+        "snapshot written (made by replay, off the owner task)"
+    );
+    Ok(())
+}
+
+/// Removes the segments and snapshots a snapshot covering `covered_entries` makes
+/// useless, and syncs both dirs.
+fn remove_covered(dir: &Path, covered_entries: u64) -> io::Result<()> {
+    let (journal, snapshots) = (dir.join("journal"), dir.join("snapshots"));
+    for (first, path) in list(&journal, "seg").map_err(|e| io::Error::other(e.0))? {
+        if first < covered_entries {
+            fs::remove_file(path)?;
+        }
+    }
+    for (covered, path) in list(&snapshots, "snap").map_err(|e| io::Error::other(e.0))? {
+        if covered < covered_entries {
+            fs::remove_file(path)?;
+        }
+    }
+    sync_dir(&journal)?;
+    sync_dir(&snapshots)
+}
+
+/// Writes a snapshot file (the bytes [`encode_snapshot`] makes) without holding its
+/// payload in memory: the JSON is streamed in chunks after a placeholder for the
+/// record's length and checksum, which are written last. Returns the file's length.
+fn stream_snapshot(
+    file: &mut dyn SegmentFile,
+    header: &SegmentHeader,
+    engine: &Engine,
+    covered_entries: u64,
+) -> io::Result<u64> {
+    const CHUNK_BYTES: usize = 1024 * 1024;
+    struct Chunked<'a> {
+        file: &'a mut dyn SegmentFile,
+        offset: u64,
+        crc: u32,
+        payload_len: u64,
+        buffer: Vec<u8>,
+    }
+    impl Chunked<'_> {
+        fn flush_buffer(&mut self) -> io::Result<()> {
+            self.file.write_all_at(&self.buffer, self.offset)?;
+            self.crc = crc32c::crc32c_append(self.crc, &self.buffer);
+            self.offset += self.buffer.len() as u64;
+            self.payload_len += self.buffer.len() as u64;
+            self.buffer.clear();
+            Ok(())
+        }
+    }
+    impl io::Write for Chunked<'_> {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.buffer.extend_from_slice(bytes);
+            if self.buffer.len() >= CHUNK_BYTES {
+                self.flush_buffer()?;
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.flush_buffer()
+        }
+    }
+    let record_start = SNAPSHOT_MAGIC.len() as u64;
+    file.write_all_at(SNAPSHOT_MAGIC, 0)?;
+    let mut out = Chunked {
+        file,
+        offset: record_start + 8,
+        crc: 0,
+        payload_len: 0,
+        buffer: Vec::with_capacity(CHUNK_BYTES + 64 * 1024),
+    };
+    serde_json::to_writer(&mut out, &SnapshotRef { covered_entries, header, engine }).map_err(io::Error::other)?;
+    io::Write::flush(&mut out)?;
+    let Chunked { file, crc, payload_len, offset, .. } = out;
+    if payload_len > u64::from(MAX_SNAPSHOT_BYTES) {
+        return Err(io::Error::other(format!(
+            "the state takes {payload_len} bytes, more than one snapshot record holds ({MAX_SNAPSHOT_BYTES})"
+        )));
+    }
+    let mut frame = Vec::with_capacity(8);
+    frame.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    frame.extend_from_slice(&crc.to_le_bytes());
+    file.write_all_at(&frame, record_start)?;
+    Ok(offset)
 }
 
 /// A snapshot encoded for a given journal position, to be written once the journal

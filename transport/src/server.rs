@@ -125,14 +125,13 @@ impl JournalSink for NoJournal {
 }
 
 impl JournalSink for crate::journal::FileJournal {
+    /// Appends; then, when a snapshot is due, starts making it by replay on its own
+    /// thread ([`crate::journal::FileJournal::compact_if_due`]): the owner task never
+    /// encodes the state of a file journal.
     fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
-        self.append_entries(entries).map_err(std::io::Error::from)
-    }
-    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
-        self.snapshot_due().then(|| self.encode_snapshot(engine, pending_entries))
-    }
-    fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> std::io::Result<()> {
-        self.write_encoded_snapshot(snapshot)
+        self.append_entries(entries).map_err(std::io::Error::from)?;
+        self.compact_if_due();
+        Ok(())
     }
     fn reload(&mut self) -> Result<Engine, String> {
         crate::journal::FileJournal::reload(self).map_err(|e| e.0)
