@@ -6,7 +6,8 @@
 //! read while provisionings run), beside a hyper hello-world server measured the same
 //! way in the same run. Everything runs on 127.0.0.1 and stops by itself.
 //!
-//! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4).
+//! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4;
+//! LOAD_ONLY=durable for hello-world and the durable fund alone, e.g. under `perf record`).
 //! With `PRISM_BASE=host:port` (a Stoplight Prism mock of our own `openapi.json`, started
 //! by `benches/prism.sh`), the same read against the mock is measured in the same rounds.
 //! The engine gets a bench-only rate limit (no limit), so no scenario meets a 429; the
@@ -176,6 +177,7 @@ async fn worker(base: String, kind: Kind, accounts: Vec<(String, String)>, deadl
     outcome
 }
 
+#[derive(Default)]
 struct Figures {
     rps: f64,
     p50_ms: f64,
@@ -292,6 +294,9 @@ fn main() {
         return; // `cargo test --benches` runs bench binaries without --bench: stay quick.
     }
     let seconds: u64 = std::env::var("LOAD_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    // `LOAD_ONLY=durable`: hello-world and the durable fund alone (for a profile of the
+    // journal's path).
+    let only_durable = std::env::var("LOAD_ONLY").is_ok_and(|v| v == "durable");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
         // A bench-only rate limit (the spec's 100 a minute per key is not what is
@@ -340,23 +345,34 @@ fn main() {
                 let size = accounts.len() / ROUNDS;
                 accounts[round * size..(round + 1) * size].iter().map(|a| (a.key.clone(), a.iccid.clone())).collect::<Vec<_>>()
             };
-            let mut mix = measure_mix(
+            let mut mix = if only_durable {
+                vec![Figures::default(), Figures::default()]
+            } else {
+                measure_mix(
                 &provisioning,
                 &[(Kind::Read, &slice(&mix_read_accounts)), (Kind::Provision, &slice(&provision_accounts))],
                 seconds,
             )
-            .await;
+            .await
+            };
             let mix_provision = mix.pop().expect("two kinds");
             let mix_read = mix.pop().expect("two kinds");
-            rounds.push([
-                measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await,
-                measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await,
-                measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await,
-                measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await,
-                measure(&provisioning, Kind::Provision, &slice(&provision_accounts), seconds).await,
-                mix_read,
-                mix_provision,
-            ]);
+            let hello_figures = measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await;
+            let (read, fund) = if only_durable {
+                (Figures::default(), Figures::default())
+            } else {
+                (
+                    measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await,
+                    measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await,
+                )
+            };
+            let durable_figures = measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await;
+            let provision = if only_durable {
+                Figures::default()
+            } else {
+                measure(&provisioning, Kind::Provision, &slice(&provision_accounts), seconds).await
+            };
+            rounds.push([hello_figures, read, fund, durable_figures, provision, mix_read, mix_provision]);
             if let Some(prism) = &prism {
                 prism_rounds.push(measure(prism, Kind::MockRead, &slice(&memory_accounts), seconds).await);
             }

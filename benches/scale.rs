@@ -745,6 +745,12 @@ impl Scale {
             snapshot_bytes as f64 / self.engine().esims().len() as f64
         );
         self.snapshot_fields();
+        if let Ok(keep) = std::env::var("SCALE_KEEP_SNAPSHOT") {
+            // A copy of the first snapshot file, for experiments with its decoding.
+            let covered = format!("{:020}.snap", self.journaled);
+            std::fs::copy(dir.join("snapshots").join(covered), format!("{keep}.{}", self.engine().esims().len()))
+                .expect("copy of the snapshot");
+        }
         // The tail; steps (commands and appends) timed outside and during the snapshot.
         let funded = self.funded.clone();
         let (mut outside, mut during) = (Vec::<u64>::new(), Vec::<u64>::new());
