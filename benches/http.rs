@@ -7,7 +7,8 @@
 //! way in the same run. Everything runs on 127.0.0.1 and stops by itself.
 //!
 //! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4;
-//! LOAD_ONLY=durable for hello-world and the durable fund alone, e.g. under `perf record`).
+//! LOAD_ONLY=durable or LOAD_ONLY=read for hello-world and that scenario alone, e.g. under
+//! `perf record`).
 //! With `PRISM_BASE=host:port` (a Stoplight Prism mock of our own `openapi.json`, started
 //! by `benches/prism.sh`), the same read against the mock is measured in the same rounds.
 //! The engine gets a bench-only rate limit (no limit), so no scenario meets a 429; the
@@ -294,9 +295,12 @@ fn main() {
         return; // `cargo test --benches` runs bench binaries without --bench: stay quick.
     }
     let seconds: u64 = std::env::var("LOAD_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-    // `LOAD_ONLY=durable`: hello-world and the durable fund alone (for a profile of the
-    // journal's path).
-    let only_durable = std::env::var("LOAD_ONLY").is_ok_and(|v| v == "durable");
+    // `LOAD_ONLY=durable` (or `read`): hello-world and the durable fund (or the read)
+    // alone, e.g. for a profile of one path.
+    let only = std::env::var("LOAD_ONLY").ok();
+    let only_durable = only.as_deref() == Some("durable");
+    let only_read = only.as_deref() == Some("read");
+    let skip_others = only_durable || only_read;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
         // A bench-only rate limit (the spec's 100 a minute per key is not what is
@@ -345,7 +349,7 @@ fn main() {
                 let size = accounts.len() / ROUNDS;
                 accounts[round * size..(round + 1) * size].iter().map(|a| (a.key.clone(), a.iccid.clone())).collect::<Vec<_>>()
             };
-            let mut mix = if only_durable {
+            let mut mix = if skip_others {
                 vec![Figures::default(), Figures::default()]
             } else {
                 measure_mix(
@@ -358,16 +362,22 @@ fn main() {
             let mix_provision = mix.pop().expect("two kinds");
             let mix_read = mix.pop().expect("two kinds");
             let hello_figures = measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await;
-            let (read, fund) = if only_durable {
-                (Figures::default(), Figures::default())
+            let read = if only_durable {
+                Figures::default()
             } else {
-                (
-                    measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await,
-                    measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await,
-                )
+                measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await
             };
-            let durable_figures = measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await;
-            let provision = if only_durable {
+            let fund = if skip_others {
+                Figures::default()
+            } else {
+                measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await
+            };
+            let durable_figures = if only_read {
+                Figures::default()
+            } else {
+                measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await
+            };
+            let provision = if skip_others {
                 Figures::default()
             } else {
                 measure(&provisioning, Kind::Provision, &slice(&provision_accounts), seconds).await
