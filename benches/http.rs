@@ -6,6 +6,8 @@
 //! read while provisionings run), beside a hyper hello-world server measured the same
 //! way in the same run. Everything runs on 127.0.0.1 and stops by itself.
 //!
+//! `benches/pg.sh` adds the durable fund on the PostgreSQL store (`PG_URL`) to the same run.
+//!
 //! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4;
 //! LOAD_ONLY=durable or LOAD_ONLY=read for hello-world and that scenario alone, e.g. under
 //! `perf record`).
@@ -18,6 +20,7 @@ use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest};
 use esim_transport::journal::{EncodedSnapshot, FileJournal, SegmentHeader, SnapshotPolicy};
 use esim_transport::server::{self, JournalSink, NoJournal, ServerOptions};
+use esim_transport::store_pg::PgStore;
 use esim_transport::{ClockMode, Service};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -263,10 +266,13 @@ async fn measure_mix(base: &str, kinds: &[(Kind, &[(String, String)])], seconds:
         .collect()
 }
 
-/// Counts what the journal does during the run (appends, entries, time in append).
+/// Appends, entries and time spent appending of one journal during the run.
+type JournalStats = std::sync::Arc<std::sync::Mutex<(u64, u64, Duration)>>;
+
+/// Counts what a journal (the file journal, or the PostgreSQL store) does during the run.
 struct Timed {
-    inner: FileJournal,
-    stats: std::sync::Arc<std::sync::Mutex<(u64, u64, Duration)>>,
+    inner: Box<dyn JournalSink>,
+    stats: JournalStats,
 }
 
 impl JournalSink for Timed {
@@ -283,11 +289,30 @@ impl JournalSink for Timed {
         self.inner.snapshot(engine, pending_entries)
     }
     fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> std::io::Result<()> {
-        JournalSink::write_snapshot(&mut self.inner, snapshot)
+        self.inner.write_snapshot(snapshot)
     }
     fn reload(&mut self) -> Result<Engine, String> {
-        JournalSink::reload(&mut self.inner)
+        self.inner.reload()
     }
+    fn wedged(&self) -> Option<String> {
+        self.inner.wedged()
+    }
+    fn fenced(&self) -> Option<String> {
+        self.inner.fenced()
+    }
+    fn probe(&mut self) -> std::io::Result<()> {
+        self.inner.probe()
+    }
+}
+
+/// What one journal did in the run, as a line.
+fn journal_line(name: &str, stats: &JournalStats) -> String {
+    let (appends, entries, spent) = *stats.lock().unwrap();
+    format!(
+        "{name}: {appends} group commits, {:.1} entries each, {:.3} ms per commit",
+        entries as f64 / appends.max(1) as f64,
+        spent.as_secs_f64() * 1000.0 / appends.max(1) as f64
+    )
 }
 
 fn main() {
@@ -333,10 +358,27 @@ fn main() {
             start: durable_service.engine().now(),
             first_index: 0,
         };
-        let mut journal = FileJournal::open(&dir, header, SnapshotPolicy::default()).unwrap();
+        let mut journal = FileJournal::open(&dir, header.clone(), SnapshotPolicy::default()).unwrap();
         journal.append(&durable_service.drain_journal()).unwrap();
-        let stats = std::sync::Arc::new(std::sync::Mutex::new((0u64, 0u64, Duration::ZERO)));
-        let durable = start_esim(durable_service, Box::new(Timed { inner: journal, stats: stats.clone() })).await;
+        let stats = JournalStats::default();
+        let durable =
+            start_esim(durable_service, Box::new(Timed { inner: Box::new(journal), stats: stats.clone() })).await;
+        // `PG_URL` (benches/pg.sh makes a throwaway cluster): the same durable fund on the
+        // PostgreSQL store, its own service and accounts.
+        let pg_stats = JournalStats::default();
+        let postgres = match std::env::var("PG_URL") {
+            Err(_) => None,
+            Ok(url) => {
+                let (mut service, accounts) = service_with_accounts(engine(), false);
+                let header = SegmentHeader { start: service.engine().now(), ..header.clone() };
+                let (mut store, _) = PgStore::open(&url, &header, SnapshotPolicy::default()).expect("the store");
+                store.set_header(header).expect("the store's header");
+                store.append(&service.drain_journal()).expect("the accounts, journaled");
+                let timed = Timed { inner: Box::new(store), stats: pg_stats.clone() };
+                Some((start_esim(service, Box::new(timed)).await, accounts))
+            }
+        };
+        let mut pg_rounds: Vec<Figures> = Vec::new();
 
         // Rounds interleave the scenarios so that a burst of other work on the machine
         // hits all of them alike; each figure is the median round.
@@ -383,6 +425,9 @@ fn main() {
                 measure(&provisioning, Kind::Provision, &slice(&provision_accounts), seconds).await
             };
             rounds.push([hello_figures, read, fund, durable_figures, provision, mix_read, mix_provision]);
+            if let (Some((base, accounts)), false) = (&postgres, only_read) {
+                pg_rounds.push(measure(base, Kind::Fund, &slice(accounts), seconds).await);
+            }
             if let Some(prism) = &prism {
                 prism_rounds.push(measure(prism, Kind::MockRead, &slice(&memory_accounts), seconds).await);
             }
@@ -433,12 +478,25 @@ fn main() {
             );
             println!("our GET /esim/{{iccid}} / Prism's: {:.1}x", median(1).rps / mock.rps.max(1.0));
         }
-        let (appends, entries, spent) = *stats.lock().unwrap();
-        println!(
-            "durable run: {appends} group commits, {:.1} entries each, {:.3} ms per commit (write + fdatasync)",
-            entries as f64 / appends.max(1) as f64,
-            spent.as_secs_f64() * 1000.0 / appends.max(1) as f64
-        );
+        if !pg_rounds.is_empty() {
+            pg_rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+            let pg = &pg_rounds[pg_rounds.len() / 2];
+            println!(
+                "| POST /esim/{{iccid}}/fund (durable, PostgreSQL store) | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",
+                pg.rps,
+                pg.p50_ms,
+                pg.p99_ms,
+                pg.limited,
+                pg.failed,
+                pg.cores_busy,
+                pg.rps / hello_figures.rps
+            );
+            println!("PostgreSQL store / file journal, durable fund: {:.2}", pg.rps / median(3).rps.max(1.0));
+        }
+        println!("{} (write + fdatasync)", journal_line("durable run, file journal", &stats));
+        if postgres.is_some() {
+            println!("{} (one transaction: fencing update, insert, COMMIT)", journal_line("durable run, PostgreSQL store", &pg_stats));
+        }
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
