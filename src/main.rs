@@ -415,7 +415,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             match PgStore::open_with(url, &fresh, policy, options).map_err(|e| e.to_string())? {
                 Opened::Owner(store, recovery) => {
                     bound = Some(listener);
-                    (recovery, Some(*store))
+                    (*recovery, Some(*store))
                 }
                 Opened::Leased(holder) => {
                     let followed =

@@ -114,7 +114,7 @@ async fn write(
 }
 
 /// What one worker (one account) had acknowledged.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Books {
     provisioned: u64,
     funded: Decimal,
@@ -268,7 +268,8 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
         let server = common::TestServer::attach(slots[owner_slot].0.running.base.clone());
         let mut round_ops = 0;
         for ((key, books), start) in accounts.iter().zip(&round_start) {
-            let books = books.lock().unwrap();
+            // A copy: the workers have ended, and no lock is held across the calls.
+            let books = books.lock().unwrap().clone();
             let when = format!("round {round}");
             check_books(&server, key, &books, fee, &when).await;
             // Idempotent replays of this round's writes answer the same, and apply nothing.

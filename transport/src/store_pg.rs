@@ -502,7 +502,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How a start found shard 0 ([`PgStore::open_with`]).
 pub enum Opened {
     /// This process took the shard: the store, and what was recovered.
-    Owner(Box<PgStore>, Recovery),
+    Owner(Box<PgStore>, Box<Recovery>),
     /// Another process holds a live lease: this process is to follow as a standby.
     Leased(ShardOwner),
 }
@@ -582,7 +582,7 @@ impl PgStore {
     pub fn open(url: &str, fresh: &SegmentHeader, policy: SnapshotPolicy) -> Result<(PgStore, Recovery), JournalError> {
         let options = StoreOptions { take_over: true, ..StoreOptions::default() };
         match PgStore::open_with(url, fresh, policy, options)? {
-            Opened::Owner(store, recovery) => Ok((*store, recovery)),
+            Opened::Owner(store, recovery) => Ok((*store, *recovery)),
             Opened::Leased(_) => unreachable!("take_over ignores the lease"),
         }
     }
@@ -632,7 +632,7 @@ impl PgStore {
         store.connection = Some(connection);
         store.entries_since_snapshot = recovery.replayed;
         store.newest_snapshot_unix_ms = newest;
-        Ok(Opened::Owner(Box::new(store), recovery))
+        Ok(Opened::Owner(Box::new(store), Box::new(recovery)))
     }
 
     /// The store of a process that holds shard 0 at `epoch` with `next_index` entries
