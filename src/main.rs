@@ -9,11 +9,13 @@ use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
 use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
 use esim_transport::secrets::{self, SealingKey, Secrets};
 use esim_transport::server::{self, JournalSink, ServerOptions};
-use esim_transport::store_pg::{self, PgStore};
+use esim_transport::standby;
+use esim_transport::store_pg::{self, Opened, PgStore, StoreOptions};
 use esim_transport::{ClockMode, Service};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "esim", version, about = "Reseller eSIM Connectivity Service v2.0: service, simulation and reports")]
@@ -265,6 +267,21 @@ struct ServeArgs {
     /// more changes. Default: the data dir's file journal.
     #[arg(long, env = "ESIM_STORE", hide_env_values = true)]
     store: Option<String>,
+    /// With `--store`: the owner's lease in milliseconds (default 3000). The owner renews
+    /// it every third of it; a standby takes the shard over once it has run out. Every
+    /// process on one store should use the same value.
+    #[arg(
+        long,
+        env = "ESIM_LEASE_MS",
+        default_value_t = store_pg::LEASE_MS,
+        value_parser = clap::value_parser!(u64).range(*store_pg::LEASE_MS_RANGE.start()..=*store_pg::LEASE_MS_RANGE.end())
+    )]
+    lease_ms: u64,
+    /// With `--store`: take the shard even while another process's lease is live (a
+    /// planned switch-over; the other process is fenced at its next append or renewal).
+    /// Without it, such a start becomes a standby.
+    #[arg(long, env = "ESIM_TAKE_OVER", value_parser = clap::builder::FalseyValueParser::new())]
+    take_over: bool,
     /// `virtual`: time moves only through POST /sandbox/v1/clock/advance.
     #[arg(long, env = "ESIM_CLOCK", default_value = "wall", value_parser = ["wall", "virtual"])]
     clock: String,
@@ -376,12 +393,45 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // The header a new journal starts with (drawn once: a new store records it when this
     // process takes its shard, a new data dir in its first segment).
     let fresh = new_header(&args, clock);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    // SIGINT and SIGTERM are handled from here on (a standby stops on them too).
+    let mut shutdown = {
+        let _entered = runtime.enter();
+        Box::pin(shutdown_signal()?)
+    };
+    // With a store the listener is bound at once: a standby answers on it (503) and
+    // keeps it when it takes over (decision 148).
+    let mut bound = None;
     // With a store: no lock (the shard's epoch fences a second server, decision 140).
     let mut lock = None;
     let (recovery, store) = match &args.store {
         Some(url) => {
-            let (store, recovery) = PgStore::open(url, &fresh, SnapshotPolicy::default()).map_err(|e| e.to_string())?;
-            (recovery, Some(store))
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind(&args.listen))
+                .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+            println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+            let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
+            let policy = SnapshotPolicy::default();
+            match PgStore::open_with(url, &fresh, policy, options).map_err(|e| e.to_string())? {
+                Opened::Owner(store, recovery) => {
+                    bound = Some(listener);
+                    (*recovery, Some(*store))
+                }
+                Opened::Leased(holder) => {
+                    let followed =
+                        runtime.block_on(standby::follow(listener, url, policy, options, holder, &mut shutdown));
+                    match followed.map_err(|e| e.to_string())? {
+                        None => {
+                            tracing::info!("stopped as a standby");
+                            return Ok(());
+                        }
+                        Some(takeover) => {
+                            bound = Some(takeover.listener);
+                            (takeover.recovery, Some(takeover.store))
+                        }
+                    }
+                }
+            }
         }
         None => {
             // One process per data dir, for this process's whole life (released however it ends).
@@ -460,14 +510,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     };
     journal.append(&service.drain_journal()).map_err(|e| format!("cannot write the journal: {e}"))?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&args.listen)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let listener = match bound {
+            Some(listener) => listener,
+            None => {
+                let listener = tokio::net::TcpListener::bind(&args.listen)
+                    .await
+                    .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+                println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+                listener
+            }
+        };
         let address = listener.local_addr().map_err(|e| e.to_string())?;
-        let shutdown = shutdown_signal()?;
-        println!("listening on http://{address}");
         match demo {
             Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
             Some(Demo::Exists(account_id)) => println!(

@@ -13,172 +13,14 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod common;
+mod pg;
 mod process;
-use process::{call, remove_data_dir, HttpClient, Launch, Started};
-
-/// A throwaway PostgreSQL cluster: made by `initdb`, served by `pg_ctl`, removed on drop.
-struct Cluster {
-    dir: PathBuf,
-    bin: PathBuf,
-    port: u16,
-    /// PostgreSQL refuses to run as root: its commands then run as `postgres`.
-    as_postgres: bool,
-}
-
-/// Where PostgreSQL's programs are: `pg_config --bindir`, else Debian's place.
-fn postgres_bin() -> PathBuf {
-    let from_pg_config = Command::new("pg_config")
-        .arg("--bindir")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    let candidates = from_pg_config.into_iter().chain([PathBuf::from("/usr/lib/postgresql/15/bin")]);
-    for bin in candidates {
-        if bin.join("initdb").is_file() {
-            return bin;
-        }
-    }
-    panic!(
-        "initdb was not found (neither `pg_config --bindir` nor /usr/lib/postgresql/15/bin has it): these tests \
-         need a PostgreSQL server; install Debian's `postgresql` package (.ci/run does when it is missing)"
-    );
-}
-
-fn run(command: &mut Command, what: &str) -> Output {
-    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        output.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Cluster {
-    fn start(name: &str) -> Cluster {
-        let bin = postgres_bin();
-        let dir = std::env::temp_dir().join(format!("esim-pg-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let uid = run(Command::new("id").arg("-u"), "id -u");
-        let as_postgres = String::from_utf8_lossy(&uid.stdout).trim() == "0";
-        if as_postgres {
-            run(Command::new("chown").arg("postgres").arg(&dir), "chown postgres");
-        }
-        let port = free_port();
-        let cluster = Cluster { dir, bin, port, as_postgres };
-        let data = cluster.dir.join("data");
-        run(
-            cluster.pg("initdb").arg("-D").arg(&data).args([
-                "-A",
-                "trust",
-                "-U",
-                "esim",
-                "-E",
-                "UTF8",
-                "--no-sync",
-                "--no-instructions",
-            ]),
-            "initdb",
-        );
-        let options = format!("-p {port} -k {} -c listen_addresses=127.0.0.1", cluster.dir.display());
-        run(
-            cluster
-                .pg("pg_ctl")
-                .arg("-D")
-                .arg(&data)
-                .args(["-o", &options, "-w", "-l"])
-                .arg(cluster.dir.join("log"))
-                .arg("start"),
-            "pg_ctl start",
-        );
-        run(
-            cluster.pg("createdb").args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "esim", "esim"]),
-            "createdb",
-        );
-        cluster
-    }
-
-    /// A PostgreSQL program, run as `postgres` when the test runs as root.
-    fn pg(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
-        if self.as_postgres {
-            let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(path);
-            command
-        } else {
-            Command::new(path)
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://esim@127.0.0.1:{}/esim", self.port)
-    }
-
-    /// One query's rows, `|`-separated.
-    fn psql(&self, sql: &str) -> String {
-        let output = run(
-            Command::new(self.bin.join("psql")).args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "esim",
-                "-d",
-                "esim",
-                "-Atc",
-                sql,
-            ]),
-            "psql",
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.pg("pg_ctl").arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "stop"]).output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `esim serve --store URL` on the virtual clock, with the common tests' admin token.
-fn launch(dir: &Path, url: &str) -> Launch {
-    let mut launch = Launch::new(dir).arg("--store").arg(url).arg("--allow-insecure-webhooks").arg("--demo=false");
-    launch.admin_token = Some(common::ADMIN.to_string());
-    launch.log = Some(dir.with_extension("log"));
-    launch.rust_log = "info".into();
-    launch
-}
-
-fn work_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("esim-pg-serve-{name}-{}", std::process::id()));
-    remove_data_dir(&dir);
-    let _ = std::fs::remove_file(dir.with_extension("log"));
-    dir
-}
-
-fn esim_cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_esim")).args(args).output().unwrap()
-}
-
-fn dec(value: &Value) -> Decimal {
-    Decimal::from_str(&value.to_string()).unwrap()
-}
+use pg::{dec, esim_cli, free_port, launch, wait_ready, work_dir, Cluster};
+use process::{call, remove_data_dir, HttpClient, Started};
 
 /// The state digest once no webhook outcome changes it any more (two reads 300 ms apart).
 async fn settled_digest(server: &common::TestServer) -> String {
@@ -291,6 +133,9 @@ async fn sigkill_mid_load_loses_no_acknowledged_fund() {
         let started: Started = launch(&dir, &url).start(false);
         let base = started.running.base.clone();
         let server = common::TestServer::attach(base.clone());
+        // After a SIGKILL the lease of the killed process runs out first: until then
+        // this start is a standby (decision 146).
+        wait_ready(&server, Duration::from_secs(10)).await;
         if round == 0 {
             for _ in 0..CLIENTS {
                 let (_, key) = server.account(100_000.0).await;
@@ -387,8 +232,9 @@ async fn a_second_owner_fences_the_first() {
     assert_eq!(fund.status, 200, "{}", fund.body);
     let head_before = cluster.psql("SELECT head FROM shard_owner WHERE shard = 0");
 
-    // The second server uses the same key file (it opens the same signing secrets).
-    let mut launch_b = launch(&dir_b, &url);
+    // The second server uses the same key file (it opens the same signing secrets), and
+    // takes the shard while the first's lease is live (a planned switch-over).
+    let mut launch_b = launch(&dir_b, &url).arg("--take-over");
     launch_b.key_file = process::key_file(&dir_a);
     let second = launch_b.start(false);
     let b = common::TestServer::attach(second.running.base.clone());

@@ -21,6 +21,15 @@ pub struct Running {
     pub base: String,
 }
 
+/// A server a test started never outlives it, even when the test fails (a kill is a
+/// no-op for one that already ended).
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Starts `esim serve` on `dir` (virtual clock, seed 99) with `extra` arguments.
 pub fn start(dir: &Path, extra: &[&str]) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_esim"))

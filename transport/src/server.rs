@@ -44,6 +44,10 @@ const PENDING_MAX: usize = 4_096;
 /// While changes are refused after a failed append, how often the journal is probed for
 /// room again.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often an idle owner task looks whether its journal was taken by another process
+/// (a store's lease renewal found a newer epoch): it then refuses changes at once, as
+/// after a fenced append, and `/readyz` says so.
+const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Runs a journal operation on tokio's blocking pool when the journal waits on a disk
 /// (the probe while changes are refused; appends go through [`Appending`]).
@@ -746,6 +750,8 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
     let clock = owner.clock;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut stopping = false;
+    let mut fence_check = tokio::time::interval(FENCE_CHECK_INTERVAL);
+    fence_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let deadline = match owner.service.clock() {
             // While changes are refused, timers wait (firing them would change the state)
@@ -783,6 +789,7 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
                 owner.probe_if_refusing().await;
                 owner.apply(&mut batch);
             }
+            _ = fence_check.tick() => owner.refuse_if_fenced(),
         }
         owner.hand_over();
         if stopping && owner.appending.is_none() && owner.pending.is_empty() {
@@ -841,6 +848,18 @@ impl Owner {
             self.pending.deliveries.push(delivery);
         }
         crate::metrics::retry_queue_depth(self.service.engine().pending_deliveries().len());
+    }
+
+    /// Refuses changes once the journal says another process took it over while no
+    /// append was in flight (the next append would fail the same way).
+    fn refuse_if_fenced(&mut self) {
+        let Some(why) = self.journal.as_ref().and_then(|journal| journal.fenced()) else { return };
+        if self.service.refusing_changes().is_none() {
+            tracing::error!(%why, "the journal was taken over: answering 503 to changes");
+            self.refuse_changes(Some(format!(
+                "this process no longer owns the journal ({why}); restart it to serve changes"
+            )));
+        }
     }
 
     /// Refuses changes for `reason` (or accepts them again), and tells `/readyz`.

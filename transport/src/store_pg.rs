@@ -8,7 +8,7 @@
 //!
 //! - `shard_owner`: one row per shard (only shard 0 in this slice): the owner's `epoch`,
 //!   the journal `head` (entries appended: the index the next entry gets), the owner's
-//!   name, its lease expiry (kept for the standby of a later slice: nothing reads it yet)
+//!   name, its lease expiry (renewed by the owner, read by a standby: [`crate::standby`])
 //!   and the journal header (engine configuration with the seed, clock, start time).
 //! - `journal`: `(shard, seq)` primary key, the epoch that wrote it, its service time
 //!   (`at_ms`) and the entry payload.
@@ -43,20 +43,29 @@ use crate::service::JournalEntry;
 use esim_engine::{Engine, Millis};
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::{Client, Config, IsolationLevel, NoTls};
 
 /// The shard this slice serves (sharding is a later slice: every table has the column).
 pub const SHARD: i32 = 0;
-/// How long an owner's lease runs from its last append or its start. Nothing reads it in
-/// this slice; a standby will take over only after it has passed.
-pub const LEASE_MS: u64 = 10_000;
+/// How long an owner's lease runs from its last renewal (an append, or the renewal tick
+/// every third of it) by the database's clock. A standby takes the shard over only after
+/// it has passed (decision 146); `esim serve --lease-ms` overrides it (tests).
+pub const LEASE_MS: u64 = 3_000;
+/// The shortest and longest lease `--lease-ms` accepts.
+pub const LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = 200..=60_000;
+/// The channel an append's transaction notifies (its payload: the new head), which a
+/// standby listens on.
+pub const JOURNAL_CHANNEL: &str = "esim_journal_0";
 /// A connection attempt gives up after this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every statement of the store's sessions ends after this long (the server cancels it).
 const STATEMENT_TIMEOUT_MS: u64 = 30_000;
 /// A session idle inside a transaction (a frozen owner) is ended by the server after
-/// this long, releasing its row locks.
+/// this long, releasing its row locks; a serving process uses its lease instead when
+/// that is shorter (a transaction idle past the lease is a zombie's: decision 150).
 const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 10_000;
 /// Taking the shard waits at most this long for the owner row's lock.
 const TAKEOVER_LOCK_TIMEOUT_MS: u64 = 5_000;
@@ -103,9 +112,16 @@ fn store_error(what: &str, error: impl std::fmt::Display) -> JournalError {
 /// The connection settings of a `--store` value (a `postgres://` URL or libpq's
 /// `key=value` form), with the timeouts of the store's sessions.
 pub fn parse_url(url: &str) -> Result<Config, JournalError> {
+    parse_url_with_lease(url, IDLE_IN_TRANSACTION_TIMEOUT_MS)
+}
+
+/// [`parse_url`] for a process that serves with a lease of `lease_ms`: its sessions'
+/// idle-in-transaction timeout is the lease when shorter.
+pub fn parse_url_with_lease(url: &str, lease_ms: u64) -> Result<Config, JournalError> {
+    let idle_ms = IDLE_IN_TRANSACTION_TIMEOUT_MS.min(lease_ms.max(*LEASE_MS_RANGE.start()));
     let mut config: Config = url.parse().map_err(|e| store_error("not a PostgreSQL connection string", e))?;
     config.connect_timeout(CONNECT_TIMEOUT).application_name("esim").options(format!(
-        "-c statement_timeout={STATEMENT_TIMEOUT_MS} -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        "-c statement_timeout={STATEMENT_TIMEOUT_MS} -c idle_in_transaction_session_timeout={idle_ms}"
     ));
     Ok(config)
 }
@@ -156,12 +172,12 @@ impl Io {
 }
 
 /// A connection and its server process id (to end it when a commit's outcome is unknown).
-struct Connection {
-    client: Client,
+pub(crate) struct Connection {
+    pub(crate) client: Client,
     backend_pid: i32,
 }
 
-async fn connect(config: &Config) -> Result<Connection, tokio_postgres::Error> {
+pub(crate) async fn connect(config: &Config) -> Result<Connection, tokio_postgres::Error> {
     let (client, connection) = config.connect(NoTls).await?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
@@ -222,7 +238,7 @@ pub struct ShardOwner {
     pub lease_left_s: f64,
 }
 
-async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
+pub(crate) async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
     let row = client
         .query_opt(
             "SELECT epoch, head, owner, extract(epoch FROM lease_until - now())::float8 FROM shard_owner WHERE shard = $1",
@@ -235,7 +251,11 @@ async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, tokio_postgre
 /// Rebuilds the state of shard 0 in one consistent read: the newest snapshot (none when
 /// `until` is given: every entry is kept, decision 141), then the entries after it, up to
 /// the head or `max_entries`.
-async fn load(client: &mut Client, until: Option<Millis>, max_entries: Option<u64>) -> Result<Recovery, JournalError> {
+pub(crate) async fn load(
+    client: &mut Client,
+    until: Option<Millis>,
+    max_entries: Option<u64>,
+) -> Result<Recovery, JournalError> {
     let failed = |e: tokio_postgres::Error| store_error("cannot read the journal", e);
     let transaction = client
         .build_transaction()
@@ -362,6 +382,147 @@ enum Appended {
     Unknown(tokio_postgres::Error),
 }
 
+/// What this process knows of its lease, shared by the store (the owner task's appends)
+/// and the renewal thread.
+struct LeaseState {
+    /// Why this process appends no more (another took the shard, or a commit's outcome
+    /// could not be learnt).
+    lost: Mutex<Option<String>>,
+    /// The renewal thread ends when set (the store is dropped).
+    stop: AtomicBool,
+}
+
+impl LeaseState {
+    fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn lose(&self, why: &str) {
+        let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        if lost.is_none() {
+            tracing::error!(%why, "no more changes are acknowledged by this process");
+            *lost = Some(why.to_string());
+        }
+    }
+}
+
+/// Renews the lease of `epoch` every third of it on a connection of its own, until the
+/// store is dropped or the shard is lost: a renewal that touches no owner row means
+/// another process took the shard (the store is then lost: no further append is tried).
+/// A renewal that fails (the store cannot be reached) is tried again at the next tick;
+/// meanwhile the lease runs out and a standby may take over, which the epoch compare of
+/// the next append (or renewal) finds.
+fn spawn_renewal(
+    config: Config,
+    epoch: i64,
+    lease: Duration,
+    state: Arc<LeaseState>,
+) -> Option<std::thread::JoinHandle<()>> {
+    let every = lease / 3;
+    let thread_state = state.clone();
+    let spawned = std::thread::Builder::new().name("esim-lease".into()).spawn(move || {
+        let state = thread_state;
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            state.lose("the lease renewal cannot start its runtime");
+            return;
+        };
+        runtime.block_on(async {
+            let mut connection: Option<Connection> = None;
+            let sql = format!(
+                "UPDATE shard_owner SET lease_until = now() + interval '{} milliseconds' WHERE shard = $1 AND epoch = $2",
+                lease.as_millis()
+            );
+            loop {
+                let wake = Instant::now() + every;
+                while Instant::now() < wake {
+                    if state.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    tokio::time::sleep(RENEWAL_STOP_POLL.min(wake.saturating_duration_since(Instant::now()))).await;
+                }
+                if state.stop.load(Ordering::Relaxed) || state.lost().is_some() {
+                    return;
+                }
+                let began = Instant::now();
+                let attempt = tokio::time::timeout(every, async {
+                    if connection.as_ref().is_none_or(|c| c.client.is_closed()) {
+                        connection = Some(connect(&config).await?);
+                    }
+                    let client = &connection.as_ref().expect("connected above").client;
+                    client.execute(sql.as_str(), &[&SHARD, &epoch]).await
+                })
+                .await;
+                match attempt {
+                    Ok(Ok(1)) => {
+                        if began.elapsed() > lease {
+                            tracing::warn!("a lease renewal took longer than the lease");
+                        }
+                    }
+                    Ok(Ok(_)) => {
+                        let owner = match connection.as_ref() {
+                            Some(c) => read_owner(&c.client).await.ok().flatten(),
+                            None => None,
+                        };
+                        let now = owner.map_or_else(
+                            || "the owner row could not be read".to_string(),
+                            |o| format!("the store now says epoch {}, head {}, owner {:?}", o.epoch, o.head, o.owner),
+                        );
+                        state.lose(&format!(
+                            "shard 0 of the PostgreSQL store was taken by another process: the lease renewal with epoch \
+                             {epoch} touched no owner row ({now})"
+                        ));
+                        return;
+                    }
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "the lease renewal failed; trying again");
+                        connection = None;
+                    }
+                    Err(_) => {
+                        tracing::warn!(after_ms = every.as_millis() as u64, "the lease renewal timed out; trying again");
+                        connection = None;
+                    }
+                }
+            }
+        });
+    });
+    match spawned {
+        Ok(handle) => Some(handle),
+        Err(error) => {
+            state.lose(&format!("the lease renewal thread cannot start: {error}"));
+            None
+        }
+    }
+}
+
+/// How often a sleeping renewal thread looks whether it should end.
+const RENEWAL_STOP_POLL: Duration = Duration::from_millis(50);
+/// A graceful stop gives the lease back (so a standby takes over at once) within this.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How a start found shard 0 ([`PgStore::open_with`]).
+pub enum Opened {
+    /// This process took the shard: the store, and what was recovered.
+    Owner(Box<PgStore>, Box<Recovery>),
+    /// Another process holds a live lease: this process is to follow as a standby.
+    Leased(ShardOwner),
+}
+
+/// How a serving process uses the store.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    /// The lease ([`LEASE_MS`] unless overridden).
+    pub lease: Duration,
+    /// Take the shard even while another process's lease is live (`--take-over`: a
+    /// planned switch; the other process is fenced at its next append or renewal).
+    pub take_over: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions { lease: Duration::from_millis(LEASE_MS), take_over: false }
+    }
+}
+
 /// The journal and snapshots of shard 0 in PostgreSQL, appended to by the owner task.
 pub struct PgStore {
     io: Io,
@@ -375,39 +536,89 @@ pub struct PgStore {
     entries_since_snapshot: u64,
     bytes_since_snapshot: u64,
     newest_snapshot_unix_ms: Option<i64>,
-    /// Why this process appends no more (another took the shard, or a commit's outcome
-    /// could not be learnt).
-    lost: Option<String>,
+    lease: Duration,
+    state: Arc<LeaseState>,
+    renewal: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for PgStore {
+    /// Ends the renewal thread and, unless the shard was lost, gives the lease back
+    /// (`lease_until = now()`), so a standby takes over at once after a graceful stop.
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::Relaxed);
+        if let Some(renewal) = self.renewal.take() {
+            let _ = renewal.join();
+        }
+        if self.state.lost().is_some() {
+            return;
+        }
+        let (config, epoch) = (self.config.clone(), self.epoch);
+        let released = self.io.run(async move {
+            tokio::time::timeout(RELEASE_TIMEOUT, async {
+                let connection = connect(&config).await?;
+                connection
+                    .client
+                    .execute(
+                        "UPDATE shard_owner SET lease_until = now() WHERE shard = $1 AND epoch = $2",
+                        &[&SHARD, &epoch],
+                    )
+                    .await
+            })
+            .await
+        });
+        match released {
+            Ok(Ok(1)) => tracing::info!(epoch, "gave the lease of shard 0 back"),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "could not give the lease back; it runs out by itself"),
+            Err(_) => tracing::warn!("could not give the lease back in time; it runs out by itself"),
+        }
+    }
 }
 
 impl PgStore {
-    /// Connects, applies the migrations, takes shard 0 (a new epoch: from now on a
-    /// previous owner's appends fail) and reads its state. `fresh` is the header a new
-    /// store is created with. Returns the store and what was recovered.
+    /// Connects, applies the migrations, takes shard 0 whatever its lease (a new epoch:
+    /// from now on a previous owner's appends fail) and reads its state. `fresh` is the
+    /// header a new store is created with. Returns the store and what was recovered.
     pub fn open(url: &str, fresh: &SegmentHeader, policy: SnapshotPolicy) -> Result<(PgStore, Recovery), JournalError> {
-        let config = parse_url(url)?;
+        let options = StoreOptions { take_over: true, ..StoreOptions::default() };
+        match PgStore::open_with(url, fresh, policy, options)? {
+            Opened::Owner(store, recovery) => Ok((*store, *recovery)),
+            Opened::Leased(_) => unreachable!("take_over ignores the lease"),
+        }
+    }
+
+    /// Like [`PgStore::open`], but while another process holds a live lease (by the
+    /// database's clock) the shard is left alone and [`Opened::Leased`] says who holds
+    /// it, unless `options.take_over`.
+    pub fn open_with(
+        url: &str,
+        fresh: &SegmentHeader,
+        policy: SnapshotPolicy,
+        options: StoreOptions,
+    ) -> Result<Opened, JournalError> {
+        let lease_ms = options.lease.as_millis() as u64;
+        let config = parse_url_with_lease(url, lease_ms)?;
         let io = Io::new()?;
         let owner = owner_name();
         let header_json = serde_json::to_vec(fresh).map_err(|e| store_error("cannot encode the header", e))?;
-        let (connection, applied, epoch, mut recovery, newest) = io.run(async {
+        let opened = io.run(async {
             let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
             let applied = migrate(&mut connection.client).await?;
-            let epoch = take_shard(&mut connection.client, &owner, &header_json)
+            let taken = take_shard(&mut connection.client, &owner, &header_json, lease_ms, !options.take_over)
                 .await
                 .map_err(|e| store_error("cannot take shard 0", e))?;
+            let epoch = match taken {
+                Taken::Epoch(epoch) => epoch,
+                Taken::Leased(holder) => return Ok(Err(holder)),
+            };
             let recovery = load(&mut connection.client, None, None).await?;
-            let newest: Option<i64> = connection
-                .client
-                .query_opt(
-                    "SELECT (extract(epoch FROM written_at) * 1000)::bigint FROM snapshot WHERE shard = $1 \
-                     ORDER BY covered DESC LIMIT 1",
-                    &[&SHARD],
-                )
-                .await
-                .map_err(|e| store_error("cannot read the snapshots", e))?
-                .map(|row| row.get(0));
-            Ok::<_, JournalError>((connection, applied, epoch, recovery, newest))
+            let newest = newest_snapshot_ms(&connection.client).await?;
+            Ok::<_, JournalError>(Ok((connection, applied, epoch, recovery, newest)))
         })?;
+        let (connection, applied, epoch, mut recovery, newest) = match opened {
+            Ok(opened) => opened,
+            Err(holder) => return Ok(Opened::Leased(holder)),
+        };
         tracing::info!(applied, epoch, owner, entries = recovery.next_index, "took shard 0 of the PostgreSQL store");
         if recovery.next_index == 0 {
             // A new store (or one whose first append never committed): it starts like a
@@ -415,22 +626,53 @@ impl PgStore {
             recovery.engine = None;
             recovery.header = None;
         }
-        let mut header = recovery.header.clone().unwrap_or_else(|| fresh.clone());
-        header.first_index = recovery.next_index;
-        let store = PgStore {
-            io,
+        let header = recovery.header.clone().unwrap_or_else(|| fresh.clone());
+        let mut store = PgStore::resume(config, epoch, header, recovery.next_index, policy, options.lease);
+        store.io = io;
+        store.connection = Some(connection);
+        store.entries_since_snapshot = recovery.replayed;
+        store.newest_snapshot_unix_ms = newest;
+        Ok(Opened::Owner(Box::new(store), Box::new(recovery)))
+    }
+
+    /// The store of a process that holds shard 0 at `epoch` with `next_index` entries
+    /// applied (a standby that took it over): the lease renewal starts now.
+    pub(crate) fn resume(
+        config: Config,
+        epoch: i64,
+        mut header: SegmentHeader,
+        next_index: u64,
+        policy: SnapshotPolicy,
+        lease: Duration,
+    ) -> PgStore {
+        header.first_index = next_index;
+        let state = Arc::new(LeaseState { lost: Mutex::new(None), stop: AtomicBool::new(false) });
+        let renewal = spawn_renewal(config.clone(), epoch, lease, state.clone());
+        PgStore {
+            io: Io::new().expect("a current-thread runtime starts"),
             config,
-            connection: Some(connection),
+            connection: None,
             epoch,
             header,
-            next_index: recovery.next_index,
+            next_index,
             policy,
-            entries_since_snapshot: recovery.replayed,
+            entries_since_snapshot: 0,
             bytes_since_snapshot: 0,
-            newest_snapshot_unix_ms: newest,
-            lost: None,
-        };
-        Ok((store, recovery))
+            newest_snapshot_unix_ms: None,
+            lease,
+            state,
+            renewal,
+        }
+    }
+
+    pub(crate) fn set_snapshot_progress(&mut self, entries_since_snapshot: u64, newest_snapshot_unix_ms: Option<i64>) {
+        self.entries_since_snapshot = entries_since_snapshot;
+        self.newest_snapshot_unix_ms = newest_snapshot_unix_ms;
+    }
+
+    /// The lease this process serves with.
+    pub fn lease(&self) -> Duration {
+        self.lease
     }
 
     /// Records the header this process continues with (a new store's, or another clock
@@ -438,7 +680,8 @@ impl PgStore {
     pub fn set_header(&mut self, header: SegmentHeader) -> Result<(), JournalError> {
         let json = serde_json::to_vec(&header).map_err(|e| store_error("cannot encode the header", e))?;
         let epoch = self.epoch;
-        let connection = self.connection.as_mut().ok_or_else(|| JournalError("not connected".into()))?;
+        self.connect_again().map_err(|e| store_error("cannot connect", e))?;
+        let connection = self.connection.as_mut().expect("connected");
         let updated = self
             .io
             .run(connection.client.execute(
@@ -471,8 +714,7 @@ impl PgStore {
     }
 
     fn lose(&mut self, why: String) -> io::Error {
-        tracing::error!(%why, "no more changes are acknowledged by this process");
-        self.lost = Some(why.clone());
+        self.state.lose(&why);
         io::Error::other(why)
     }
 
@@ -522,17 +764,53 @@ impl PgStore {
 }
 
 /// This process, as the owner row names it.
-fn owner_name() -> String {
+pub(crate) fn owner_name() -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
     format!("pid {} on {}", std::process::id(), if host.is_empty() { "unknown host" } else { &host })
 }
 
-/// Takes shard 0: creates its row (epoch 1) in a new store, else bumps its epoch.
-async fn take_shard(client: &mut Client, owner: &str, header_json: &[u8]) -> Result<i64, tokio_postgres::Error> {
+/// When the newest snapshot of shard 0 was written (Unix ms), if there is one.
+pub(crate) async fn newest_snapshot_ms(client: &Client) -> Result<Option<i64>, JournalError> {
+    Ok(client
+        .query_opt(
+            "SELECT (extract(epoch FROM written_at) * 1000)::bigint FROM snapshot WHERE shard = $1 \
+             ORDER BY covered DESC LIMIT 1",
+            &[&SHARD],
+        )
+        .await
+        .map_err(|e| store_error("cannot read the snapshots", e))?
+        .map(|row| row.get(0)))
+}
+
+/// What [`take_shard`] did.
+enum Taken {
+    /// This process holds the shard at this epoch.
+    Epoch(i64),
+    /// Another process holds a live lease; nothing was changed.
+    Leased(ShardOwner),
+}
+
+/// Takes shard 0: creates its row (epoch 1) in a new store, else bumps its epoch; when
+/// `respect_lease`, leaves a row whose lease is live (by the database's clock) alone.
+/// The row lock (`FOR UPDATE`) makes two processes starting at once take turns: the
+/// second sees the first's new lease.
+async fn take_shard(
+    client: &mut Client,
+    owner: &str,
+    header_json: &[u8],
+    lease_ms: u64,
+    respect_lease: bool,
+) -> Result<Taken, tokio_postgres::Error> {
     let transaction = client.transaction().await?;
     transaction.batch_execute(&format!("SET LOCAL lock_timeout = {TAKEOVER_LOCK_TIMEOUT_MS}")).await?;
-    let lease = format!("now() + interval '{LEASE_MS} milliseconds'");
-    let row = transaction.query_opt("SELECT epoch FROM shard_owner WHERE shard = $1 FOR UPDATE", &[&SHARD]).await?;
+    let lease = format!("now() + interval '{lease_ms} milliseconds'");
+    let row = transaction
+        .query_opt(
+            "SELECT epoch, head, owner, extract(epoch FROM lease_until - now())::float8 FROM shard_owner \
+             WHERE shard = $1 FOR UPDATE",
+            &[&SHARD],
+        )
+        .await?;
     let epoch = match row {
         None => {
             transaction
@@ -547,7 +825,13 @@ async fn take_shard(client: &mut Client, owner: &str, header_json: &[u8]) -> Res
             1
         }
         Some(row) => {
-            let epoch = row.get::<_, i64>(0) + 1;
+            let holder =
+                ShardOwner { epoch: row.get(0), head: row.get(1), owner: row.get(2), lease_left_s: row.get(3) };
+            if respect_lease && holder.lease_left_s > 0.0 {
+                transaction.rollback().await?;
+                return Ok(Taken::Leased(holder));
+            }
+            let epoch = holder.epoch + 1;
             transaction
                 .execute(
                     &format!("UPDATE shard_owner SET epoch = $2, owner = $3, lease_until = {lease} WHERE shard = $1"),
@@ -558,12 +842,14 @@ async fn take_shard(client: &mut Client, owner: &str, header_json: &[u8]) -> Res
         }
     };
     transaction.commit().await?;
-    Ok(epoch)
+    Ok(Taken::Epoch(epoch))
 }
 
 /// One batch in one transaction: the fenced head update, the entries, `COMMIT`.
+#[allow(clippy::too_many_arguments)]
 async fn append_batch(
     client: &mut Client,
+    lease_ms: u64,
     epoch: i64,
     old_head: i64,
     seqs: &[i64],
@@ -578,7 +864,7 @@ async fn append_batch(
     let updated = transaction
         .execute(
             &format!(
-                "UPDATE shard_owner SET head = $4, lease_until = now() + interval '{LEASE_MS} milliseconds' \
+                "UPDATE shard_owner SET head = $4, lease_until = now() + interval '{lease_ms} milliseconds' \
                  WHERE shard = $1 AND epoch = $2 AND head = $3"
             ),
             &[&SHARD, &epoch, &old_head, &new_head],
@@ -602,6 +888,11 @@ async fn append_batch(
     if let Err(error) = inserted {
         return Appended::NotCommitted(error);
     }
+    // A standby listening on the channel hears of the new head when this commits.
+    let notified = transaction.execute("SELECT pg_notify($1, $2)", &[&JOURNAL_CHANNEL, &new_head.to_string()]).await;
+    if let Err(error) = notified {
+        return Appended::NotCommitted(error);
+    }
     match transaction.commit().await {
         Ok(()) => Appended::Committed,
         // Even an error the server sent may follow a local commit (a session ended while
@@ -612,8 +903,8 @@ async fn append_batch(
 
 impl JournalSink for PgStore {
     fn append(&mut self, entries: &[JournalEntry]) -> io::Result<()> {
-        if let Some(why) = &self.lost {
-            return Err(io::Error::other(why.clone()));
+        if let Some(why) = self.state.lost() {
+            return Err(io::Error::other(why));
         }
         if entries.is_empty() {
             return Ok(());
@@ -624,12 +915,14 @@ impl JournalSink for PgStore {
         let payloads: Vec<Vec<u8>> =
             entries.iter().map(|entry| serde_json::to_vec(entry).expect("an entry serializes")).collect();
         let bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
-        let epoch = self.epoch;
+        let (epoch, lease) = (self.epoch, self.lease);
+        let began = Instant::now();
         self.connect_again()?;
         let connection = self.connection.as_mut().expect("connected");
         let old_pid = connection.backend_pid;
         let client = &mut connection.client;
-        let appended = self.io.run(append_batch(client, epoch, old_head, &seqs, &ats, &payloads));
+        let lease_ms = lease.as_millis() as u64;
+        let appended = self.io.run(append_batch(client, lease_ms, epoch, old_head, &seqs, &ats, &payloads));
         let committed = match appended {
             Appended::Committed => true,
             Appended::Fenced(owner) => {
@@ -674,6 +967,19 @@ impl JournalSink for PgStore {
             }
         };
         debug_assert!(committed);
+        // The batch renewed the lease from (after) `began`. One that took longer than
+        // the lease is not acknowledged: a standby may own the shard by now (decision
+        // 147). It is durable, so a client's retry with the same Idempotency-Key finds
+        // it on the new owner; this process appends nothing more.
+        let took = began.elapsed();
+        if took > lease {
+            return Err(self.lose(format!(
+                "the append at head {old_head} took {} ms, longer than the lease of {} ms: another process may own \
+                 shard 0 now; restart the service to continue from what is durable",
+                took.as_millis(),
+                lease.as_millis()
+            )));
+        }
         self.next_index += entries.len() as u64;
         self.entries_since_snapshot += entries.len() as u64;
         self.bytes_since_snapshot += bytes;
@@ -687,8 +993,8 @@ impl JournalSink for PgStore {
     }
 
     fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> io::Result<()> {
-        if let Some(why) = &self.lost {
-            return Err(io::Error::other(why.clone()));
+        if let Some(why) = self.state.lost() {
+            return Err(io::Error::other(why));
         }
         let covered = snapshot.covered_entries();
         if covered != self.next_index {
@@ -740,18 +1046,18 @@ impl JournalSink for PgStore {
     }
 
     fn wedged(&self) -> Option<String> {
-        self.lost.clone()
+        self.state.lost()
     }
 
     fn fenced(&self) -> Option<String> {
-        self.lost.clone()
+        self.state.lost()
     }
 
     /// Whether appends would succeed again: the store answers, and this process still
     /// owns the shard at the head it acknowledged.
     fn probe(&mut self) -> io::Result<()> {
-        if let Some(why) = &self.lost {
-            return Err(io::Error::other(why.clone()));
+        if let Some(why) = self.state.lost() {
+            return Err(io::Error::other(why));
         }
         self.connect_again()?;
         let owner = self.io.run(read_owner(&self.connection.as_ref().expect("connected").client));

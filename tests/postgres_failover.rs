@@ -1,0 +1,462 @@
+//! Hot standby and fenced failover on a real PostgreSQL (issue 17, second slice): the
+//! owner killed with SIGKILL again and again under concurrent fund, provision and defund
+//! calls while a standby runs; a zombie owner (SIGSTOP past its lease, then SIGCONT);
+//! and a standby that never acknowledges a write while the owner's lease is live.
+//! Each test makes its own throwaway cluster (`tests/pg`), with a short lease.
+
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod common;
+mod pg;
+mod process;
+use pg::{dec, esim_cli, launch, wait_ready, work_dir, Cluster};
+use process::{call, key_file, remove_data_dir, HttpClient, Started};
+
+/// `esim serve --store` with a short lease, sharing the key file of the first node.
+fn start_node(dir: &Path, url: &str, key_file: &Path, lease_ms: u64) -> Started {
+    let mut node = launch(dir, url).arg("--lease-ms").arg(&lease_ms.to_string());
+    node.key_file = key_file.to_path_buf();
+    node.start(false)
+}
+
+fn log_of(dir: &Path) -> String {
+    std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default()
+}
+
+async fn readyz(client: &HttpClient, base: &str) -> Option<(u16, Value)> {
+    call(client, base, "GET", "/readyz", "", None, None).await
+}
+
+/// Waits until the node at `base` says it is a standby.
+async fn wait_standby(client: &HttpClient, base: &str) {
+    let began = Instant::now();
+    loop {
+        if let Some((503, body)) = readyz(client, base).await {
+            if body["message"].as_str().is_some_and(|m| m.starts_with("standby")) {
+                return;
+            }
+        }
+        assert!(began.elapsed() < Duration::from_secs(10), "{base} did not become a standby");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `state_digest` line of `esim replay --store`.
+fn replayed_digest(url: &str) -> String {
+    let replay = esim_cli(&["replay", "--store", url]);
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let text = String::from_utf8_lossy(&replay.stdout).to_string();
+    assert!(text.contains("conserved    yes"), "{text}");
+    text.lines().find_map(|l| l.strip_prefix("state_digest ")).expect("a digest line").to_string()
+}
+
+/// An acknowledged write and its answer (replayed later with the same key).
+#[derive(Clone, Debug)]
+struct Acked {
+    path: String,
+    body: Value,
+    idempotency_key: String,
+    status: u16,
+    answer: Value,
+}
+
+/// One write, sent to the nodes in turn (on 503 or a connection error, the next one,
+/// with the same Idempotency-Key) until one answers it finally.
+async fn write(
+    client: &HttpClient,
+    nodes: &Mutex<Vec<String>>,
+    key: &str,
+    path: &str,
+    body: Value,
+    idempotency_key: &str,
+) -> Acked {
+    let began = Instant::now();
+    let mut attempt = 0usize;
+    loop {
+        let base = {
+            let nodes = nodes.lock().unwrap();
+            nodes[attempt % nodes.len()].clone()
+        };
+        attempt += 1;
+        let reply = call(
+            client,
+            &base,
+            "POST",
+            &format!("/api/v2/reseller{path}"),
+            key,
+            Some(body.clone()),
+            Some(idempotency_key),
+        )
+        .await;
+        match reply {
+            Some((503, _)) | None => {
+                assert!(began.elapsed() < Duration::from_secs(30), "{path} found no owner for 30 s");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Some((status, answer)) => {
+                return Acked {
+                    path: path.to_string(),
+                    body,
+                    idempotency_key: idempotency_key.to_string(),
+                    status,
+                    answer,
+                }
+            }
+        }
+    }
+}
+
+/// What one worker (one account) had acknowledged.
+#[derive(Clone, Default)]
+struct Books {
+    provisioned: u64,
+    funded: Decimal,
+    defunded: u64,
+    acked: Vec<Acked>,
+}
+
+/// A worker's round: provision an eSIM, fund it twice, defund it; again, until `stop`
+/// or `ops_max` writes (the per-key rate limit of 100 a minute counts from each
+/// takeover's start: a round stays under it with its replays).
+async fn work(
+    client: HttpClient,
+    nodes: Arc<Mutex<Vec<String>>>,
+    key: String,
+    round: usize,
+    worker: usize,
+    books: Arc<Mutex<Books>>,
+    stop: Arc<AtomicBool>,
+) {
+    const OPS_MAX: usize = 30;
+    let mut iccid = String::new();
+    for step in 0..OPS_MAX {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let idem = format!("r{round}-w{worker}-s{step}");
+        let phase = step % 4;
+        let (path, body) = match phase {
+            0 => ("/esim/provision".to_string(), json!({"end_user_reference": idem, "label": "failover"})),
+            1 | 2 => (format!("/esim/{iccid}/fund"), json!({"amount": Decimal::new(100 + step as i64, 2)})),
+            _ => (format!("/esim/{iccid}/defund"), json!({})),
+        };
+        let acked = write(&client, &nodes, &key, &path, body.clone(), &idem).await;
+        let expected = [201, 200, 200, 202][phase];
+        assert_eq!(acked.status, expected, "{path}: {}", acked.answer);
+        {
+            let mut books = books.lock().unwrap();
+            match phase {
+                0 => {
+                    iccid = acked.answer["iccid"].as_str().unwrap().to_string();
+                    books.provisioned += 1;
+                }
+                1 | 2 => books.funded += dec(&body["amount"]),
+                _ => books.defunded += 1,
+            }
+            books.acked.push(acked);
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+}
+
+/// Every acknowledged change is there and none twice: lifetime usage is the fees of the
+/// eSIMs provisioned plus every fund, the eSIM count is the provisions.
+async fn check_books(server: &common::TestServer, key: &str, books: &Books, fee: Decimal, when: &str) {
+    let wallet = server.api("GET", "/wallet/balance", key, None).await;
+    assert_eq!(wallet.status, 200, "{when}: {}", wallet.body);
+    let expected = fee * Decimal::from(books.provisioned) + books.funded;
+    assert_eq!(dec(&wallet.body["lifetime_usage_usd"]), expected, "{when}: lifetime usage");
+    let list = server.api("GET", "/esim/list?limit=1", key, None).await;
+    assert_eq!(list.body["total"], json!(books.provisioned), "{when}: eSIMs provisioned");
+}
+
+/// SIGKILL the owner 10 times under concurrent fund, provision and defund calls from
+/// clients that try either node; after each takeover: every acknowledged change present,
+/// nothing applied twice (replays give the same answers, counts unchanged), money
+/// conserved, and the live digest equals `esim replay --store`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
+    const KILLS: usize = 10;
+    const WORKERS: usize = 3;
+    const LEASE_MS: u64 = 1_500;
+    let cluster = Cluster::start("failover");
+    let url = cluster.url();
+    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let next_dir = |dirs: &mut Vec<PathBuf>| {
+        let dir = work_dir(&format!("failover-{}", dirs.len()));
+        dirs.push(dir.clone());
+        dir
+    };
+    let first_dir = next_dir(&mut dirs);
+    let keys_file = key_file(&first_dir);
+    let mut slots: Vec<(Started, PathBuf)> = Vec::new();
+    let owner = start_node(&first_dir, &url, &keys_file, LEASE_MS);
+    let server = common::TestServer::attach(owner.running.base.clone());
+    wait_ready(&server, Duration::from_secs(10)).await;
+    slots.push((owner, first_dir));
+    let dir = next_dir(&mut dirs);
+    let standby = start_node(&dir, &url, &keys_file, LEASE_MS);
+    wait_standby(&client, &standby.running.base).await;
+    slots.push((standby, dir));
+    let nodes = Arc::new(Mutex::new(slots.iter().map(|(s, _)| s.running.base.clone()).collect::<Vec<_>>()));
+
+    let mut accounts = Vec::new();
+    let mut fee = Decimal::ZERO;
+    for _ in 0..WORKERS {
+        let (_, key) = server.account(1_000_000.0).await;
+        server.provision(&key, None).await;
+        let wallet = server.api("GET", "/wallet/balance", &key, None).await;
+        fee = dec(&wallet.body["lifetime_usage_usd"]);
+        assert!(fee > Decimal::ZERO, "{}", wallet.body);
+        let books = Books { provisioned: 1, ..Books::default() };
+        accounts.push((key, Arc::new(Mutex::new(books))));
+    }
+    let mut owner_slot = 0usize;
+    let mut takeovers_ms = Vec::new();
+    for round in 0..KILLS {
+        let stop = Arc::new(AtomicBool::new(false));
+        let round_start: Vec<usize> = accounts.iter().map(|(_, b)| b.lock().unwrap().acked.len()).collect();
+        let workers: Vec<_> = accounts
+            .iter()
+            .enumerate()
+            .map(|(index, (key, books))| {
+                tokio::spawn(work(
+                    client.clone(),
+                    nodes.clone(),
+                    key.clone(),
+                    round,
+                    index,
+                    books.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        // SIGKILL the owner in the middle of the writes.
+        let killed_at = Instant::now();
+        let (mut killed, killed_dir) = slots.remove(owner_slot);
+        killed.running.child.kill().unwrap();
+        killed.running.child.wait().unwrap();
+        let _ = killed_dir;
+        // The standby (now the only node in `slots`) takes over once the lease ran out.
+        let survivor = common::TestServer::attach(slots[0].0.running.base.clone());
+        wait_ready(&survivor, Duration::from_secs(10)).await;
+        takeovers_ms.push(killed_at.elapsed().as_millis());
+        let log = log_of(&slots[0].1);
+        assert!(log.contains("took shard 0 over"), "round {round}: the takeover is logged:\n{log}");
+        // A new standby in the killed one's place.
+        let dir = next_dir(&mut dirs);
+        let replacement = start_node(&dir, &url, &keys_file, LEASE_MS);
+        wait_standby(&client, &replacement.running.base).await;
+        slots.insert(owner_slot, (replacement, dir));
+        owner_slot = 1 - owner_slot;
+        *nodes.lock().unwrap() = slots.iter().map(|(s, _)| s.running.base.clone()).collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.store(true, Ordering::SeqCst);
+        for worker in workers {
+            worker.await.unwrap();
+        }
+
+        let server = common::TestServer::attach(slots[owner_slot].0.running.base.clone());
+        let mut round_ops = 0;
+        for ((key, books), start) in accounts.iter().zip(&round_start) {
+            // A copy: the workers have ended, and no lock is held across the calls.
+            let books = books.lock().unwrap().clone();
+            let when = format!("round {round}");
+            check_books(&server, key, &books, fee, &when).await;
+            // Idempotent replays of this round's writes answer the same, and apply nothing.
+            for acked in &books.acked[*start..] {
+                let reply = call(
+                    &client,
+                    &server.base,
+                    "POST",
+                    &format!("/api/v2/reseller{}", acked.path),
+                    key,
+                    Some(acked.body.clone()),
+                    Some(&acked.idempotency_key),
+                )
+                .await
+                .expect("the owner answers");
+                assert_eq!((reply.0, &reply.1), (acked.status, &acked.answer), "{when}: replay of {acked:?}");
+                round_ops += 1;
+            }
+            check_books(&server, key, &books, fee, &format!("{when}, after the replays")).await;
+        }
+        assert!(round_ops >= WORKERS, "round {round}: the clients really worked ({round_ops} writes)");
+        let report = server.admin("GET", "/admin/v1/reports/conservation", None).await;
+        assert_eq!(report.body["conserved"], json!(true), "round {round}: {}", report.body);
+        assert_eq!(server.digest().await, replayed_digest(&url), "round {round}: live digest = replay");
+    }
+    let defunds: u64 = accounts.iter().map(|(_, b)| b.lock().unwrap().defunded).sum();
+    assert!(defunds > 0, "defunds were among the writes");
+    eprintln!("takeover times after SIGKILL (ms, lease {LEASE_MS}): {takeovers_ms:?}");
+    for (started, _) in slots {
+        let mut running = started.running;
+        let _ = running.child.kill();
+        let _ = running.child.wait();
+    }
+    for dir in &dirs {
+        remove_data_dir(dir);
+        let _ = std::fs::remove_file(dir.with_extension("log"));
+    }
+    let _ = std::fs::remove_file(&keys_file);
+}
+
+/// `kill -STOP` / `kill -CONT` (no unsafe code).
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// The zombie: the owner is frozen (SIGSTOP) past its lease, the standby takes over and
+/// acknowledges writes; the old owner woken (SIGCONT) answers every write 503 (one sent
+/// while it was frozen included) and none of them reaches the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
+    const LEASE_MS: u64 = 1_000;
+    let cluster = Cluster::start("zombie");
+    let url = cluster.url();
+    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+    let (dir_a, dir_b) = (work_dir("zombie-a"), work_dir("zombie-b"));
+    let keys_file = key_file(&dir_a);
+    let first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
+    let a = common::TestServer::attach(first.running.base.clone());
+    wait_ready(&a, Duration::from_secs(10)).await;
+    let (account_id, key) = a.account(1_000.0).await;
+    let iccid = a.provision(&key, None).await;
+    let fee = dec(&a.api("GET", "/wallet/balance", &key, None).await.body["lifetime_usage_usd"]);
+    let fund = a.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 5}))).await;
+    assert_eq!(fund.status, 200, "{}", fund.body);
+    let second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
+    let b = common::TestServer::attach(second.running.base.clone());
+    wait_standby(&client, &b.base).await;
+    let epoch_a: i64 = cluster.psql("SELECT epoch FROM shard_owner").parse().unwrap();
+
+    signal(first.pid(), "STOP");
+    let frozen_at = Instant::now();
+    wait_ready(&b, Duration::from_secs(10)).await;
+    assert!(frozen_at.elapsed() >= Duration::from_millis(LEASE_MS / 2), "no takeover before the lease ran out");
+    assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), (epoch_a + 1).to_string());
+    let fund = b.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 9}))).await;
+    assert_eq!(fund.status, 200, "the new owner acknowledges writes: {}", fund.body);
+    let head = cluster.psql("SELECT head FROM shard_owner");
+
+    // A write reaches the frozen owner's socket; then it wakes.
+    let (zombie_client, zombie_base, zombie_key, zombie_path) =
+        (client.clone(), a.base.clone(), key.clone(), format!("/api/v2/reseller/esim/{iccid}/fund"));
+    let frozen_write = tokio::spawn(async move {
+        call(&zombie_client, &zombie_base, "POST", &zombie_path, &zombie_key, Some(json!({"amount": 7})), Some("z-0"))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(first.pid(), "CONT");
+    let answered = frozen_write.await.unwrap().expect("the woken owner answers");
+    assert_eq!(answered.0, 503, "{}", answered.1);
+    assert_eq!(answered.1["code"], json!("SERVICE_UNAVAILABLE"), "{}", answered.1);
+    // Every later write too, of every kind.
+    let refused = [
+        a.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 3}))).await,
+        a.api("POST", "/esim/provision", &key, Some(json!({"end_user_reference": "z"}))).await,
+        a.admin("POST", &format!("/admin/v1/accounts/{account_id}/topups"), Some(json!({"amount_usd": 11}))).await,
+    ];
+    for reply in &refused {
+        assert_eq!(reply.status, 503, "{}", reply.body);
+    }
+    let ready = a.call("GET", "/readyz", "", None).await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(ready.body.to_string().contains("no longer owns"), "{}", ready.body);
+    // None of them is in the store: the head did not move, no entry of the old epoch
+    // after it, and the new owner's books have only its own fund.
+    assert_eq!(cluster.psql("SELECT head FROM shard_owner"), head);
+    assert_eq!(cluster.psql(&format!("SELECT count(*) FROM journal WHERE epoch = {epoch_a} AND seq >= {head}")), "0");
+    let wallet = b.api("GET", "/wallet/balance", &key, None).await;
+    assert_eq!(dec(&wallet.body["lifetime_usage_usd"]), fee + Decimal::from(14), "{}", wallet.body);
+    let live = b.digest().await;
+    assert_eq!(live, replayed_digest(&url));
+    let log = log_of(&dir_b);
+    assert!(log.contains("took shard 0 over") && log.contains(&format!("epoch={}", epoch_a + 1)), "{log}");
+
+    let mut zombie = first.running;
+    zombie.child.kill().unwrap();
+    zombie.child.wait().unwrap();
+    second.stop();
+    for dir in [&dir_a, &dir_b] {
+        remove_data_dir(dir);
+        let _ = std::fs::remove_file(dir.with_extension("log"));
+    }
+}
+
+/// A standby never acknowledges a write while the owner's lease is live: for three
+/// leases of an idle owner (its renewals keep the lease) every write to the standby is
+/// 503 with Retry-After and Connection: close, the epoch does not move, and the owner
+/// still acknowledges. A graceful stop gives the lease back: the standby takes over
+/// with every acknowledged change and the digest of `esim replay --store`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
+    const LEASE_MS: u64 = 1_000;
+    let cluster = Cluster::start("standby");
+    let url = cluster.url();
+    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+    let (dir_a, dir_b) = (work_dir("standby-a"), work_dir("standby-b"));
+    let keys_file = key_file(&dir_a);
+    let first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
+    let a = common::TestServer::attach(first.running.base.clone());
+    wait_ready(&a, Duration::from_secs(10)).await;
+    let (account_id, key) = a.account(1_000.0).await;
+    let iccid = a.provision(&key, None).await;
+    let second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
+    let b = common::TestServer::attach(second.running.base.clone());
+    wait_standby(&client, &b.base).await;
+    let epoch = cluster.psql("SELECT epoch FROM shard_owner");
+    let head = cluster.psql("SELECT head FROM shard_owner");
+
+    let began = Instant::now();
+    let mut tries = 0;
+    while began.elapsed() < Duration::from_millis(3 * LEASE_MS) {
+        let reply = b.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 1}))).await;
+        assert_eq!(reply.status, 503, "{}", reply.body);
+        assert_eq!(reply.body["code"], json!("SERVICE_UNAVAILABLE"));
+        assert!(reply.body["message"].as_str().unwrap().contains("standby"), "{}", reply.body);
+        assert_eq!(reply.headers["retry-after"], "1");
+        assert_eq!(reply.headers["connection"], "close");
+        let topup =
+            b.admin("POST", &format!("/admin/v1/accounts/{account_id}/topups"), Some(json!({"amount_usd": 10}))).await;
+        assert_eq!(topup.status, 503, "{}", topup.body);
+        assert_eq!(b.call("GET", "/healthz", "", None).await.status, 200);
+        let ready = b.call("GET", "/readyz", "", None).await;
+        assert_eq!(ready.status, 503);
+        assert!(ready.body["message"].as_str().unwrap().starts_with("standby"), "{}", ready.body);
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(tries >= 10, "{tries}");
+    assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), epoch, "no takeover of a live lease");
+    assert_eq!(cluster.psql("SELECT head FROM shard_owner"), head, "nothing appended by the standby");
+    // The idle owner kept its lease and still acknowledges.
+    let fund = a.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 4}))).await;
+    assert_eq!(fund.status, 200, "{}", fund.body);
+    let wallet_before = a.api("GET", "/wallet/balance", &key, None).await.body;
+    let digest_before = a.digest().await;
+
+    first.stop();
+    assert!(log_of(&dir_a).contains("gave the lease of shard 0 back"), "{}", log_of(&dir_a));
+    wait_ready(&b, Duration::from_secs(10)).await;
+    assert_eq!(b.digest().await, digest_before, "the standby followed every entry");
+    assert_eq!(b.api("GET", "/wallet/balance", &key, None).await.body, wallet_before);
+    let fund = b.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 2}))).await;
+    assert_eq!(fund.status, 200, "{}", fund.body);
+    assert_eq!(b.digest().await, replayed_digest(&url));
+    second.stop();
+    for dir in [&dir_a, &dir_b] {
+        remove_data_dir(dir);
+        let _ = std::fs::remove_file(dir.with_extension("log"));
+    }
+}

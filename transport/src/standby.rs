@@ -1,0 +1,433 @@
+//! The hot standby of a PostgreSQL store (issue 17, second slice; decisions 146-153).
+//!
+//! `esim serve --store URL` started while another process holds shard 0 with a live
+//! lease becomes a standby ([`follow`]):
+//!
+//! - It binds its listener at once and answers every API request 503
+//!   `SERVICE_UNAVAILABLE` with `Retry-After` and `Connection: close` (a client tries the
+//!   other node, with the same `Idempotency-Key`); `GET /healthz` is 200, `GET /readyz`
+//!   503 with the reason (standby, whom it follows, how far it is).
+//! - It follows the journal: it LISTENs on [`JOURNAL_CHANNEL`], which every append's
+//!   transaction notifies, and polls every [`POLL_INTERVAL_MAX`] (or a quarter of the
+//!   lease, when shorter) in case a notification is missed. New entries go through
+//!   [`JournalEntry::replay`], the path recovery uses, so its state digest equals
+//!   `esim replay --store` at the same head.
+//! - When the owner's lease has run out by the database's clock, it bumps the epoch
+//!   with a conditional update (`WHERE epoch = seen AND lease_until < now()`; no row
+//!   touched means another process won, and it keeps following), starts renewing its
+//!   own lease, catches up to the head (the old owner can append nothing more: its
+//!   epoch compare fails), and hands the same listener back to be served by the normal
+//!   owner task, whose start hands in-flight webhook deliveries out again with their
+//!   event ids (the engine's restart path).
+//!
+//! Safety never rests on timing: the epoch compare in each append's transaction decides
+//! who may append; the lease only decides when a standby may try.
+
+use crate::api::error_response;
+use crate::journal::{JournalError, Recovery, SegmentHeader, SnapshotPolicy};
+use crate::service::JournalEntry;
+use crate::store_pg::{self, PgStore, ShardOwner, StoreOptions, JOURNAL_CHANNEL, SHARD};
+use bytes::Bytes;
+use esim_engine::{ApiError, Engine, ErrorCode};
+use http_body_util::Full;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+
+/// The longest wait between two looks at the journal and the lease when no
+/// notification comes (a quarter of the lease when that is shorter).
+pub const POLL_INTERVAL_MAX: Duration = Duration::from_millis(500);
+/// The `Retry-After` (seconds) of a standby's 503.
+pub const RETRY_AFTER_S: u64 = 1;
+/// Connections a standby answers at once; more wait in the listen backlog.
+const CONNECTIONS_MAX: usize = 1_024;
+/// A standby's connection must send its request within this time, and is closed after
+/// this time in any case (it gets one answer).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Entries read per query while following.
+const PAGE_ENTRIES: i64 = 10_000;
+/// Notifications waiting to be noticed (one is enough to wake the follower).
+const NOTIFY_QUEUE: usize = 16;
+/// Between two failed attempts to reach the store.
+const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+/// A finished takeover: the listener (the same socket), the store this process now
+/// appends to, and the state it continues from.
+pub struct Takeover {
+    pub listener: TcpListener,
+    pub store: PgStore,
+    pub recovery: Recovery,
+}
+
+/// The follower's view of the journal.
+struct Follower {
+    config: Config,
+    client: Option<Client>,
+    notified: mpsc::Receiver<()>,
+    engine: Option<Engine>,
+    header: Option<SegmentHeader>,
+    next_index: u64,
+    from_snapshot: u64,
+    /// Entries applied from the journal (after the snapshot it started from).
+    replayed: u64,
+}
+
+/// A connection that LISTENs on [`JOURNAL_CHANNEL`]; each notification puts a wake-up
+/// in the returned queue (dropped when the queue is full: one wake-up reads them all).
+async fn connect_listening(config: &Config) -> Result<(Client, mpsc::Receiver<()>), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let (wake, notified) = mpsc::channel(NOTIFY_QUEUE);
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            match message {
+                Ok(AsyncMessage::Notification(_)) => {
+                    let _ = wake.try_send(());
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "the standby's PostgreSQL connection ended");
+                    break;
+                }
+            }
+        }
+    });
+    client.batch_execute(&format!("LISTEN {JOURNAL_CHANNEL}")).await?;
+    Ok((client, notified))
+}
+
+fn store_error(what: &str, error: impl std::fmt::Display) -> String {
+    format!("the PostgreSQL store: {what}: {error}")
+}
+
+impl Follower {
+    /// Connects (again) when needed; the first connection also loads the state.
+    async fn connected(&mut self) -> Result<&mut Client, String> {
+        if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+            self.client = None;
+            let (mut client, notified) =
+                connect_listening(&self.config).await.map_err(|e| store_error("cannot connect", e))?;
+            if self.engine.is_none() {
+                let recovery = store_pg::load(&mut client, None, None).await.map_err(|e| e.0)?;
+                self.engine = recovery.engine;
+                self.header = recovery.header;
+                self.next_index = recovery.next_index;
+                self.from_snapshot = recovery.from_snapshot;
+                self.replayed = recovery.replayed;
+            }
+            self.notified = notified;
+            self.client = Some(client);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// Applies the entries after the ones applied, up to the head (or `until`), through
+    /// the replay path of recovery. Returns how many.
+    async fn catch_up(&mut self, until: Option<u64>) -> Result<u64, String> {
+        self.connected().await?;
+        let client = self.client.as_ref().expect("connected");
+        let engine = self.engine.as_mut().ok_or("the store holds no journal header")?;
+        let limit = until.map_or(i64::MAX, |u| u as i64);
+        let mut applied = 0;
+        loop {
+            let rows = client
+                .query(
+                    "SELECT seq, entry FROM journal WHERE shard = $1 AND seq >= $2 AND seq < $3 ORDER BY seq LIMIT $4",
+                    &[&SHARD, &(self.next_index as i64), &limit, &PAGE_ENTRIES],
+                )
+                .await
+                .map_err(|e| store_error("cannot read the journal", e))?;
+            let full = rows.len() as i64 == PAGE_ENTRIES;
+            for row in rows {
+                let seq: i64 = row.get(0);
+                if seq as u64 != self.next_index {
+                    // Committed batches become visible whole and in order: a gap is damage.
+                    return Err(format!(
+                        "the PostgreSQL store's journal of shard 0 lacks entry {} (the next is {seq})",
+                        self.next_index
+                    ));
+                }
+                let entry: JournalEntry = serde_json::from_slice(row.get::<_, &[u8]>(1))
+                    .map_err(|e| store_error(&format!("journal entry {seq} of shard 0 cannot be read"), e))?;
+                entry.replay(engine);
+                self.next_index += 1;
+                self.replayed += 1;
+                applied += 1;
+            }
+            if !full {
+                return Ok(applied);
+            }
+        }
+    }
+
+    /// Who holds the shard now.
+    async fn owner(&mut self) -> Result<ShardOwner, String> {
+        let client = self.connected().await?;
+        store_pg::read_owner(client)
+            .await
+            .map_err(|e| store_error("cannot read the shard owner", e))?
+            .ok_or_else(|| "the PostgreSQL store has no owner row for shard 0".to_string())
+    }
+
+    /// The conditional takeover: the epoch after `seen` with this process's lease, only
+    /// if the row still has epoch `seen` and its lease has run out by the database's
+    /// clock. `Some((epoch, head))` when this process took the shard.
+    async fn take_over(&mut self, seen: i64, me: &str, lease: Duration) -> Result<Option<(i64, i64)>, String> {
+        let client = self.connected().await?;
+        let sql = format!(
+            "UPDATE shard_owner SET epoch = epoch + 1, owner = $3, lease_until = now() + interval '{} milliseconds' \
+             WHERE shard = $1 AND epoch = $2 AND lease_until < now() RETURNING epoch, head",
+            lease.as_millis()
+        );
+        let attempt = async {
+            let transaction = client.transaction().await?;
+            transaction.batch_execute(&format!("SET LOCAL lock_timeout = {}", lease.as_millis().max(1))).await?;
+            let row = transaction.query_opt(sql.as_str(), &[&SHARD, &seen, &me]).await?;
+            transaction.commit().await?;
+            Ok::<_, tokio_postgres::Error>(row.map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1))))
+        };
+        match attempt.await {
+            Ok(taken) => Ok(taken),
+            Err(error) => {
+                // The outcome of a failed COMMIT is read back: the row names this process
+                // with the next epoch exactly when the takeover committed.
+                self.client = None;
+                let owner = self.owner().await?;
+                if owner.epoch == seen + 1 && owner.owner == me {
+                    return Ok(Some((owner.epoch, owner.head)));
+                }
+                Err(store_error("the takeover failed", error))
+            }
+        }
+    }
+}
+
+/// What a standby answers: `/healthz` 200, `/readyz` 503 with `status`, anything else
+/// 503 `SERVICE_UNAVAILABLE`; every 503 with `Retry-After` and `Connection: close`.
+fn standby_answer(method: &http::Method, path: &str, status: &str) -> http::Response<Bytes> {
+    if method == http::Method::GET && path == "/healthz" {
+        return http::Response::builder()
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Bytes::from_static(br#"{"status":"ok"}"#))
+            .expect("a valid response");
+    }
+    let message = if method == http::Method::GET && path == "/readyz" {
+        status.to_string()
+    } else {
+        format!(
+            "this node is a standby and serves no request ({status}); retry on the owner, or here after a takeover, \
+             with the same Idempotency-Key"
+        )
+    };
+    let mut response = error_response(ApiError::new(ErrorCode::ServiceUnavailable, message));
+    let headers = response.headers_mut();
+    headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(RETRY_AFTER_S));
+    headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
+}
+
+/// Answers every connection on `listener` as a standby until `stop`, then gives the
+/// listener back (connections already accepted finish their one answer on their own).
+async fn answer_as_standby(
+    listener: TcpListener,
+    status: Arc<Mutex<String>>,
+    mut stop: oneshot::Receiver<()>,
+) -> TcpListener {
+    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let slot = tokio::select! {
+            _ = &mut stop => return listener,
+            slot = slots.clone().acquire_owned() => slot.expect("never closed"),
+        };
+        let accepted = tokio::select! {
+            _ = &mut stop => return listener,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors and the like: wait a little rather than spin.
+                tracing::warn!(%error, "the standby cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let status = status.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let text = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let response = standby_answer(request.method(), request.uri().path(), &text);
+                async move { Ok::<_, Infallible>(response.map(Full::new)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .keep_alive(false)
+                .timer(TokioTimer::new())
+                .header_read_timeout(CONNECTION_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
+        });
+    }
+}
+
+/// Follows shard 0 as a standby (answering on `listener` meanwhile) until it takes the
+/// shard over, or until `shutdown` (then `None`). `holder` is the owner found at start.
+pub async fn follow(
+    listener: TcpListener,
+    url: &str,
+    policy: SnapshotPolicy,
+    options: StoreOptions,
+    holder: ShardOwner,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Result<Option<Takeover>, JournalError> {
+    let lease = options.lease;
+    let config = store_pg::parse_url_with_lease(url, lease.as_millis() as u64)?;
+    let me = store_pg::owner_name();
+    let describe = |owner: &ShardOwner, applied: u64| {
+        format!(
+            "standby: following shard 0 of the PostgreSQL store, held by {} (epoch {}, lease for {:.1} s more); \
+             {applied} of {} entries applied; takes over when the lease runs out",
+            owner.owner,
+            owner.epoch,
+            owner.lease_left_s.max(0.0),
+            owner.head
+        )
+    };
+    let status = Arc::new(Mutex::new(describe(&holder, 0)));
+    let (stop_answering, stop) = oneshot::channel();
+    let answering = tokio::spawn(answer_as_standby(listener, status.clone(), stop));
+    tracing::info!(
+        owner = %holder.owner, epoch = holder.epoch, head = holder.head, lease_left_s = holder.lease_left_s,
+        "another process holds shard 0 with a live lease: this process is a standby (API requests answered 503)"
+    );
+
+    let (_, notified) = mpsc::channel(1);
+    let mut follower = Follower {
+        config: config.clone(),
+        client: None,
+        notified,
+        engine: None,
+        header: None,
+        next_index: 0,
+        from_snapshot: 0,
+        replayed: 0,
+    };
+    let poll = (lease / 4).min(POLL_INTERVAL_MAX);
+    let mut first = true;
+    // When this process first saw the lease run out (the takeover's time counts from it).
+    let mut expired_seen: Option<Instant> = None;
+    loop {
+        if !first {
+            tokio::select! {
+                _ = &mut *shutdown => {
+                    let _ = stop_answering.send(());
+                    let _ = answering.await;
+                    return Ok(None);
+                }
+                Some(()) = follower.notified.recv() => while follower.notified.try_recv().is_ok() {},
+                _ = tokio::time::sleep(poll) => {}
+            }
+        }
+        first = false;
+        let looked = async {
+            follower.catch_up(None).await?;
+            follower.owner().await
+        };
+        let owner = match looked.await {
+            Ok(owner) => owner,
+            Err(why) => {
+                tracing::warn!(%why, "the standby cannot read the store; trying again");
+                follower.client = None;
+                tokio::time::sleep(RECONNECT_DELAY).await;
+                continue;
+            }
+        };
+        *status.lock().unwrap_or_else(|p| p.into_inner()) = describe(&owner, follower.next_index);
+        if owner.lease_left_s > 0.0 {
+            expired_seen = None;
+            continue;
+        }
+        let began = *expired_seen.get_or_insert_with(Instant::now);
+        let taken = match follower.take_over(owner.epoch, &me, lease).await {
+            Ok(Some(taken)) => taken,
+            Ok(None) => continue,
+            Err(why) => {
+                tracing::warn!(%why, "the takeover attempt failed; following on");
+                continue;
+            }
+        };
+        let (epoch, head) = taken;
+        // The lease renewal starts at once, before the catch-up.
+        let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
+        let mut store = PgStore::resume(config.clone(), epoch, header, head as u64, policy, lease);
+        let caught_up = loop {
+            match follower.catch_up(Some(head as u64)).await {
+                Ok(_) if follower.next_index == head as u64 => break Ok(()),
+                Ok(_) => break Err(format!("the journal ends at {} below its head {head}", follower.next_index)),
+                Err(why) if began.elapsed() < lease * 4 => {
+                    tracing::warn!(%why, "catching up after the takeover; trying again");
+                    follower.client = None;
+                    tokio::time::sleep(RECONNECT_DELAY).await;
+                }
+                Err(why) => break Err(why),
+            }
+        };
+        caught_up.map_err(|why| JournalError(format!("took shard 0 at epoch {epoch} but cannot catch up: {why}")))?;
+        let newest = match follower.connected().await {
+            Ok(client) => store_pg::newest_snapshot_ms(client).await.unwrap_or(None),
+            Err(_) => None,
+        };
+        store.set_snapshot_progress(follower.replayed, newest);
+        let _ = stop_answering.send(());
+        let listener = answering.await.map_err(|e| JournalError(format!("the standby's listener task failed: {e}")))?;
+        let took_ms = began.elapsed().as_millis() as u64;
+        tracing::info!(
+            epoch, head, took_ms, previous_owner = %owner.owner, previous_epoch = owner.epoch,
+            "took shard 0 over: the owner's lease had run out; serving from the same listener"
+        );
+        let mut recovery = Recovery {
+            engine: follower.engine.take(),
+            header: follower.header.take(),
+            next_index: follower.next_index,
+            replayed: follower.replayed,
+            from_snapshot: follower.from_snapshot,
+            repaired: Vec::new(),
+        };
+        if recovery.next_index == 0 {
+            // As `PgStore::open`: a store without entries starts like a new one.
+            recovery.engine = None;
+            recovery.header = None;
+        }
+        return Ok(Some(Takeover { listener, store, recovery }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_answers_503_with_retry_after_and_close_but_is_alive() {
+        let status = "standby: following";
+        let health = standby_answer(&http::Method::GET, "/healthz", status);
+        assert_eq!(health.status(), 200);
+        let ready = standby_answer(&http::Method::GET, "/readyz", status);
+        assert_eq!(ready.status(), 503);
+        let body: serde_json::Value = serde_json::from_slice(ready.body()).unwrap();
+        assert_eq!(body["message"], status);
+        for (method, path) in [(http::Method::POST, "/api/v2/reseller/esim/1/fund"), (http::Method::GET, "/healthz/x")]
+        {
+            let refused = standby_answer(&method, path, status);
+            assert_eq!(refused.status(), 503);
+            assert_eq!(refused.headers()[http::header::RETRY_AFTER], RETRY_AFTER_S.to_string().as_str());
+            assert_eq!(refused.headers()[http::header::CONNECTION], "close");
+            let body: serde_json::Value = serde_json::from_slice(refused.body()).unwrap();
+            assert_eq!(body["code"], "SERVICE_UNAVAILABLE");
+            assert!(body["message"].as_str().unwrap().contains("standby"), "{body}");
+        }
+    }
+}
