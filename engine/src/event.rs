@@ -2,8 +2,9 @@
 //! event is emitted (to observers and to the account's subscribed webhooks).
 
 use crate::engine::Engine;
+use crate::event_log::{EventId, JsonData, KeptData, KeptEvent};
 use crate::ids::Purpose;
-use crate::state::{AccountIx, EsimIx, GroupIx, WalletOwner, WebhookIx};
+use crate::state::{AccountIx, EsimIx, EsimStatus, GroupIx, WalletOwner, WebhookIx};
 use crate::time::{rfc3339, Millis};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -129,21 +130,23 @@ pub struct Event {
 impl Event {
     /// The exact bytes POSTed to receivers: `{"id","event","created_at","data"}`.
     pub fn envelope_bytes(&self) -> Vec<u8> {
-        #[derive(Serialize)]
-        struct Envelope<'a> {
-            id: &'a str,
-            event: &'static str,
-            created_at: String,
-            data: &'a serde_json::Value,
-        }
-        serde_json::to_vec(&Envelope {
-            id: &self.id,
-            event: self.name.as_str(),
-            created_at: self.created_at.to_rfc3339(),
-            data: &self.data,
-        })
-        .expect("event envelopes always serialize")
+        envelope_text(&self.id, self.name, self.created_at, &self.data.to_string()).into_bytes()
     }
+}
+
+/// The envelope of an event whose `data` object is the JSON text `data_json`: the bytes
+/// serde_json writes for the struct `{id, event, created_at, data}`. The one writer of
+/// envelopes, for deliveries and for the events API alike (decision 155).
+pub(crate) fn envelope_text(id: &str, name: EventName, created_at: Millis, data_json: &str) -> String {
+    let quoted = |text: &str| serde_json::to_string(text).expect("strings serialize");
+    let (id, event, created_at) = (quoted(id), quoted(name.as_str()), quoted(&created_at.to_rfc3339()));
+    let mut out = String::with_capacity(40 + id.len() + event.len() + created_at.len() + data_json.len());
+    for part in
+        [r#"{"id":"#, &id, r#","event":"#, &event, r#","created_at":"#, &created_at, r#","data":"#, data_json, "}"]
+    {
+        out.push_str(part);
+    }
+    out
 }
 
 // ----- typed payloads (decision 17) -----
@@ -337,7 +340,75 @@ impl Engine {
             EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
         let data = data_of(common, &event);
         let account = esim.account;
-        self.emit(account, event.name(), data);
+        let typed = self.typed_esim_event(sim, &event);
+        let group = match &event {
+            EsimEvent::Provisioned { group_id: Some(id), .. }
+            | EsimEvent::GroupAssigned { group_id: id, .. }
+            | EsimEvent::GroupRemoved { group_id: id, .. } => self.group_index.get(id.as_str()).copied(),
+            _ => None,
+        };
+        self.emit(account, event.name(), data, typed, Some(sim), group);
+    }
+
+    /// The typed kept form of `esim.provisioned` and `esim.activated` (decision 155),
+    /// only when it renders back to exactly `event`: every value it leaves out is one
+    /// [`Engine::typed_event_data`] finds again, unchanged, in the eSIM or group record
+    /// (provisioning sets an eSIM's texts; no command changes them, nor a group's id).
+    fn typed_esim_event(&self, sim: EsimIx, event: &EsimEvent) -> Option<KeptData> {
+        match event {
+            EsimEvent::Provisioned { lpa_string, status: "pending", created_at, group_id }
+                if *created_at == self.now && *lpa_string == self.esims[sim].lpa.text() =>
+            {
+                let group = match group_id {
+                    None => None,
+                    Some(id) => Some(*self.group_index.get(id.as_str())?),
+                };
+                Some(KeptData::Provisioned { sim, group })
+            }
+            EsimEvent::Activated { activated_at, euicc_state: "ENABLED", status } if *activated_at == self.now => {
+                let status = EsimStatus::ALL.into_iter().find(|s| s.as_str() == *status)?;
+                Some(KeptData::Activated { sim, status })
+            }
+            _ => None,
+        }
+    }
+
+    /// The `data` of a typed kept event created at `created_at`, built as it was when
+    /// it was emitted; `None` for one kept as JSON text.
+    fn typed_event_data(&self, data: &KeptData, created_at: Millis) -> Option<serde_json::Value> {
+        let (sim, event) = match *data {
+            KeptData::Provisioned { sim, group } => {
+                let event = EsimEvent::Provisioned {
+                    lpa_string: self.esims[sim].lpa.text(),
+                    status: "pending",
+                    created_at,
+                    group_id: group.map(|group| self.groups[group].id.clone()),
+                };
+                (sim, event)
+            }
+            KeptData::Activated { sim, status } => {
+                let event =
+                    EsimEvent::Activated { activated_at: created_at, euicc_state: "ENABLED", status: status.as_str() };
+                (sim, event)
+            }
+            KeptData::Json(_) => return None,
+        };
+        let esim = &self.esims[sim];
+        let common =
+            EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
+        Some(data_of(common, &event))
+    }
+
+    /// A kept event's envelope: the bytes that were delivered when it was emitted.
+    pub(crate) fn kept_envelope_text(&self, event: &KeptEvent) -> String {
+        let id = event.id.text();
+        match &event.data {
+            KeptData::Json(json) => envelope_text(&id, event.name, event.created_at, &json.data),
+            typed => {
+                let data = self.typed_event_data(typed, event.created_at).expect("not JSON text: typed");
+                envelope_text(&id, event.name, event.created_at, &data.to_string())
+            }
+        }
     }
 
     /// Emits a `group.*` event: the group's id, name and shown balance, then its own.
@@ -347,26 +418,33 @@ impl Engine {
         let common = GroupFields { group_id: &record.id, name: &record.name, balance_usd };
         let data = data_of(common, &event);
         let account = record.account;
-        self.emit(account, event.name(), data);
+        self.emit(account, event.name(), data, None, None, Some(group));
     }
 
     /// Emits a `balance.*` event of the account's reseller balance.
     pub(crate) fn emit_balance(&mut self, account: AccountIx, event: BalanceEvent) {
         let data = serde_json::to_value(&event).expect("event fields serialize");
-        self.emit(account, event.name(), data);
+        self.emit(account, event.name(), data, None, None, None);
     }
 
-    /// Emits an event of an account: queued for observers, and handed to every active
-    /// webhook of the account subscribed to it. Only the typed emitters above call it.
-    fn emit(&mut self, account: AccountIx, name: EventName, data: serde_json::Value) {
-        let event = Event {
-            id: self.random_id(Purpose::EventId, "evt_", 12),
-            account: account.0,
-            name,
-            created_at: self.now,
-            data,
-        };
-        let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
+    /// Emits an event of an account: queued for observers, handed to every active
+    /// webhook of the account subscribed to it, and kept for the events API (`typed`,
+    /// or else its `data` as JSON text with the eSIM and group it names). Only the typed
+    /// emitters above call it.
+    fn emit(
+        &mut self,
+        account: AccountIx,
+        name: EventName,
+        data: serde_json::Value,
+        typed: Option<KeptData>,
+        sim: Option<EsimIx>,
+        group: Option<GroupIx>,
+    ) {
+        let id = EventId(self.random_bytes::<12>(Purpose::EventId));
+        let data_json = data.to_string();
+        let now = self.now;
+        let event = Event { id: id.text(), account: account.0, name, created_at: now, data };
+        let body = envelope_text(&event.id, name, now, &data_json);
         let targets: Vec<WebhookIx> = self.accounts[account]
             .webhooks
             .iter()
@@ -379,8 +457,9 @@ impl Engine {
         for webhook in targets {
             self.start_delivery(webhook, &event, body.clone(), false);
         }
-        let now = self.now;
-        self.event_log.push(&event, &body, now);
+        let data = typed
+            .unwrap_or_else(|| KeptData::Json(Box::new(JsonData { sim, group, data: data_json.into_boxed_str() })));
+        self.event_log.push(KeptEvent { created_at: now, id, account, name, data }, now);
         self.events.push_back(event);
     }
 }
