@@ -138,15 +138,30 @@ impl Event {
 /// serde_json writes for the struct `{id, event, created_at, data}`. The one writer of
 /// envelopes, for deliveries and for the events API alike (decision 155).
 pub(crate) fn envelope_text(id: &str, name: EventName, created_at: Millis, data_json: &str) -> String {
-    let quoted = |text: &str| serde_json::to_string(text).expect("strings serialize");
-    let (id, event, created_at) = (quoted(id), quoted(name.as_str()), quoted(&created_at.to_rfc3339()));
-    let mut out = String::with_capacity(40 + id.len() + event.len() + created_at.len() + data_json.len());
-    for part in
-        [r#"{"id":"#, &id, r#","event":"#, &event, r#","created_at":"#, &created_at, r#","data":"#, data_json, "}"]
-    {
-        out.push_str(part);
-    }
+    let created_at = created_at.to_rfc3339();
+    let mut out = String::with_capacity(48 + id.len() + created_at.len() + data_json.len());
+    out.push_str(r#"{"id":"#);
+    push_json_str(&mut out, id);
+    out.push_str(r#","event":"#);
+    push_json_str(&mut out, name.as_str());
+    out.push_str(r#","created_at":"#);
+    push_json_str(&mut out, &created_at);
+    out.push_str(r#","data":"#);
+    out.push_str(data_json);
+    out.push('}');
     out
+}
+
+/// `text` as a JSON string, as serde_json writes it: text it would not escape (no
+/// quote, backslash or control character: every id, name and time) is copied as it is.
+fn push_json_str(out: &mut String, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(text).expect("strings serialize"));
+    }
 }
 
 // ----- typed payloads (decision 17) -----
@@ -461,5 +476,35 @@ impl Engine {
             .unwrap_or_else(|| KeptData::Json(Box::new(JsonData { sim, group, data: data_json.into_boxed_str() })));
         self.event_log.push(KeptEvent { created_at: now, id, account, name, data }, now);
         self.events.push_back(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one envelope writer writes what serde_json writes for the envelope struct,
+    /// escapes included.
+    #[test]
+    fn envelopes_are_the_bytes_serde_writes() {
+        #[derive(Serialize)]
+        struct Envelope<'a> {
+            id: &'a str,
+            event: &'static str,
+            created_at: String,
+            data: &'a serde_json::Value,
+        }
+        let data = serde_json::json!({ "label": "a \"b\" \\ c\td\u{7f} é 😀", "n": 1.5 });
+        for id in ["evt_0123456789abcdef00ff109a", "evt_\"quoted\"", "evt_back\\slash", "evt_\u{1}", "evt_é\u{7f}"] {
+            let created_at = Millis(1_767_225_600_123);
+            let want = serde_json::to_string(&Envelope {
+                id,
+                event: EventName::EsimActivated.as_str(),
+                created_at: created_at.to_rfc3339(),
+                data: &data,
+            })
+            .unwrap();
+            assert_eq!(envelope_text(id, EventName::EsimActivated, created_at, &data.to_string()), want, "{id}");
+        }
     }
 }

@@ -132,13 +132,18 @@ pub struct EventLog {
     kept: VecDeque<KeptEvent>,
     /// The `seq` of `kept[0]`: `kept[i]` has seq `first_seq + i`.
     first_seq: u64,
-    /// [`EventId::key`] to the `seq` of the event that has it (decision 154).
-    by_id: BTreeMap<u64, u64>,
+    /// [`EventId::key`] to the [`Slot`] of the event that has it (decision 154).
+    by_id: BTreeMap<u64, Slot>,
     /// Kept events whose key another kept event already had in `by_id` (almost never).
-    by_id_shared: BTreeMap<EventId, u64>,
-    /// Per account, the `seq`s of its kept events, oldest first.
-    by_account: BTreeMap<AccountIx, VecDeque<u64>>,
+    by_id_shared: BTreeMap<EventId, Slot>,
+    /// Per account, the slots of its kept events, oldest first.
+    by_account: BTreeMap<AccountIx, VecDeque<Slot>>,
 }
+
+/// A kept event's `seq` in the indexes: its low 32 bits, half the bytes of the seq.
+/// Fewer than 2^32 events are ever kept at once, so the kept seqs' low bits tell them
+/// apart ([`EventLog::seq_of`]).
+type Slot = u32;
 
 /// What an [`EventLog`] writes: its events and the seq of the first.
 #[derive(Serialize, Deserialize)]
@@ -278,28 +283,44 @@ impl EventLog {
 
     /// Indexes `event` as the next seq and keeps it; refuses an id that is kept already.
     fn index_and_keep(&mut self, event: KeptEvent) -> Result<(), String> {
+        use std::collections::btree_map::Entry;
+        if self.kept.len() >= Slot::MAX as usize {
+            return Err("more events than the log's slots".into());
+        }
         let seq = self.first_seq + self.kept.len() as u64;
-        if self.find(&event.id).is_some() {
-            return Err(format!("event id {} is kept twice", event.id.text()));
+        let slot = seq as Slot;
+        let twice = || format!("event id {} is kept twice", event.id.text());
+        // One walk of the index for the common case: a key no kept id has.
+        match self.by_id.entry(event.id.key()) {
+            Entry::Vacant(entry) => {
+                entry.insert(slot);
+            }
+            Entry::Occupied(entry) => {
+                // Another kept id has the same key: it stays, this one goes aside.
+                let other = &self.kept[entry.get().wrapping_sub(self.first_seq as Slot) as usize];
+                if other.id == event.id {
+                    return Err(twice());
+                }
+                match self.by_id_shared.entry(event.id) {
+                    Entry::Vacant(entry) => entry.insert(slot),
+                    Entry::Occupied(_) => return Err(twice()),
+                };
+            }
         }
-        if let Some(other) = self.by_id.insert(event.id.key(), seq) {
-            // Another kept id has the same key: it stays, this one goes aside.
-            self.by_id.insert(event.id.key(), other);
-            self.by_id_shared.insert(event.id, seq);
-        }
-        self.by_account.entry(event.account).or_default().push_back(seq);
+        self.by_account.entry(event.account).or_default().push_back(slot);
         self.kept.push_back(event);
         Ok(())
     }
 
     /// The seq of the kept event with this id (expired or not).
     fn find(&self, id: &EventId) -> Option<u64> {
-        if let Some(&seq) = self.by_id.get(&id.key()) {
+        if let Some(&slot) = self.by_id.get(&id.key()) {
+            let seq = self.seq_of(slot);
             if self.get(seq).id == *id {
                 return Some(seq);
             }
         }
-        self.by_id_shared.get(id).copied()
+        self.by_id_shared.get(id).map(|&slot| self.seq_of(slot))
     }
 
     /// Drops up to [`EXPIRE_PER_PUSH`] of the events created more than the retention
@@ -314,14 +335,15 @@ impl EventLog {
             let oldest = self.kept.pop_front().expect("just seen");
             self.first_seq += 1;
             let key = oldest.id.key();
-            if self.by_id.get(&key) == Some(&seq) {
+            let slot = seq as Slot;
+            if self.by_id.get(&key) == Some(&slot) {
                 self.by_id.remove(&key);
             } else {
                 let shared = self.by_id_shared.remove(&oldest.id);
-                assert_eq!(shared, Some(seq), "every kept event is indexed by its id");
+                assert_eq!(shared, Some(slot), "every kept event is indexed by its id");
             }
             let seqs = self.by_account.get_mut(&oldest.account).expect("every kept event is indexed");
-            assert_eq!(seqs.pop_front(), Some(seq), "an account's oldest event leaves first");
+            assert_eq!(seqs.pop_front(), Some(slot), "an account's oldest event leaves first");
             if seqs.is_empty() {
                 self.by_account.remove(&oldest.account);
             } else {
@@ -335,6 +357,11 @@ impl EventLog {
     fn account_event(&self, account: AccountIx, event_id: &str, now: Millis) -> Option<&KeptEvent> {
         let event = self.get(self.find(&EventId::parse(event_id)?)?);
         (event.account == account && !expired(event.created_at, now)).then_some(event)
+    }
+
+    /// The seq of a kept event's slot.
+    fn seq_of(&self, slot: Slot) -> u64 {
+        self.first_seq + u64::from(slot.wrapping_sub(self.first_seq as Slot))
     }
 
     fn get(&self, seq: u64) -> &KeptEvent {
@@ -374,8 +401,8 @@ impl Engine {
         let filter = filter.resolve(self).ok();
         let seqs = filter.as_ref().and_then(|_| log.by_account.get(&account));
         let newest_first = seqs.into_iter().flat_map(|seqs| seqs.iter().rev());
-        for &seq in newest_first {
-            let event = log.get(seq);
+        for &slot in newest_first {
+            let event = log.get(log.seq_of(slot));
             if expired(event.created_at, self.now) {
                 // Newest first is time order: every older event has expired too (they
                 // leave a few per new event, decision 113), so the scan stops here.
@@ -478,6 +505,24 @@ mod tests {
         assert_eq!(log.by_account.keys().copied().collect::<Vec<_>>(), [AccountIx(1)]);
         assert_eq!(log.find(&EventId(id_of(7, 2))), None);
         assert_eq!(log.find(&EventId(id_of(9, 0))), Some(3));
+    }
+
+    /// Slots are the low 32 bits of a seq: they still name the right events when the
+    /// seqs cross a multiple of 2^32.
+    #[test]
+    fn slots_name_the_right_events_across_a_wrap() {
+        let mut log = EventLog { first_seq: u64::from(u32::MAX) - 2, ..EventLog::default() };
+        for n in 0..6u64 {
+            log.push(event(id_of(n, 0), (n % 2) as u32, n as i64), Millis(n as i64));
+        }
+        for n in 0..6u64 {
+            assert_eq!(log.find(&EventId(id_of(n, 0))), Some(u64::from(u32::MAX) - 2 + n));
+            assert_eq!(log.get(log.find(&EventId(id_of(n, 0))).unwrap()).id, EventId(id_of(n, 0)));
+        }
+        let later = 2 + limits::EVENT_RETENTION_MS;
+        log.push(event(id_of(9, 0), 1, later), Millis(later));
+        assert_eq!(log.first_seq, u64::from(u32::MAX) + 1, "the three oldest left");
+        assert_eq!(log.find(&EventId(id_of(4, 0))), Some(u64::from(u32::MAX) + 2));
     }
 
     /// After a burst has expired, the deques give their capacity back (decision 156);
