@@ -418,10 +418,10 @@ impl Engine {
     pub(crate) fn kept_envelope_text(&self, event: &KeptEvent) -> String {
         let id = event.id.text();
         match &event.data {
-            KeptData::Json(json) => envelope_text(&id, event.name, event.created_at, &json.data),
+            KeptData::Json(json) => envelope_text(&id, json.name, event.created_at, &json.data),
             typed => {
                 let data = self.typed_event_data(typed, event.created_at).expect("not JSON text: typed");
-                envelope_text(&id, event.name, event.created_at, &data.to_string())
+                envelope_text(&id, typed.name(), event.created_at, &data.to_string())
             }
         }
     }
@@ -472,9 +472,11 @@ impl Engine {
         for webhook in targets {
             self.start_delivery(webhook, &event, body.clone(), false);
         }
-        let data = typed
-            .unwrap_or_else(|| KeptData::Json(Box::new(JsonData { sim, group, data: data_json.into_boxed_str() })));
-        self.event_log.push(KeptEvent { created_at: now, id, account, name, data }, now);
+        let data = typed.unwrap_or_else(|| {
+            KeptData::Json(Box::new(JsonData { name, sim, group, data: data_json.into_boxed_str() }))
+        });
+        debug_assert_eq!(data.name(), name);
+        self.event_log.push(KeptEvent { created_at: now, id, account, data }, now);
         self.events.push_back(event);
     }
 }
