@@ -406,7 +406,7 @@ impl Engine {
                     EsimEvent::Activated { activated_at: created_at, euicc_state: "ENABLED", status: status.as_str() };
                 (sim, event)
             }
-            KeptData::Json(_) => return None,
+            KeptData::Json(_) | KeptData::Legacy(_) => return None,
         };
         let esim = &self.esims[sim];
         let common =
@@ -419,6 +419,7 @@ impl Engine {
         let id = event.id.text();
         match &event.data {
             KeptData::Json(json) => envelope_text(&id, json.name, event.created_at, &json.data),
+            KeptData::Legacy(legacy) => legacy.envelope.to_string(),
             typed => {
                 let data = self.typed_event_data(typed, event.created_at).expect("not JSON text: typed");
                 envelope_text(&id, typed.name(), event.created_at, &data.to_string())

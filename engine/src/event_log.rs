@@ -82,6 +82,18 @@ pub(crate) enum KeptData {
     Activated { sim: EsimIx, status: EsimStatus },
     /// Any other event (boxed: they are rarer, and the two above stay small).
     Json(Box<JsonData>),
+    /// An event read from a snapshot written before decision 155, as it was kept then:
+    /// its envelope text and the ICCID and group id of its data (decision 157).
+    Legacy(Box<LegacyData>),
+}
+
+/// An event kept before decision 155 (see [`KeptData::Legacy`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LegacyData {
+    name: EventName,
+    iccid: Option<Box<str>>,
+    group_id: Option<Box<str>>,
+    pub(crate) envelope: Box<str>,
 }
 
 /// A kept event's `data` object as JSON text, and the eSIM and group it names (its
@@ -100,6 +112,7 @@ impl KeptData {
         match *self {
             KeptData::Provisioned { sim, .. } | KeptData::Activated { sim, .. } => Some(sim),
             KeptData::Json(ref json) => json.sim,
+            KeptData::Legacy(_) => None,
         }
     }
 
@@ -110,6 +123,7 @@ impl KeptData {
             KeptData::Provisioned { .. } => EventName::EsimProvisioned,
             KeptData::Activated { .. } => EventName::EsimActivated,
             KeptData::Json(json) => json.name,
+            KeptData::Legacy(legacy) => legacy.name,
         }
     }
 
@@ -118,6 +132,7 @@ impl KeptData {
         match *self {
             KeptData::Provisioned { group, .. } => group,
             KeptData::Json(ref json) => json.group,
+            KeptData::Legacy(_) => None,
             KeptData::Activated { .. } => None,
         }
     }
@@ -156,10 +171,44 @@ pub struct EventLog {
 type Slot = u32;
 
 /// What an [`EventLog`] writes: its events and the seq of the first.
-#[derive(Serialize, Deserialize)]
-struct EventLogForm<K> {
-    events: K,
+#[derive(Serialize)]
+struct EventLogForm<'a> {
+    events: &'a VecDeque<KeptEvent>,
     first_seq: u64,
+}
+
+/// What an [`EventLog`] reads: the form above, or the one written before decision 155
+/// (`kept`, with whole envelopes; its indexes are not read, they are rebuilt).
+#[derive(Deserialize)]
+struct EventLogRead {
+    events: Option<VecDeque<KeptEvent>>,
+    kept: Option<Vec<LegacyKept>>,
+    first_seq: u64,
+}
+
+/// An event as snapshots written before decision 155 hold it.
+#[derive(Deserialize)]
+struct LegacyKept {
+    id: String,
+    account: AccountIx,
+    name: EventName,
+    created_at: Millis,
+    iccid: Option<String>,
+    group_id: Option<String>,
+    envelope: String,
+}
+
+impl LegacyKept {
+    fn into_kept(self) -> Result<KeptEvent, String> {
+        let id = EventId::parse(&self.id).ok_or_else(|| format!("{:?} is not an event id", self.id))?;
+        let data = LegacyData {
+            name: self.name,
+            iccid: self.iccid.map(String::into_boxed_str),
+            group_id: self.group_id.map(String::into_boxed_str),
+            envelope: self.envelope.into_boxed_str(),
+        };
+        Ok(KeptEvent { created_at: self.created_at, id, account: self.account, data: KeptData::Legacy(Box::new(data)) })
+    }
 }
 
 impl Serialize for EventLog {
@@ -170,10 +219,11 @@ impl Serialize for EventLog {
 
 impl<'de> Deserialize<'de> for EventLog {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let form = EventLogForm::<VecDeque<KeptEvent>>::deserialize(deserializer)?;
+        let form = EventLogRead::deserialize(deserializer)?;
         let mut log = EventLog { first_seq: form.first_seq, ..EventLog::default() };
-        for event in form.events {
-            log.index_and_keep(event).map_err(serde::de::Error::custom)?;
+        let legacy = form.kept.into_iter().flatten().map(LegacyKept::into_kept);
+        for event in form.events.into_iter().flatten().map(Ok).chain(legacy) {
+            log.index_and_keep(event.map_err(serde::de::Error::custom)?).map_err(serde::de::Error::custom)?;
         }
         Ok(log)
     }
@@ -228,7 +278,7 @@ impl EventFilter {
     /// The filter against kept events: the eSIM and group it names as indexes (`None`
     /// when it names none; `Err` when it names one that does not exist, which no event
     /// carries).
-    fn resolve(&self, engine: &Engine) -> Result<ResolvedFilter, ()> {
+    fn resolve(&self, engine: &Engine) -> Result<ResolvedFilter<'_>, ()> {
         let sim = match &self.iccid {
             None => None,
             Some(iccid) => Some(crate::ids::iccid_number(iccid).and_then(|n| engine.iccid_index.get(n)).ok_or(())?),
@@ -237,27 +287,36 @@ impl EventFilter {
             None => None,
             Some(id) => Some(*engine.group_index.get(id.as_str()).ok_or(())?),
         };
-        Ok(ResolvedFilter { name: self.name, after: self.created_after, before: self.created_before, sim, group })
+        Ok(ResolvedFilter { text: self, sim, group })
     }
 }
 
 /// An [`EventFilter`] whose ICCID and group id are indexes: an eSIM's ICCID and a
 /// group's id never change and name one record, so comparing indexes is comparing them.
-struct ResolvedFilter {
-    name: Option<EventName>,
-    after: Option<Millis>,
-    before: Option<Millis>,
+/// (Events read from an old snapshot are compared by text.)
+struct ResolvedFilter<'a> {
+    text: &'a EventFilter,
     sim: Option<EsimIx>,
     group: Option<GroupIx>,
 }
 
-impl ResolvedFilter {
+impl ResolvedFilter<'_> {
     fn admits(&self, event: &KeptEvent) -> bool {
-        self.name.is_none_or(|name| event.data.name() == name)
-            && self.after.is_none_or(|after| event.created_at > after)
-            && self.before.is_none_or(|before| event.created_at < before)
-            && self.sim.is_none_or(|sim| event.data.sim() == Some(sim))
-            && self.group.is_none_or(|group| event.data.group() == Some(group))
+        let text = self.text;
+        let names_them = match &event.data {
+            KeptData::Legacy(legacy) => {
+                text.iccid.as_deref().is_none_or(|iccid| legacy.iccid.as_deref() == Some(iccid))
+                    && text.group_id.as_deref().is_none_or(|group| legacy.group_id.as_deref() == Some(group))
+            }
+            data => {
+                self.sim.is_none_or(|sim| data.sim() == Some(sim))
+                    && self.group.is_none_or(|group| data.group() == Some(group))
+            }
+        };
+        text.name.is_none_or(|name| event.data.name() == name)
+            && text.created_after.is_none_or(|after| event.created_at > after)
+            && text.created_before.is_none_or(|before| event.created_at < before)
+            && names_them
     }
 }
 

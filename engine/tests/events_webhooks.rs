@@ -558,4 +558,39 @@ fn the_events_api_shows_every_event_as_delivered_also_after_a_snapshot() {
         assert_eq!(shown(&mut back, &r, &event.id), Ok(serde_envelope(event)));
     }
     assert_eq!(listed(&mut back, &r, EventFilter::default()), newest_first);
+
+    // A snapshot written before decision 155 (whole envelopes, `kept`) still reads:
+    // the same envelopes, the same filters (decision 157).
+    let kept: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(seq, e)| {
+            serde_json::json!({
+                "seq": seq, "id": e.id, "account": e.account, "name": e.name, "created_at": e.created_at,
+                "iccid": e.data.get("iccid"), "group_id": e.data.get("group_id"), "envelope": serde_envelope(e),
+            })
+        })
+        .collect();
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    old["event_log"] = serde_json::json!({ "kept": kept, "first_seq": 0, "by_id": {}, "by_account": [] });
+    let mut legacy = insecure();
+    legacy.engine = serde_json::from_value(old).unwrap();
+    legacy.now = h.now;
+    for event in &events {
+        assert_eq!(shown(&mut legacy, &r, &event.id), Ok(serde_envelope(event)));
+    }
+    assert_eq!(listed(&mut legacy, &r, EventFilter::default()), newest_first);
+    for iccid in &iccids {
+        let filter = EventFilter { iccid: Some(iccid.clone()), ..EventFilter::default() };
+        assert_eq!(listed(&mut legacy, &r, filter.clone()), listed(&mut h, &r, filter), "{iccid}");
+    }
+    for group in &groups {
+        let filter = EventFilter { group_id: Some(group.clone()), ..EventFilter::default() };
+        assert_eq!(listed(&mut legacy, &r, filter.clone()), listed(&mut h, &r, filter), "{group}");
+    }
+    // New events are kept beside the old ones.
+    let next = h.provision(&r);
+    legacy.provision(&r);
+    let filter = EventFilter { iccid: Some(next), ..EventFilter::default() };
+    assert_eq!(listed(&mut legacy, &r, filter.clone()), listed(&mut h, &r, filter));
 }
