@@ -356,10 +356,11 @@ impl Engine {
         let data = data_of(common, &event);
         let account = esim.account;
         let typed = self.typed_esim_event(sim, &event);
-        let group = match &event {
-            EsimEvent::Provisioned { group_id: Some(id), .. }
-            | EsimEvent::GroupAssigned { group_id: id, .. }
-            | EsimEvent::GroupRemoved { group_id: id, .. } => self.group_index.get(id.as_str()).copied(),
+        let group = match (&typed, &event) {
+            (Some(_), _) => None,
+            (None, EsimEvent::Provisioned { group_id: Some(id), .. })
+            | (None, EsimEvent::GroupAssigned { group_id: id, .. })
+            | (None, EsimEvent::GroupRemoved { group_id: id, .. }) => self.group_index.get(id.as_str()).copied(),
             _ => None,
         };
         self.emit(account, event.name(), data, typed, Some(sim), group);
@@ -374,9 +375,10 @@ impl Engine {
             EsimEvent::Provisioned { lpa_string, status: "pending", created_at, group_id }
                 if *created_at == self.now && *lpa_string == self.esims[sim].lpa.text() =>
             {
+                // A provisioning into a group names the eSIM's group.
                 let group = match group_id {
                     None => None,
-                    Some(id) => Some(*self.group_index.get(id.as_str())?),
+                    Some(id) => Some(self.esims[sim].funding.group().filter(|&g| self.groups[g].id == *id)?),
                 };
                 Some(KeptData::Provisioned { sim, group })
             }
@@ -457,10 +459,7 @@ impl Engine {
         group: Option<GroupIx>,
     ) {
         let id = EventId(self.random_bytes::<12>(Purpose::EventId));
-        let data_json = data.to_string();
         let now = self.now;
-        let event = Event { id: id.text(), account: account.0, name, created_at: now, data };
-        let body = envelope_text(&event.id, name, now, &data_json);
         let targets: Vec<WebhookIx> = self.accounts[account]
             .webhooks
             .iter()
@@ -470,12 +469,23 @@ impl Engine {
                 webhook.active && !webhook.deleted && webhook.subscription.covers(name)
             })
             .collect();
-        for webhook in targets {
-            self.start_delivery(webhook, &event, body.clone(), false);
+        // The JSON text only where it is used: a typed event with no webhook to deliver
+        // to (most, at scale) needs none (decision 155).
+        let data_json = (typed.is_none() || !targets.is_empty()).then(|| data.to_string());
+        let event = Event { id: id.text(), account: account.0, name, created_at: now, data };
+        if let (Some(data_json), false) = (&data_json, targets.is_empty()) {
+            let body = envelope_text(&event.id, name, now, data_json);
+            for webhook in targets {
+                self.start_delivery(webhook, &event, body.clone(), false);
+            }
         }
-        let data = typed.unwrap_or_else(|| {
-            KeptData::Json(Box::new(JsonData { name, sim, group, data: data_json.into_boxed_str() }))
-        });
+        let data = match (typed, data_json) {
+            (Some(typed), _) => typed,
+            (None, data_json) => {
+                let data = data_json.expect("written for every event kept as JSON").into_boxed_str();
+                KeptData::Json(Box::new(JsonData { name, sim, group, data }))
+            }
+        };
         debug_assert_eq!(data.name(), name);
         self.event_log.push(KeptEvent { created_at: now, id, account, data }, now);
         self.events.push_back(event);
