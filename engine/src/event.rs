@@ -2,8 +2,9 @@
 //! event is emitted (to observers and to the account's subscribed webhooks).
 
 use crate::engine::Engine;
+use crate::event_log::{EventId, JsonData, KeptData, KeptEvent};
 use crate::ids::Purpose;
-use crate::state::{AccountIx, EsimIx, GroupIx, WalletOwner, WebhookIx};
+use crate::state::{AccountIx, EsimIx, EsimStatus, GroupIx, WalletOwner, WebhookIx};
 use crate::time::{rfc3339, Millis};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -129,20 +130,37 @@ pub struct Event {
 impl Event {
     /// The exact bytes POSTed to receivers: `{"id","event","created_at","data"}`.
     pub fn envelope_bytes(&self) -> Vec<u8> {
-        #[derive(Serialize)]
-        struct Envelope<'a> {
-            id: &'a str,
-            event: &'static str,
-            created_at: String,
-            data: &'a serde_json::Value,
-        }
-        serde_json::to_vec(&Envelope {
-            id: &self.id,
-            event: self.name.as_str(),
-            created_at: self.created_at.to_rfc3339(),
-            data: &self.data,
-        })
-        .expect("event envelopes always serialize")
+        envelope_text(&self.id, self.name, self.created_at, &self.data.to_string()).into_bytes()
+    }
+}
+
+/// The envelope of an event whose `data` object is the JSON text `data_json`: the bytes
+/// serde_json writes for the struct `{id, event, created_at, data}`. The one writer of
+/// envelopes, for deliveries and for the events API alike (decision 155).
+pub(crate) fn envelope_text(id: &str, name: EventName, created_at: Millis, data_json: &str) -> String {
+    let created_at = created_at.to_rfc3339();
+    let mut out = String::with_capacity(48 + id.len() + created_at.len() + data_json.len());
+    out.push_str(r#"{"id":"#);
+    push_json_str(&mut out, id);
+    out.push_str(r#","event":"#);
+    push_json_str(&mut out, name.as_str());
+    out.push_str(r#","created_at":"#);
+    push_json_str(&mut out, &created_at);
+    out.push_str(r#","data":"#);
+    out.push_str(data_json);
+    out.push('}');
+    out
+}
+
+/// `text` as a JSON string, as serde_json writes it: text it would not escape (no
+/// quote, backslash or control character: every id, name and time) is copied as it is.
+fn push_json_str(out: &mut String, text: &str) {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(text).expect("strings serialize"));
     }
 }
 
@@ -337,7 +355,78 @@ impl Engine {
             EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
         let data = data_of(common, &event);
         let account = esim.account;
-        self.emit(account, event.name(), data);
+        let typed = self.typed_esim_event(sim, &event);
+        let group = match (&typed, &event) {
+            (Some(_), _) => None,
+            (None, EsimEvent::Provisioned { group_id: Some(id), .. })
+            | (None, EsimEvent::GroupAssigned { group_id: id, .. })
+            | (None, EsimEvent::GroupRemoved { group_id: id, .. }) => self.group_index.get(id.as_str()).copied(),
+            _ => None,
+        };
+        self.emit(account, event.name(), data, typed, Some(sim), group);
+    }
+
+    /// The typed kept form of `esim.provisioned` and `esim.activated` (decision 155),
+    /// only when it renders back to exactly `event`: every value it leaves out is one
+    /// [`Engine::typed_event_data`] finds again, unchanged, in the eSIM or group record
+    /// (provisioning sets an eSIM's texts; no command changes them, nor a group's id).
+    fn typed_esim_event(&self, sim: EsimIx, event: &EsimEvent) -> Option<KeptData> {
+        match event {
+            EsimEvent::Provisioned { lpa_string, status: "pending", created_at, group_id }
+                if *created_at == self.now && *lpa_string == self.esims[sim].lpa.text() =>
+            {
+                // A provisioning into a group names the eSIM's group.
+                let group = match group_id {
+                    None => None,
+                    Some(id) => Some(self.esims[sim].funding.group().filter(|&g| self.groups[g].id == *id)?),
+                };
+                Some(KeptData::Provisioned { sim, group })
+            }
+            EsimEvent::Activated { activated_at, euicc_state: "ENABLED", status } if *activated_at == self.now => {
+                let status = EsimStatus::ALL.into_iter().find(|s| s.as_str() == *status)?;
+                Some(KeptData::Activated { sim, status })
+            }
+            _ => None,
+        }
+    }
+
+    /// The `data` of a typed kept event created at `created_at`, built as it was when
+    /// it was emitted; `None` for one kept as JSON text.
+    fn typed_event_data(&self, data: &KeptData, created_at: Millis) -> Option<serde_json::Value> {
+        let (sim, event) = match *data {
+            KeptData::Provisioned { sim, group } => {
+                let event = EsimEvent::Provisioned {
+                    lpa_string: self.esims[sim].lpa.text(),
+                    status: "pending",
+                    created_at,
+                    group_id: group.map(|group| self.groups[group].id.clone()),
+                };
+                (sim, event)
+            }
+            KeptData::Activated { sim, status } => {
+                let event =
+                    EsimEvent::Activated { activated_at: created_at, euicc_state: "ENABLED", status: status.as_str() };
+                (sim, event)
+            }
+            KeptData::Json(_) | KeptData::Legacy(_) => return None,
+        };
+        let esim = &self.esims[sim];
+        let common =
+            EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
+        Some(data_of(common, &event))
+    }
+
+    /// A kept event's envelope: the bytes that were delivered when it was emitted.
+    pub(crate) fn kept_envelope_text(&self, event: &KeptEvent) -> String {
+        let id = event.id.text();
+        match &event.data {
+            KeptData::Json(json) => envelope_text(&id, json.name, event.created_at, &json.data),
+            KeptData::Legacy(legacy) => legacy.envelope.to_string(),
+            typed => {
+                let data = self.typed_event_data(typed, event.created_at).expect("not JSON text: typed");
+                envelope_text(&id, typed.name(), event.created_at, &data.to_string())
+            }
+        }
     }
 
     /// Emits a `group.*` event: the group's id, name and shown balance, then its own.
@@ -347,26 +436,30 @@ impl Engine {
         let common = GroupFields { group_id: &record.id, name: &record.name, balance_usd };
         let data = data_of(common, &event);
         let account = record.account;
-        self.emit(account, event.name(), data);
+        self.emit(account, event.name(), data, None, None, Some(group));
     }
 
     /// Emits a `balance.*` event of the account's reseller balance.
     pub(crate) fn emit_balance(&mut self, account: AccountIx, event: BalanceEvent) {
         let data = serde_json::to_value(&event).expect("event fields serialize");
-        self.emit(account, event.name(), data);
+        self.emit(account, event.name(), data, None, None, None);
     }
 
-    /// Emits an event of an account: queued for observers, and handed to every active
-    /// webhook of the account subscribed to it. Only the typed emitters above call it.
-    fn emit(&mut self, account: AccountIx, name: EventName, data: serde_json::Value) {
-        let event = Event {
-            id: self.random_id(Purpose::EventId, "evt_", 12),
-            account: account.0,
-            name,
-            created_at: self.now,
-            data,
-        };
-        let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
+    /// Emits an event of an account: queued for observers, handed to every active
+    /// webhook of the account subscribed to it, and kept for the events API (`typed`,
+    /// or else its `data` as JSON text with the eSIM and group it names). Only the typed
+    /// emitters above call it.
+    fn emit(
+        &mut self,
+        account: AccountIx,
+        name: EventName,
+        data: serde_json::Value,
+        typed: Option<KeptData>,
+        sim: Option<EsimIx>,
+        group: Option<GroupIx>,
+    ) {
+        let id = EventId(self.random_bytes::<12>(Purpose::EventId));
+        let now = self.now;
         let targets: Vec<WebhookIx> = self.accounts[account]
             .webhooks
             .iter()
@@ -376,11 +469,55 @@ impl Engine {
                 webhook.active && !webhook.deleted && webhook.subscription.covers(name)
             })
             .collect();
-        for webhook in targets {
-            self.start_delivery(webhook, &event, body.clone(), false);
+        // The JSON text only where it is used: a typed event with no webhook to deliver
+        // to (most, at scale) needs none (decision 155).
+        let data_json = (typed.is_none() || !targets.is_empty()).then(|| data.to_string());
+        let event = Event { id: id.text(), account: account.0, name, created_at: now, data };
+        if let (Some(data_json), false) = (&data_json, targets.is_empty()) {
+            let body = envelope_text(&event.id, name, now, data_json);
+            for webhook in targets {
+                self.start_delivery(webhook, &event, body.clone(), false);
+            }
         }
-        let now = self.now;
-        self.event_log.push(&event, &body, now);
+        let data = match (typed, data_json) {
+            (Some(typed), _) => typed,
+            (None, data_json) => {
+                let data = data_json.expect("written for every event kept as JSON").into_boxed_str();
+                KeptData::Json(Box::new(JsonData { name, sim, group, data }))
+            }
+        };
+        debug_assert_eq!(data.name(), name);
+        self.event_log.push(KeptEvent { created_at: now, id, account, data }, now);
         self.events.push_back(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one envelope writer writes what serde_json writes for the envelope struct,
+    /// escapes included.
+    #[test]
+    fn envelopes_are_the_bytes_serde_writes() {
+        #[derive(Serialize)]
+        struct Envelope<'a> {
+            id: &'a str,
+            event: &'static str,
+            created_at: String,
+            data: &'a serde_json::Value,
+        }
+        let data = serde_json::json!({ "label": "a \"b\" \\ c\td\u{7f} é 😀", "n": 1.5 });
+        for id in ["evt_0123456789abcdef00ff109a", "evt_\"quoted\"", "evt_back\\slash", "evt_\u{1}", "evt_é\u{7f}"] {
+            let created_at = Millis(1_767_225_600_123);
+            let want = serde_json::to_string(&Envelope {
+                id,
+                event: EventName::EsimActivated.as_str(),
+                created_at: created_at.to_rfc3339(),
+                data: &data,
+            })
+            .unwrap();
+            assert_eq!(envelope_text(id, EventName::EsimActivated, created_at, &data.to_string()), want, "{id}");
+        }
     }
 }

@@ -561,10 +561,8 @@ impl Engine {
     /// switching it back on.
     pub(crate) fn resend_event(&mut self, account: AccountIx, event_id: &str, webhook_id: &str) -> Response {
         let (name, envelope) = self
-            .event_log
-            .kept_envelope(account, event_id, self.now)
+            .kept_envelope(account, event_id)
             .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no event {event_id}")))?;
-        let envelope = envelope.to_string();
         let webhook = self.webhook_of(account, webhook_id)?;
         let id = self.start_delivery_of(webhook, event_id.to_string(), name, envelope, false, true);
         Ok(Reply::ResendAccepted(ResendAccepted {

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use esim_engine::event_log::EventFilter;
 use esim_engine::*;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -429,4 +430,167 @@ fn every_engine_error_code_is_reachable() {
         .collect();
     let missing: Vec<_> = engine_codes.difference(&seen).collect();
     assert!(missing.is_empty(), "never produced: {missing:?}");
+}
+
+/// The envelope as the engine wrote it before it kept events in a typed form: serde's
+/// struct of the four fields, in this order (decision 155 keeps these bytes).
+fn serde_envelope(event: &Event) -> String {
+    #[derive(serde::Serialize)]
+    struct Envelope<'a> {
+        id: &'a str,
+        event: &'static str,
+        created_at: String,
+        data: &'a serde_json::Value,
+    }
+    let envelope = Envelope {
+        id: &event.id,
+        event: event.name.as_str(),
+        created_at: event.created_at.to_rfc3339(),
+        data: &event.data,
+    };
+    serde_json::to_string(&envelope).unwrap()
+}
+
+fn shown(h: &mut Harness, r: &Reseller, event_id: &str) -> Result<String, &'static str> {
+    match h.call(r, ResellerOp::GetEvent { event_id: event_id.into() }) {
+        Ok(Reply::Event(envelope)) => Ok(envelope.json().to_string()),
+        Err(error) => Err(error.code.as_str()),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn listed(h: &mut Harness, r: &Reseller, filter: EventFilter) -> Vec<String> {
+    match h.call(r, ResellerOp::ListEvents { filter, limit: Some(100), offset: None }) {
+        Ok(Reply::EventPage(page)) => {
+            assert_eq!(page.total as usize, page.events.len(), "one page holds them all");
+            page.events.iter().map(|e| e.json().to_string()).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every kept event, typed (`esim.provisioned`, `esim.activated`) or kept as JSON text,
+/// is shown by `GET /events/{id}` and `GET /events` byte for byte as it was delivered,
+/// also after the state went through a snapshot; the `iccid` and `group_id` filters
+/// find exactly the events whose data names them (decisions 154, 155).
+#[test]
+fn the_events_api_shows_every_event_as_delivered_also_after_a_snapshot() {
+    let mut h = insecure();
+    let r = run_everything(&mut h);
+    let gid = match h.call(
+        &r,
+        ResellerOp::CreateGroup {
+            name: "Fleet \"β\"".into(),
+            low_balance_threshold_usd: None,
+            refill_amount_usd: None,
+        },
+    ) {
+        Ok(Reply::GroupCreated(g)) => g.id,
+        other => panic!("{other:?}"),
+    };
+    h.admin(AdminOp::TopUp { account_id: r.account_id.clone(), amount_usd: d("50") }).unwrap();
+    // A provisioning into a group without texts, and one with texts that need escaping.
+    for (group_id, label) in [(Some(gid.clone()), None), (None, Some("tab\t\"quote\" ü".to_string()))] {
+        let op = ResellerOp::Provision { end_user_reference: None, label, group_id };
+        let Ok(Reply::Provisioned(p)) = h.call(&r, op) else { panic!("provision failed") };
+        h.sandbox(SandboxOp::Install { iccid: p.iccid }).unwrap();
+    }
+    let delivered: BTreeMap<String, String> = deliveries(&mut h)
+        .into_iter()
+        .filter(|d| d.event != EventName::Test && d.attempt == 1 && !d.manual)
+        .map(|d| (d.event_id, d.body))
+        .collect();
+    let events: Vec<Event> = h.events.iter().filter(|e| e.name != EventName::Test).cloned().collect();
+    assert!(events.len() > 25, "{} events", events.len());
+    let typed = [EventName::EsimProvisioned, EventName::EsimActivated];
+    let checked = events.iter().filter(|e| delivered.contains_key(&e.id));
+    assert!(checked.filter(|e| typed.contains(&e.name)).count() >= 2, "typed events were delivered: {delivered:?}");
+    for event in &events {
+        let envelope = serde_envelope(event);
+        assert_eq!(String::from_utf8(event.envelope_bytes()).unwrap(), envelope);
+        // (Some wait for an earlier delivery to the webhook to be answered.)
+        if let Some(body) = delivered.get(&event.id) {
+            assert_eq!(*body, envelope, "{} delivered", event.name.as_str());
+        }
+        assert_eq!(shown(&mut h, &r, &event.id), Ok(envelope), "{} shown", event.name.as_str());
+    }
+    let newest_first: Vec<String> = events.iter().rev().map(serde_envelope).collect();
+    assert_eq!(listed(&mut h, &r, EventFilter::default()), newest_first);
+
+    // Filters: what the data names, compared as text; an unknown eSIM or group: none.
+    let named = |field: &str| -> BTreeSet<String> {
+        events.iter().filter_map(|e| e.data.get(field).and_then(|v| v.as_str()).map(str::to_string)).collect()
+    };
+    let (iccids, groups) = (named("iccid"), named("group_id"));
+    assert!(iccids.len() >= 4 && groups.len() >= 2, "{iccids:?} {groups:?}");
+    for (field, values) in [("iccid", &iccids), ("group_id", &groups)] {
+        for value in values.iter().map(Some).chain([Some(&"8900000000000000000".to_string()), None]) {
+            let Some(value) = value else { continue };
+            let filter = match field {
+                "iccid" => EventFilter { iccid: Some(value.clone()), ..EventFilter::default() },
+                _ => EventFilter { group_id: Some(value.clone()), ..EventFilter::default() },
+            };
+            let want: Vec<String> = events
+                .iter()
+                .rev()
+                .filter(|e| e.data.get(field).and_then(|v| v.as_str()) == Some(value))
+                .map(serde_envelope)
+                .collect();
+            assert_eq!(listed(&mut h, &r, filter), want, "{field} {value}");
+        }
+    }
+
+    // Ids this build never drew, and another account's event, are unknown.
+    let id = &events[0].id;
+    let other = h.reseller("0");
+    for unknown in [id.to_uppercase().replacen("EVT_", "evt_", 1), format!("{id}0"), "evt_zz".into(), id[..20].into()] {
+        assert_eq!(shown(&mut h, &r, &unknown), Err("NOT_FOUND"), "{unknown}");
+    }
+    assert_eq!(shown(&mut h, &other, id), Err("NOT_FOUND"));
+
+    // Through a snapshot: the same state (digest), the same envelopes.
+    let text = serde_json::to_string(&h.engine).unwrap();
+    let mut back = insecure();
+    back.engine = serde_json::from_str(&text).unwrap();
+    back.now = h.now;
+    assert_eq!(back.engine.state_digest(), h.engine.state_digest());
+    for event in &events {
+        assert_eq!(shown(&mut back, &r, &event.id), Ok(serde_envelope(event)));
+    }
+    assert_eq!(listed(&mut back, &r, EventFilter::default()), newest_first);
+
+    // A snapshot written before decision 155 (whole envelopes, `kept`) still reads:
+    // the same envelopes, the same filters (decision 157).
+    let kept: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(seq, e)| {
+            serde_json::json!({
+                "seq": seq, "id": e.id, "account": e.account, "name": e.name, "created_at": e.created_at,
+                "iccid": e.data.get("iccid"), "group_id": e.data.get("group_id"), "envelope": serde_envelope(e),
+            })
+        })
+        .collect();
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    old["event_log"] = serde_json::json!({ "kept": kept, "first_seq": 0, "by_id": {}, "by_account": [] });
+    let mut legacy = insecure();
+    legacy.engine = serde_json::from_value(old).unwrap();
+    legacy.now = h.now;
+    for event in &events {
+        assert_eq!(shown(&mut legacy, &r, &event.id), Ok(serde_envelope(event)));
+    }
+    assert_eq!(listed(&mut legacy, &r, EventFilter::default()), newest_first);
+    for iccid in &iccids {
+        let filter = EventFilter { iccid: Some(iccid.clone()), ..EventFilter::default() };
+        assert_eq!(listed(&mut legacy, &r, filter.clone()), listed(&mut h, &r, filter), "{iccid}");
+    }
+    for group in &groups {
+        let filter = EventFilter { group_id: Some(group.clone()), ..EventFilter::default() };
+        assert_eq!(listed(&mut legacy, &r, filter.clone()), listed(&mut h, &r, filter), "{group}");
+    }
+    // New events are kept beside the old ones.
+    let next = h.provision(&r);
+    legacy.provision(&r);
+    let filter = EventFilter { iccid: Some(next), ..EventFilter::default() };
+    assert_eq!(listed(&mut legacy, &r, filter.clone()), listed(&mut h, &r, filter));
 }
