@@ -1423,9 +1423,17 @@ fn remove_covered(dir: &Path, covered_entries: u64) -> io::Result<()> {
     sync_dir(&snapshots)
 }
 
+/// While a snapshot is streamed, its written bytes are synced every this many: the
+/// journal's own syncs (on the same disk) then never wait behind more than this much of
+/// the snapshot's writeback. Written whole and synced once at the end, a 1.1 GB snapshot
+/// held a 185 ms append at 1 M eSIMs in the scale bench (the bytes-per-sync of RocksDB
+/// and PostgreSQL's `backend_flush_after`, for the same reason).
+const SNAPSHOT_SYNC_EVERY_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Writes a snapshot file (the bytes [`encode_snapshot`] makes) without holding its
 /// payload in memory: the JSON is streamed in chunks after a placeholder for the
-/// record's length and checksum, which are written last. Returns the file's length.
+/// record's length and checksum, which are written last, syncing every
+/// [`SNAPSHOT_SYNC_EVERY_BYTES`]. Returns the file's length.
 fn stream_snapshot(
     file: &mut dyn SegmentFile,
     header: &SegmentHeader,
@@ -1439,6 +1447,8 @@ fn stream_snapshot(
         crc: u32,
         payload_len: u64,
         buffer: Vec<u8>,
+        /// Bytes written since the last sync.
+        unsynced: u64,
     }
     impl Chunked<'_> {
         fn flush_buffer(&mut self) -> io::Result<()> {
@@ -1446,7 +1456,12 @@ fn stream_snapshot(
             self.crc = crc32c::crc32c_append(self.crc, &self.buffer);
             self.offset += self.buffer.len() as u64;
             self.payload_len += self.buffer.len() as u64;
+            self.unsynced += self.buffer.len() as u64;
             self.buffer.clear();
+            if self.unsynced >= SNAPSHOT_SYNC_EVERY_BYTES {
+                self.file.sync_data()?;
+                self.unsynced = 0;
+            }
             Ok(())
         }
     }
@@ -1470,6 +1485,7 @@ fn stream_snapshot(
         crc: 0,
         payload_len: 0,
         buffer: Vec::with_capacity(CHUNK_BYTES + 64 * 1024),
+        unsynced: 0,
     };
     serde_json::to_writer(&mut out, &SnapshotRef { covered_entries, header, engine }).map_err(io::Error::other)?;
     io::Write::flush(&mut out)?;
