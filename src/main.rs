@@ -41,7 +41,9 @@ Logs (stderr):
 Operator endpoints (on the same listener, never rate-limited):
   GET /healthz   200 while the process is alive
   GET /readyz    200 when recovered, the journal takes writes and the request queue has
-                 room; else 503 with the reason in the error body
+                 room; else 503 with the reason in the error body (a standby of a
+                 PostgreSQL store: `standby: …`, and every API request answers 503 with
+                 Retry-After until it takes the shard over)
   GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
 
 #[derive(Subcommand)]
