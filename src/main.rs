@@ -411,15 +411,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             let listener = runtime
                 .block_on(tokio::net::TcpListener::bind(&args.listen))
                 .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-            println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+            let listening = format!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
             let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
             let policy = SnapshotPolicy::default();
+            // The line comes once the shard is taken (as without a store), or at once
+            // for a standby, which answers from then on.
             match PgStore::open_with(url, &fresh, policy, options).map_err(|e| e.to_string())? {
                 Opened::Owner(store, recovery) => {
+                    println!("{listening}");
                     bound = Some(listener);
                     (*recovery, Some(*store))
                 }
                 Opened::Leased(holder) => {
+                    println!("{listening}");
                     let followed =
                         runtime.block_on(standby::follow(listener, url, policy, options, holder, &mut shutdown));
                     match followed.map_err(|e| e.to_string())? {
