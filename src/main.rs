@@ -41,7 +41,9 @@ Logs (stderr):
 Operator endpoints (on the same listener, never rate-limited):
   GET /healthz   200 while the process is alive
   GET /readyz    200 when recovered, the journal takes writes and the request queue has
-                 room; else 503 with the reason in the error body
+                 room; else 503 with the reason in the error body (a standby of a
+                 PostgreSQL store: `standby: …`, and every API request answers 503 with
+                 Retry-After until it takes the shard over)
   GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
 
 #[derive(Subcommand)]
@@ -409,15 +411,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             let listener = runtime
                 .block_on(tokio::net::TcpListener::bind(&args.listen))
                 .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-            println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+            let listening = format!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
             let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
             let policy = SnapshotPolicy::default();
+            // The line comes once the shard is taken (as without a store), or at once
+            // for a standby, which answers from then on.
             match PgStore::open_with(url, &fresh, policy, options).map_err(|e| e.to_string())? {
                 Opened::Owner(store, recovery) => {
+                    println!("{listening}");
                     bound = Some(listener);
                     (*recovery, Some(*store))
                 }
                 Opened::Leased(holder) => {
+                    println!("{listening}");
                     let followed =
                         runtime.block_on(standby::follow(listener, url, policy, options, holder, &mut shutdown));
                     match followed.map_err(|e| e.to_string())? {

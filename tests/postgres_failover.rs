@@ -17,13 +17,47 @@ mod common;
 mod pg;
 mod process;
 use pg::{dec, esim_cli, launch, wait_ready, work_dir, Cluster};
-use process::{call, key_file, remove_data_dir, HttpClient, Started};
+use process::{call, key_file, remove_data_dir, HttpClient, Running};
+
+/// A running `esim serve`, killed (SIGKILL) when dropped: a failed assertion leaves no
+/// server behind.
+struct Node {
+    running: Running,
+}
+
+impl Node {
+    fn base(&self) -> String {
+        self.running.base.clone()
+    }
+
+    fn pid(&self) -> u32 {
+        self.running.child.id()
+    }
+
+    /// SIGTERM, expecting exit 0.
+    fn stop(&mut self) {
+        process::unsafe_free_sigterm(&mut self.running.child);
+    }
+
+    fn kill(&mut self) {
+        self.running.child.kill().unwrap();
+        self.running.child.wait().unwrap();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Std signals only a child it has not reaped yet: never a reused pid.
+        let _ = self.running.child.kill();
+        let _ = self.running.child.wait();
+    }
+}
 
 /// `esim serve --store` with a short lease, sharing the key file of the first node.
-fn start_node(dir: &Path, url: &str, key_file: &Path, lease_ms: u64) -> Started {
+fn start_node(dir: &Path, url: &str, key_file: &Path, lease_ms: u64) -> Node {
     let mut node = launch(dir, url).arg("--lease-ms").arg(&lease_ms.to_string());
     node.key_file = key_file.to_path_buf();
-    node.start(false)
+    Node { running: node.start(false).running }
 }
 
 fn log_of(dir: &Path) -> String {
@@ -197,16 +231,16 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
     };
     let first_dir = next_dir(&mut dirs);
     let keys_file = key_file(&first_dir);
-    let mut slots: Vec<(Started, PathBuf)> = Vec::new();
+    let mut slots: Vec<(Node, PathBuf)> = Vec::new();
     let owner = start_node(&first_dir, &url, &keys_file, LEASE_MS);
-    let server = common::TestServer::attach(owner.running.base.clone());
+    let server = common::TestServer::attach(owner.base());
     wait_ready(&server, Duration::from_secs(10)).await;
     slots.push((owner, first_dir));
     let dir = next_dir(&mut dirs);
     let standby = start_node(&dir, &url, &keys_file, LEASE_MS);
-    wait_standby(&client, &standby.running.base).await;
+    wait_standby(&client, &standby.base()).await;
     slots.push((standby, dir));
-    let nodes = Arc::new(Mutex::new(slots.iter().map(|(s, _)| s.running.base.clone()).collect::<Vec<_>>()));
+    let nodes = Arc::new(Mutex::new(slots.iter().map(|(s, _)| s.base()).collect::<Vec<_>>()));
 
     let mut accounts = Vec::new();
     let mut fee = Decimal::ZERO;
@@ -243,11 +277,10 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
         // SIGKILL the owner in the middle of the writes.
         let killed_at = Instant::now();
         let (mut killed, killed_dir) = slots.remove(owner_slot);
-        killed.running.child.kill().unwrap();
-        killed.running.child.wait().unwrap();
+        killed.kill();
         let _ = killed_dir;
         // The standby (now the only node in `slots`) takes over once the lease ran out.
-        let survivor = common::TestServer::attach(slots[0].0.running.base.clone());
+        let survivor = common::TestServer::attach(slots[0].0.base());
         wait_ready(&survivor, Duration::from_secs(10)).await;
         takeovers_ms.push(killed_at.elapsed().as_millis());
         let log = log_of(&slots[0].1);
@@ -255,17 +288,17 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
         // A new standby in the killed one's place.
         let dir = next_dir(&mut dirs);
         let replacement = start_node(&dir, &url, &keys_file, LEASE_MS);
-        wait_standby(&client, &replacement.running.base).await;
+        wait_standby(&client, &replacement.base()).await;
         slots.insert(owner_slot, (replacement, dir));
         owner_slot = 1 - owner_slot;
-        *nodes.lock().unwrap() = slots.iter().map(|(s, _)| s.running.base.clone()).collect();
+        *nodes.lock().unwrap() = slots.iter().map(|(s, _)| s.base()).collect();
         tokio::time::sleep(Duration::from_millis(100)).await;
         stop.store(true, Ordering::SeqCst);
         for worker in workers {
             worker.await.unwrap();
         }
 
-        let server = common::TestServer::attach(slots[owner_slot].0.running.base.clone());
+        let server = common::TestServer::attach(slots[owner_slot].0.base());
         let mut round_ops = 0;
         for ((key, books), start) in accounts.iter().zip(&round_start) {
             // A copy: the workers have ended, and no lock is held across the calls.
@@ -298,11 +331,7 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
     let defunds: u64 = accounts.iter().map(|(_, b)| b.lock().unwrap().defunded).sum();
     assert!(defunds > 0, "defunds were among the writes");
     eprintln!("takeover times after SIGKILL (ms, lease {LEASE_MS}): {takeovers_ms:?}");
-    for (started, _) in slots {
-        let mut running = started.running;
-        let _ = running.child.kill();
-        let _ = running.child.wait();
-    }
+    drop(slots);
     for dir in &dirs {
         remove_data_dir(dir);
         let _ = std::fs::remove_file(dir.with_extension("log"));
@@ -327,16 +356,16 @@ async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
     let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
     let (dir_a, dir_b) = (work_dir("zombie-a"), work_dir("zombie-b"));
     let keys_file = key_file(&dir_a);
-    let first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
-    let a = common::TestServer::attach(first.running.base.clone());
+    let mut first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
+    let a = common::TestServer::attach(first.base());
     wait_ready(&a, Duration::from_secs(10)).await;
     let (account_id, key) = a.account(1_000.0).await;
     let iccid = a.provision(&key, None).await;
     let fee = dec(&a.api("GET", "/wallet/balance", &key, None).await.body["lifetime_usage_usd"]);
     let fund = a.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 5}))).await;
     assert_eq!(fund.status, 200, "{}", fund.body);
-    let second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
-    let b = common::TestServer::attach(second.running.base.clone());
+    let mut second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
+    let b = common::TestServer::attach(second.base());
     wait_standby(&client, &b.base).await;
     let epoch_a: i64 = cluster.psql("SELECT epoch FROM shard_owner").parse().unwrap();
 
@@ -384,9 +413,7 @@ async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
     let log = log_of(&dir_b);
     assert!(log.contains("took shard 0 over") && log.contains(&format!("epoch={}", epoch_a + 1)), "{log}");
 
-    let mut zombie = first.running;
-    zombie.child.kill().unwrap();
-    zombie.child.wait().unwrap();
+    first.kill();
     second.stop();
     for dir in [&dir_a, &dir_b] {
         remove_data_dir(dir);
@@ -407,13 +434,13 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
     let (dir_a, dir_b) = (work_dir("standby-a"), work_dir("standby-b"));
     let keys_file = key_file(&dir_a);
-    let first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
-    let a = common::TestServer::attach(first.running.base.clone());
+    let mut first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
+    let a = common::TestServer::attach(first.base());
     wait_ready(&a, Duration::from_secs(10)).await;
     let (account_id, key) = a.account(1_000.0).await;
     let iccid = a.provision(&key, None).await;
-    let second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
-    let b = common::TestServer::attach(second.running.base.clone());
+    let mut second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
+    let b = common::TestServer::attach(second.base());
     wait_standby(&client, &b.base).await;
     let epoch = cluster.psql("SELECT epoch FROM shard_owner");
     let head = cluster.psql("SELECT head FROM shard_owner");

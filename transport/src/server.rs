@@ -789,7 +789,9 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
                 owner.probe_if_refusing().await;
                 owner.apply(&mut batch);
             }
-            _ = fence_check.tick() => owner.refuse_if_fenced(),
+            // Not while refusing: the probe looks then (and this tick would keep
+            // restarting the probe's sleep).
+            _ = fence_check.tick(), if owner.service.refusing_changes().is_none() => owner.refuse_if_fenced(),
         }
         owner.hand_over();
         if stopping && owner.appending.is_none() && owner.pending.is_empty() {
