@@ -28,6 +28,10 @@
 //! Beside the mix: each command kind alone, and SHA-256 of one API key (the per-call
 //! authentication cost), to attribute where the time of the mix goes.
 
+/// The allocator `esim serve` runs with (src/main.rs, decision 162): the bench measures it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use esim_engine::{
     AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, SandboxOp,

@@ -16,6 +16,10 @@
 //! The engine gets a bench-only rate limit (no limit), so no scenario meets a 429; the
 //! table counts any that still happened.
 
+/// The allocator `esim serve` runs with (src/main.rs, decision 162): the bench measures it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest};
 use esim_transport::journal::{EncodedSnapshot, FileJournal, SegmentHeader, SnapshotPolicy};

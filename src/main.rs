@@ -4,6 +4,11 @@
 
 mod repair;
 
+/// mimalloc instead of the system allocator: the HTTP bench measured reads and durable
+/// funds 15 to 20 % faster with it on this machine (decision 162).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
 use esim_transport::journal::{self, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 mod common;
 mod pg;
 mod process;
-use pg::{dec, esim_cli, launch, wait_ready, work_dir, Cluster};
+use pg::{dec, launch, replayed_digest, wait_ready, work_dir, Cluster};
 use process::{call, key_file, remove_data_dir, HttpClient, Running};
 
 /// A running `esim serve`, killed (SIGKILL) when dropped: a failed assertion leaves no
@@ -80,15 +80,6 @@ async fn wait_standby(client: &HttpClient, base: &str) {
         assert!(began.elapsed() < Duration::from_secs(10), "{base} did not become a standby");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The `state_digest` line of `esim replay --store`.
-fn replayed_digest(url: &str) -> String {
-    let replay = esim_cli(&["replay", "--store", url]);
-    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
-    let text = String::from_utf8_lossy(&replay.stdout).to_string();
-    assert!(text.contains("conserved    yes"), "{text}");
-    text.lines().find_map(|l| l.strip_prefix("state_digest ")).expect("a digest line").to_string()
 }
 
 /// An acknowledged write and its answer (replayed later with the same key).

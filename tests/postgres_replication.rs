@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 mod common;
 mod pg;
 mod process;
-use pg::{dec, esim_cli, launch, wait_ready, work_dir, Cluster};
+use pg::{dec, launch, replayed_digest, wait_ready, work_dir, Cluster};
 use process::{call, remove_data_dir, HttpClient};
 
 const WORKERS: usize = 4;
@@ -39,14 +39,6 @@ async fn fund(client: &HttpClient, base: &str, key: &str, iccid: &str, amount: D
             Some(answer) => return answer,
         }
     }
-}
-
-fn replayed_digest(url: &str) -> String {
-    let replay = esim_cli(&["replay", "--store", url]);
-    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
-    let text = String::from_utf8_lossy(&replay.stdout).to_string();
-    assert!(text.contains("conserved    yes"), "{text}");
-    text.lines().find_map(|l| l.strip_prefix("state_digest ")).expect("a digest line").to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -226,3 +226,13 @@ pub async fn wait_ready(server: &common::TestServer, limit: Duration) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The `state_digest` line of `esim replay --store`, which must also say the money is
+/// conserved.
+pub fn replayed_digest(url: &str) -> String {
+    let replay = esim_cli(&["replay", "--store", url]);
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let text = String::from_utf8_lossy(&replay.stdout).to_string();
+    assert!(text.contains("conserved    yes"), "{text}");
+    text.lines().find_map(|l| l.strip_prefix("state_digest ")).expect("a digest line").to_string()
+}
