@@ -168,14 +168,51 @@ impl Wallet {
     }
 }
 
-/// A wallet as the state (digest, snapshots) writes it: its fields, then `paused` (data
-/// paused while a return is on its way), the flag the wallet kept before its holder's
-/// state said it. The serialized form is unchanged.
-#[derive(Serialize, Deserialize)]
-struct WalletForm<W> {
-    #[serde(flatten)]
-    wallet: W,
+/// A wallet as the state (digest, snapshots) writes it: its fields, its alarm's two
+/// flags, then `paused` (data paused while a return is on its way), the flag the wallet
+/// kept before its holder's state said it. The serialized form is unchanged. Written and
+/// read field by field, not with `#[serde(flatten)]` (the same bytes): flattened, every
+/// eSIM's wallet went through serde's buffered map when a snapshot was read.
+struct WalletForm<'a> {
+    wallet: &'a Wallet,
     paused: bool,
+}
+
+impl Serialize for WalletForm<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (low_armed, depleted_sent) = self.wallet.alarm.flags();
+        let mut form = serializer.serialize_struct("Wallet", 6)?;
+        form.serialize_field("slots", &self.wallet.slots)?;
+        form.serialize_field("reporting_paused_until", &self.wallet.reporting_paused_until)?;
+        form.serialize_field("report_scheduled", &self.wallet.report_scheduled)?;
+        form.serialize_field("low_armed", &low_armed)?;
+        form.serialize_field("depleted_sent", &depleted_sent)?;
+        form.serialize_field("paused", &self.paused)?;
+        form.end()
+    }
+}
+
+/// The fields of a written wallet (see [`WalletForm`]).
+#[derive(Deserialize)]
+struct WalletFields {
+    slots: WalletSlots,
+    reporting_paused_until: Millis,
+    report_scheduled: bool,
+    low_armed: bool,
+    depleted_sent: bool,
+    paused: bool,
+}
+
+impl WalletFields {
+    fn wallet(&self) -> Wallet {
+        Wallet {
+            slots: self.slots,
+            reporting_paused_until: self.reporting_paused_until,
+            report_scheduled: self.report_scheduled,
+            alarm: CrossingAlarm::from_flags(self.low_armed, self.depleted_sent),
+        }
+    }
 }
 
 /// A balance on its way back to the reseller balance.
@@ -456,7 +493,7 @@ struct EsimForm {
     terminated_at: Option<Millis>,
     data_enabled: bool,
     throttle: Throttle,
-    wallet: WalletForm<Wallet>,
+    wallet: WalletFields,
     wallet_created: bool,
     group: Option<GroupIx>,
     pending: Option<PendingReturn>,
@@ -495,7 +532,7 @@ impl<'de> Deserialize<'de> for Esim {
             terminated_at: form.terminated_at,
             data_enabled: form.data_enabled,
             throttle: form.throttle,
-            wallet: form.wallet.wallet,
+            wallet: form.wallet.wallet(),
             funding,
         })
     }
@@ -626,7 +663,7 @@ struct GroupForm {
     name: String,
     low_balance_threshold: Decimal,
     refill_amount: Decimal,
-    wallet: WalletForm<Wallet>,
+    wallet: WalletFields,
     members: BTreeSet<EsimIx>,
     incoming_moves: u32,
     defund: Option<GroupDefund>,
@@ -652,7 +689,7 @@ impl<'de> Deserialize<'de> for Group {
             name: form.name,
             low_balance_threshold: form.low_balance_threshold,
             refill_amount: form.refill_amount,
-            wallet: form.wallet.wallet,
+            wallet: form.wallet.wallet(),
             members: form.members,
             incoming_moves: form.incoming_moves,
             defund: form.defund,

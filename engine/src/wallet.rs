@@ -52,6 +52,16 @@ impl CrossingAlarm {
     /// Both silent until a credit: a balance at $0 by creation or by the reseller's choice.
     pub const DISARMED: CrossingAlarm = CrossingAlarm { low_armed: false, depleted_sent: true };
 
+    /// Its two flags as the state writes them: (`low_armed`, `depleted_sent`).
+    pub fn flags(self) -> (bool, bool) {
+        (self.low_armed, self.depleted_sent)
+    }
+
+    /// The alarm of the two flags the state wrote.
+    pub fn from_flags(low_armed: bool, depleted_sent: bool) -> CrossingAlarm {
+        CrossingAlarm { low_armed, depleted_sent }
+    }
+
     /// Looks at a balance: low when it shows less than `threshold` while armed, depleted
     /// when it is exactly 0 and that was not sent yet. Each fires once until re-armed.
     pub fn observe(&mut self, exact: Decimal, threshold: Decimal, rearm: Rearm) -> Alarms {
