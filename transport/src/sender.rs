@@ -250,7 +250,6 @@ pub type Report = Box<dyn Fn(u64, DeliveryResult, u64) -> Pin<Box<dyn Future<Out
 /// so a slow receiver delays only its own deliveries. The queues hold what the engine has
 /// handed out and not yet seen answered, no more. Test calls skip the queues (bounded by
 /// [`MAX_CONCURRENT_TEST_CALLS`]).
-#[derive(Clone)]
 pub struct Dispatcher {
     inbox: mpsc::UnboundedSender<Delivery>,
     running: Arc<AtomicUsize>,

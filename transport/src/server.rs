@@ -567,66 +567,6 @@ async fn answer(
     (endpoint, response)
 }
 
-/// Appends a group's entries (a group without entries needs no append) and then, if
-/// they are durable, writes the snapshot taken for them.
-fn append_group(
-    journal: &mut dyn JournalSink,
-    group: &Group,
-    snapshot: Option<EncodedSnapshot>,
-) -> std::io::Result<()> {
-    if group.entries.is_empty() {
-        return Ok(());
-    }
-    let began = std::time::Instant::now();
-    let appended = journal.append(&group.entries);
-    crate::metrics::journal_append(group.entries.len(), began.elapsed(), appended.is_ok());
-    if let (Ok(()), Some(snapshot)) = (&appended, snapshot) {
-        match journal.write_snapshot(snapshot) {
-            Ok(()) => crate::metrics::snapshot_written(real_now_ms(), true),
-            Err(error) => tracing::warn!(%error, "snapshot failed; the journal still holds everything"),
-        }
-    }
-    appended
-}
-
-/// On the blocking pool: appends `first`, releases it, then takes the group the owner
-/// left in `next` meanwhile, until there is none (or [`CHAIN_GROUPS_MAX`] were taken) or
-/// an append fails. Groups are appended and released in order, each only once durable.
-fn append_chain(
-    journal: &mut dyn JournalSink,
-    first: Group,
-    snapshot: Option<EncodedSnapshot>,
-    next: &Mutex<NextGroup>,
-    shown_ms: &AtomicI64,
-    dispatcher: &Dispatcher,
-) -> Chained {
-    let (mut group, mut snapshot, mut taken) = (first, snapshot, 1);
-    loop {
-        if let Err(error) = append_group(journal, &group, snapshot.take()) {
-            let later = match std::mem::replace(&mut *lock_next(next), NextGroup::Closed) {
-                NextGroup::Open(later) => later,
-                NextGroup::Closed => None,
-            };
-            return Chained::Failed { error, failed: group, later };
-        }
-        release_durable(group, shown_ms, dispatcher);
-        let mut slot = lock_next(next);
-        match &mut *slot {
-            NextGroup::Open(queued @ Some(_)) if taken < CHAIN_GROUPS_MAX => {
-                group = queued.take().expect("matched Some");
-                taken += 1;
-            }
-            _ => {
-                let leftover = match std::mem::replace(&mut *slot, NextGroup::Closed) {
-                    NextGroup::Open(leftover) => leftover,
-                    NextGroup::Closed => None,
-                };
-                return Chained::Done { leftover };
-            }
-        }
-    }
-}
-
 fn unavailable() -> http::Response<Bytes> {
     error_response(ApiError::new(ErrorCode::ServiceUnavailable, "the service is stopping or cannot take changes now"))
 }
@@ -651,19 +591,9 @@ struct Group {
     deliveries: Vec<Delivery>,
     /// Webhook tests applied in this group (answered when their delivery returns).
     tests: Vec<u64>,
-    /// The service time shown once it is durable (set when it is handed over).
-    shown_ms: i64,
 }
 
 impl Group {
-    /// Joins a later group to this one (released together, in order).
-    fn extend(&mut self, later: Group) {
-        self.entries.extend(later.entries);
-        self.answers.extend(later.answers);
-        self.deliveries.extend(later.deliveries);
-        self.tests.extend(later.tests);
-        self.shown_ms = self.shown_ms.max(later.shown_ms);
-    }
     fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.answers.is_empty() && self.deliveries.is_empty() && self.tests.is_empty()
     }
@@ -673,49 +603,10 @@ impl Group {
     }
 }
 
-/// The appends in flight on the blocking pool: one task appends a group, then the group
-/// the owner left in `next` meanwhile, and so on, releasing each group as soon as it is
-/// durable, so the disk does not wait for the owner task between two groups
-/// (decision 161).
+/// The append in flight on the blocking pool, and the group it makes durable.
 struct Appending {
-    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, Chained)>,
-    next: Arc<Mutex<NextGroup>>,
-}
-
-/// The group waiting for the append in flight.
-enum NextGroup {
-    /// The task takes what is here after its append (requests join it meanwhile).
-    Open(Option<Group>),
-    /// The task is returning: the owner keeps its group until it has the journal back.
-    Closed,
-}
-
-/// How a chain of appends ended.
-enum Chained {
-    /// Every group it took is durable and released; `leftover` was left in the slot
-    /// after [`CHAIN_GROUPS_MAX`] groups (the owner hands it over first).
-    Done { leftover: Option<Group> },
-    /// The append of `failed` failed; `later` had been left for the task (not appended).
-    Failed { error: std::io::Error, failed: Group, later: Option<Group> },
-}
-
-/// Groups one append task takes before it gives the journal back to the owner task
-/// (which takes a due snapshot of a store only while it holds the journal).
-const CHAIN_GROUPS_MAX: usize = 64;
-
-fn lock_next(next: &Mutex<NextGroup>) -> std::sync::MutexGuard<'_, NextGroup> {
-    next.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Sends a durable group's answers and hands out its deliveries.
-fn release_durable(group: Group, shown_ms: &AtomicI64, dispatcher: &Dispatcher) {
-    shown_ms.store(group.shown_ms, Ordering::Relaxed);
-    for answer in group.answers {
-        let _ = answer.reply.send(answer.response);
-    }
-    for delivery in group.deliveries {
-        dispatcher.dispatch(delivery);
-    }
+    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>)>,
+    group: Group,
 }
 
 /// The one owner of the engine: applies requests in order, journals, answers.
@@ -761,13 +652,13 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
             ClockMode::Virtual => None,
         };
         // Back-pressure: the inbox waits while a full group waits for the disk.
-        let accepting = !stopping && owner.waiting_requests() < PENDING_MAX;
+        let accepting = !stopping && owner.pending.requests() < PENDING_MAX;
         tokio::select! {
             joined = async { (&mut owner.appending.as_mut().expect("guarded").task).await }, if owner.appending.is_some() => {
-                let (journal, chained) = joined.expect("a journal append does not panic");
-                owner.appending = None;
+                let (journal, appended) = joined.expect("a journal append does not panic");
+                let group = owner.appending.take().expect("guarded").group;
                 owner.journal = Some(journal);
-                owner.chain_ended(chained);
+                owner.appended(group, appended);
             }
             message = inbox.recv(), if accepting => {
                 batch.clear();
@@ -793,7 +684,9 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
             // restarting the probe's sleep).
             _ = fence_check.tick(), if owner.service.refusing_changes().is_none() => owner.refuse_if_fenced(),
         }
-        owner.hand_over();
+        if owner.appending.is_none() {
+            owner.hand_over();
+        }
         if stopping && owner.appending.is_none() && owner.pending.is_empty() {
             break;
         }
@@ -870,35 +763,13 @@ impl Owner {
         self.service.refuse_changes(reason);
     }
 
-    /// Requests applied and not yet answered: the pending group's and the one waiting
-    /// for the append in flight.
-    fn waiting_requests(&self) -> usize {
-        let queued = self.appending.as_ref().map_or(0, |appending| match &*lock_next(&appending.next) {
-            NextGroup::Open(Some(group)) => group.requests(),
-            _ => 0,
-        });
-        self.pending.requests() + queued
-    }
-
-    /// Hands the pending group on. With an append in flight, it joins the group waiting
-    /// for that append (the task takes it next). Otherwise a group without entries is
-    /// released at once, and one with entries goes to the journal (with a due snapshot).
+    /// With no append in flight: releases the pending group at once when it has no
+    /// entries, or hands its entries (and a due snapshot) to the journal.
     fn hand_over(&mut self) {
         if self.pending.is_empty() {
             return;
         }
-        self.pending.shown_ms = self.service.shown_now().0;
-        if let Some(appending) = &self.appending {
-            if let NextGroup::Open(queued) = &mut *lock_next(&appending.next) {
-                let group = std::mem::take(&mut self.pending);
-                match queued {
-                    Some(queued) => queued.extend(group),
-                    None => *queued = Some(group),
-                }
-            }
-            return;
-        }
-        let group = std::mem::take(&mut self.pending);
+        let mut group = std::mem::take(&mut self.pending);
         if group.entries.is_empty() {
             self.release(group);
             return;
@@ -913,44 +784,49 @@ impl Owner {
             Some(Ok(snapshot)) => Some(snapshot),
             None => None,
         };
-        if !journal.blocks() {
-            let appended = append_group(journal.as_mut(), &group, snapshot);
-            self.journal = Some(journal);
-            match appended {
-                Ok(()) => self.release(group),
-                Err(error) => self.append_failed(group, error),
+        let entries = std::mem::take(&mut group.entries);
+        let work = move |journal: &mut dyn JournalSink| {
+            let began = std::time::Instant::now();
+            let appended = journal.append(&entries);
+            crate::metrics::journal_append(entries.len(), began.elapsed(), appended.is_ok());
+            if let (Ok(()), Some(snapshot)) = (&appended, snapshot) {
+                match journal.write_snapshot(snapshot) {
+                    Ok(()) => crate::metrics::snapshot_written(real_now_ms(), true),
+                    Err(error) => tracing::warn!(%error, "snapshot failed; the journal still holds everything"),
+                }
             }
+            appended
+        };
+        if !journal.blocks() {
+            let appended = work(journal.as_mut());
+            self.journal = Some(journal);
+            self.appended(group, appended);
             return;
         }
-        let next = Arc::new(Mutex::new(NextGroup::Open(None)));
-        let (slot, shown_ms, dispatcher) = (next.clone(), self.shown_ms.clone(), self.dispatcher.clone());
         let task = tokio::task::spawn_blocking(move || {
-            let chained = append_chain(journal.as_mut(), group, snapshot, &slot, &shown_ms, &dispatcher);
-            (journal, chained)
+            let appended = work(journal.as_mut());
+            (journal, appended)
         });
-        self.appending = Some(Appending { task, next });
+        self.appending = Some(Appending { task, group });
     }
 
-    /// The end of a chain of appends: what was left in the slot is handed over first;
-    /// after a failure, back to the durable state.
-    fn chain_ended(&mut self, chained: Chained) {
-        let (earlier, failed) = match chained {
-            Chained::Done { leftover } => (leftover, None),
-            Chained::Failed { error, failed, later } => (later, Some((failed, error))),
-        };
-        if let Some(mut earlier) = earlier {
-            earlier.extend(std::mem::take(&mut self.pending));
-            self.pending = earlier;
-        }
-        if let Some((failed, error)) = failed {
-            self.append_failed(failed, error);
+    /// The end of an append: releases its group, or goes back to the durable state.
+    fn appended(&mut self, group: Group, appended: std::io::Result<()>) {
+        match appended {
+            Ok(()) => self.release(group),
+            Err(error) => self.append_failed(group, error),
         }
     }
 
     /// Sends a durable group's answers and hands out its deliveries.
-    fn release(&mut self, mut group: Group) {
-        group.shown_ms = self.service.shown_now().0;
-        release_durable(group, &self.shown_ms, &self.dispatcher);
+    fn release(&mut self, group: Group) {
+        self.shown_ms.store(self.service.shown_now().0, Ordering::Relaxed);
+        for answer in group.answers {
+            let _ = answer.reply.send(answer.response);
+        }
+        for delivery in group.deliveries {
+            self.dispatcher.dispatch(delivery);
+        }
     }
 
     /// Nothing of the failed group, nor of the group applied after it, is acknowledged;
