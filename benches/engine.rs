@@ -3,11 +3,13 @@
 //! `cargo bench --bench engine` (figures in README.md).
 //!
 //! Each command goes the way a parsed request goes in the server, minus HTTP: a reseller
-//! call's bearer key is hashed once (SHA-256) and admitted by the transport's
-//! [`Admission`] (key directory and the per-key rate limit), then the command is applied
-//! by [`Service::apply_command`] (journal entry, engine), and the journal entries are
+//! call's bearer key gets its digest from its connection's [`KeyMemo`] (each account
+//! calls on its own keep-alive connection, so its key is hashed on the first call: as
+//! the server's connection tasks do) and is admitted by the transport's [`Admission`]
+//! (key directory and the per-key rate limit), then the command is applied by
+//! [`Service::apply_command`] (journal entry, engine), and the journal entries are
 //! drained every [`GROUP`] commands, as the owner task drains them per group commit.
-//!
+
 //! Set-up: 100 accounts, each with its API key, a large top-up and 10 installed eSIMs
 //! funded with 9,000 USD each. One engine lives through the whole run (no clone per
 //! batch); each measured batch of 30,000 commands cycles over the 1,000 eSIMs (the
@@ -25,6 +27,10 @@
 //! fails the bench). Timers (usage reports on sync cycles) fire inside the timed loop,
 //! as they would in the service, and events are drained after every command.
 //!
+//! `ENGINE_BENCH_CLOCK=cpu` times the loop by the thread's CPU clock instead of the wall
+//! clock: on a shared machine, time the thread spent descheduled is left out (use it for
+//! A/B comparisons there; figures for README.md are wall-clock on a quiet machine).
+//!
 //! Beside the mix: each command kind alone, and SHA-256 of one API key (the per-call
 //! authentication cost), to attribute where the time of the mix goes.
 
@@ -36,7 +42,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use esim_engine::{
     AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, SandboxOp,
 };
-use esim_transport::admission::Admission;
+use esim_transport::admission::{Admission, KeyMemo};
 use esim_transport::secrets::Secrets;
 use esim_transport::{ClockMode, Service};
 use rust_decimal::Decimal;
@@ -70,8 +76,12 @@ struct Bench {
     admission: Arc<Admission>,
     now: Millis,
     account_ids: Vec<String>,
-    /// Each command with the bearer key its request carries (reseller calls).
-    template: Vec<(Option<String>, Command)>,
+    /// Each account's API key, sent on its own keep-alive connection.
+    keys: Vec<String>,
+    /// Each account's connection memo: the key is hashed on its connection's first call.
+    memos: Vec<KeyMemo>,
+    /// Each command with the account whose key its request carries (reseller calls).
+    template: Vec<(Option<usize>, Command)>,
     /// What each account gets every `TOPUP_EVERY` batches: what its funds spend meanwhile.
     top_up_usd: Decimal,
     batches: u64,
@@ -103,7 +113,7 @@ impl Bench {
             accounts.push((created.account_id, created.api_key));
         }
         // eSIM j belongs to account j % ACCOUNTS: consecutive commands hit different keys.
-        let mut sims = vec![(String::new(), String::new()); ACCOUNTS * SIMS_PER_ACCOUNT];
+        let mut sims = vec![(0, String::new()); ACCOUNTS * SIMS_PER_ACCOUNT];
         for (a, (_, key)) in accounts.iter().enumerate() {
             for s in 0..SIMS_PER_ACCOUNT {
                 let provision = ResellerOp::Provision { end_user_reference: None, label: None, group_id: None };
@@ -115,13 +125,13 @@ impl Bench {
                     .expect("install");
                 let fund = ResellerOp::Fund { iccid: esim.iccid.clone(), amount: Decimal::from(9_000) };
                 service.apply_command(now, reseller(key, fund)).expect("initial fund");
-                sims[s * ACCOUNTS + a] = (key.clone(), esim.iccid);
+                sims[s * ACCOUNTS + a] = (a, esim.iccid);
             }
         }
         drain(&mut service);
-        let template: Vec<(Option<String>, Command)> = (0..BATCH)
+        let template: Vec<(Option<usize>, Command)> = (0..BATCH)
             .map(|i| {
-                let (key, iccid) = &sims[i % sims.len()];
+                let (account, iccid) = &sims[i % sims.len()];
                 let kind = match mix {
                     Mix::All => i % 3,
                     Mix::Fund => 0,
@@ -131,7 +141,7 @@ impl Bench {
                 match kind {
                     0 => {
                         let fund = ResellerOp::Fund { iccid: iccid.clone(), amount: Decimal::new(1, 2) };
-                        (Some(key.clone()), unadmitted(fund))
+                        (Some(*account), unadmitted(fund))
                     }
                     1 => (
                         None,
@@ -142,7 +152,7 @@ impl Bench {
                             operator: None,
                         }),
                     ),
-                    _ => (Some(key.clone()), unadmitted(ResellerOp::GetEsim { iccid: iccid.clone() })),
+                    _ => (Some(*account), unadmitted(ResellerOp::GetEsim { iccid: iccid.clone() })),
                 }
             })
             .collect();
@@ -154,9 +164,10 @@ impl Bench {
         let top_up_usd = Decimal::new(spent_cents, 2).max(Decimal::from(10));
         // Set-up happened at the epoch; the measured commands start a minute later.
         let now = now.plus_ms(Millis::MINUTE);
-        let account_ids = accounts.into_iter().map(|(id, _)| id).collect();
+        let (account_ids, keys) = accounts.into_iter().unzip();
+        let memos = (0..ACCOUNTS).map(|_| KeyMemo::default()).collect();
         let admission = service.admission();
-        Bench { service, admission, now, account_ids, template, top_up_usd, batches: 0, next_top_up: 0 }
+        Bench { service, admission, now, account_ids, keys, memos, template, top_up_usd, batches: 0, next_top_up: 0 }
     }
 
     /// One batch: returns the time of the command loop alone.
@@ -172,13 +183,15 @@ impl Bench {
         self.batches += 1;
         let commands = self.template.clone();
         let (service, admission, mut now) = (&mut self.service, &self.admission, self.now);
+        let (keys, memos) = (&self.keys, &self.memos);
         let mut failed = 0usize;
-        let started = Instant::now();
-        for (index, (key, mut command)) in commands.into_iter().enumerate() {
+        let started = BenchClock::now();
+        for (index, (account, mut command)) in commands.into_iter().enumerate() {
             now = now.plus_ms(STEP_MS);
-            if let (Some(key), Command::Reseller(request)) = (&key, &mut command) {
-                // The connection task: hash the bearer once, admit it (rate limit).
-                let digest = KeyDigest::of(key);
+            if let (Some(account), Command::Reseller(request)) = (account, &mut command) {
+                // The connection task: the bearer's digest (the connection's memo), then
+                // admission (key directory, rate limit).
+                let digest = memos[account].digest_of(&keys[account]);
                 if admission.admit_key(&digest, now).is_err() {
                     failed += 1;
                     continue;
@@ -203,6 +216,35 @@ impl Bench {
         assert_eq!(failed, 0, "{failed} of {BATCH} commands of the mix failed");
         elapsed
     }
+}
+
+/// The wall clock, or the thread's CPU clock with `ENGINE_BENCH_CLOCK=cpu`.
+enum BenchClock {
+    Wall(Instant),
+    Cpu(Duration),
+}
+
+impl BenchClock {
+    fn now() -> BenchClock {
+        static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *CPU.get_or_init(|| std::env::var("ENGINE_BENCH_CLOCK").is_ok_and(|clock| clock == "cpu")) {
+            BenchClock::Cpu(thread_cpu_time())
+        } else {
+            BenchClock::Wall(Instant::now())
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        match self {
+            BenchClock::Wall(started) => started.elapsed(),
+            BenchClock::Cpu(started) => thread_cpu_time() - *started,
+        }
+    }
+}
+
+fn thread_cpu_time() -> Duration {
+    let time = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
 }
 
 fn reseller(key: &str, op: ResellerOp) -> Command {

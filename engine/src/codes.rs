@@ -120,7 +120,14 @@ pub fn matching_id(random: [u8; 16]) -> String {
 /// The GSMA SGP.22 activation code "LPA:1$<SMDP_ADDRESS>$<matching id>" that
 /// a device scans (as a QR code) or accepts pasted to install the profile.
 pub fn lpa_string(matching_id: &str) -> String {
-    format!("LPA:1${SMDP_ADDRESS}${matching_id}")
+    // Pushed, not `format!`ed: every eSIM read renders it.
+    const PREFIX: &str = "LPA:1$";
+    let mut text = String::with_capacity(PREFIX.len() + SMDP_ADDRESS.len() + 1 + matching_id.len());
+    text.push_str(PREFIX);
+    text.push_str(SMDP_ADDRESS);
+    text.push('$');
+    text.push_str(matching_id);
+    text
 }
 
 /// iOS 17.4+ one-tap install link: [`DIRECT_INSTALL_PREFIX`] followed by the

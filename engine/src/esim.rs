@@ -100,7 +100,8 @@ impl Engine {
         let esim = &self.esims[sim];
         let group = esim.funding.group().map(|g| &self.groups[g]);
         EsimItem {
-            id: esim.id.to_string(),
+            // Encoded into a buffer, not through `Display` (every eSIM read shows it).
+            id: esim.id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
             iccid: esim.iccid.clone(),
             status: esim.status.as_str(),
             euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),

@@ -66,8 +66,14 @@ pub fn displayed(exact: Decimal) -> Decimal {
         return exact.normalize();
     }
     // Dropping the digits below the cent is an integer division of the mantissa (it
-    // truncates toward zero, as `RoundingStrategy::ToZero`).
-    Decimal::from_i128_with_scale(exact.mantissa() / 10i128.pow(scale - 2), 2).normalize()
+    // truncates toward zero, as `RoundingStrategy::ToZero`): in 64 bits when it fits
+    // (every balance read shows one), else in 128.
+    let mantissa = exact.mantissa();
+    if let (Ok(mantissa), Some(divisor)) = (u64::try_from(mantissa), 10u64.checked_pow(scale - 2)) {
+        // At most u64::MAX / 10: an i64.
+        return Decimal::new((mantissa / divisor) as i64, 2).normalize();
+    }
+    Decimal::from_i128_with_scale(mantissa / 10i128.pow(scale - 2), 2).normalize()
 }
 
 /// Checks a fund amount: 0.01 to 10000 USD, at most two decimals.
@@ -149,6 +155,10 @@ mod tests {
             "92233720368547758.08",
             "-92233720368547758.08",
             "-92233720368547758.09",
+            "0.18446744073709551615",
+            "0.18446744073709551616",
+            "1844674407370955161.5",
+            "0.0000000000000000018446744073",
         ] {
             let amount = d(text);
             assert_eq!(to_cents(amount), to_cents_reference(amount), "{text}");

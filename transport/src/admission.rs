@@ -80,6 +80,31 @@ impl std::hash::Hasher for DigestHasher {
     }
 }
 
+/// The bearer a connection sent last and its digest: a client keeps one key on its
+/// connection, so a keep-alive connection hashes its key once instead of on every
+/// request. The bearer is compared in constant time (a proxy may carry several
+/// clients' requests on one connection: how much of another client's key matches must
+/// not show in the time taken).
+#[derive(Default)]
+pub struct KeyMemo {
+    last: Mutex<Option<(Box<[u8]>, KeyDigest)>>,
+}
+
+impl KeyMemo {
+    /// [`KeyDigest::of`] `bearer`, from the memo when it is the bearer sent last.
+    pub fn digest_of(&self, bearer: &str) -> KeyDigest {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((sent, digest)) = last.as_ref() {
+            if esim_engine::engine::constant_time_eq(sent, bearer.as_bytes()) {
+                return *digest;
+            }
+        }
+        let digest = KeyDigest::of(bearer);
+        *last = Some((bearer.as_bytes().into(), digest));
+        digest
+    }
+}
+
 pub struct Admission {
     /// Valid (known, not revoked) key digests and their accounts.
     keys: RwLock<HashMap<KeyDigest, u32, DigestHash>>,
@@ -128,17 +153,20 @@ impl Admission {
         admin_token: &str,
         now: Millis,
     ) -> Result<Admitted, ApiError> {
-        self.screen_matched(&routes::find(method.as_str(), path), path, headers, admin_token, now)
+        let memo = KeyMemo::default();
+        self.screen_matched(&routes::find(method.as_str(), path), path, headers, admin_token, &memo, now)
     }
 
     /// [`Admission::screen`] for a request already matched against the route table (a
-    /// server's connection task matches once, for this and for its log line).
+    /// server's connection task matches once, for this and for its log line), with the
+    /// connection's [`KeyMemo`].
     pub fn screen_matched(
         &self,
         matched: &Match<'_>,
         path: &str,
         headers: &http::HeaderMap,
         admin_token: &str,
+        memo: &KeyMemo,
         now: Millis,
     ) -> Result<Admitted, ApiError> {
         let api = match matched {
@@ -160,7 +188,7 @@ impl Admission {
                 }
             }
             Api::Reseller => {
-                let digest = KeyDigest::of(credential);
+                let digest = memo.digest_of(credential);
                 self.admit_key(&digest, now)?;
                 Ok(Admitted::Reseller(digest))
             }
@@ -212,6 +240,14 @@ mod tests {
         );
         assert!(matches!(created, Ok(Reply::AccountCreated(_))));
         (engine, digest)
+    }
+
+    #[test]
+    fn a_key_memo_gives_each_bearer_its_own_digest() {
+        let memo = KeyMemo::default();
+        for bearer in ["rsk_a", "rsk_a", "rsk_b", "rsk_a", "", "rsk_ab", "rsk_a"] {
+            assert_eq!(memo.digest_of(bearer), KeyDigest::of(bearer), "{bearer:?}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //!   entries durable (group commit: one flush for a whole batch of requests) before it
 //!   answers, fires timers, and hands webhook deliveries to the [`Sender`].
 
-use crate::admission::{Admission, Admitted};
+use crate::admission::{Admission, Admitted, KeyMemo};
 use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
 use crate::journal::EncodedSnapshot;
@@ -353,8 +353,9 @@ pub async fn serve(
                         return;
                     }
                     let (stream, activity) = IdleGuard::new(stream, &limits);
+                    let memo = Arc::new(KeyMemo::default());
                     let service = hyper::service::service_fn(move |request| {
-                        activity.during(handle(request, shared.clone(), peer, bodies.clone()))
+                        activity.during(handle(request, shared.clone(), peer, bodies.clone(), memo.clone()))
                     });
                     let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
                 });
@@ -392,13 +393,14 @@ async fn handle(
     shared: Arc<Shared>,
     _peer: SocketAddr,
     bodies: BodyReader,
+    memo: Arc<KeyMemo>,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     let started = std::time::Instant::now();
     let request_id = request_id(request.headers());
     // Every line logged for this request (here, in the owner task, in the sender) carries
     // its id; the account id is filled in once known. Never a key.
     let span = tracing::info_span!("request", request_id = %request_id, account_id = tracing::field::Empty);
-    let (endpoint, mut response) = answer(request, &shared, bodies, &span).instrument(span.clone()).await;
+    let (endpoint, mut response) = answer(request, &shared, bodies, &memo, &span).instrument(span.clone()).await;
     crate::metrics::request(endpoint, response.status().as_u16(), started.elapsed());
     if let Ok(value) = http::HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);
@@ -492,6 +494,7 @@ async fn answer(
     request: http::Request<Incoming>,
     shared: &Shared,
     bodies: BodyReader,
+    memo: &KeyMemo,
     span: &tracing::Span,
 ) -> (&'static str, http::Response<Bytes>) {
     let started = std::time::Instant::now();
@@ -531,6 +534,7 @@ async fn answer(
         request.uri().path(),
         request.headers(),
         &shared.admin_token,
+        memo,
         shared.now(),
     );
     let response = match admitted {
