@@ -36,8 +36,8 @@
 //!   kind (the record as `FileJournal` writes it: 8 bytes of length and CRC, then JSON);
 //! - list pages at the largest offsets: the large reseller's last page of eSIMs
 //!   (unfiltered and filtered by status), its account record, a full group's last page;
-//! - the fund / usage / read mix of `benches/engine.rs` (admission and key hash
-//!   included) over the funded wallets: commands per second, median of batches;
+//! - the fund / usage / read mix of `benches/engine.rs` (admission and the connection's
+//!   key memo included) over the funded wallets: commands per second, median of batches;
 //! - a sync cycle reporting usage for every funded wallet (and every group): the time
 //!   of the request that fires it;
 //! - a clock advance across an hour with one pending report timer per funded wallet
@@ -57,7 +57,7 @@
 use esim_engine::{
     AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, Response, SandboxOp,
 };
-use esim_transport::admission::Admission;
+use esim_transport::admission::{Admission, KeyMemo};
 use esim_transport::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
 use esim_transport::secrets::Secrets;
 use esim_transport::server::JournalSink;
@@ -141,9 +141,12 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 struct Account {
-    /// The bearer key (the mix hashes it per call, as a connection task does).
+    /// The bearer key (the mix takes its digest from the account's connection memo, as
+    /// a connection task does).
     key: String,
     digest: KeyDigest,
+    /// The account's keep-alive connection: its key is hashed on its first call.
+    memo: KeyMemo,
 }
 
 /// Per command kind: durations, failures, journal entries and bytes.
@@ -231,7 +234,7 @@ impl Scale {
                 scale.apply(Command::Admin(top_up)).expect("top-up");
             }
             let digest = KeyDigest::of(&created.api_key);
-            scale.accounts.push(Account { key: created.api_key, digest });
+            scale.accounts.push(Account { key: created.api_key, digest, memo: KeyMemo::default() });
         }
         scale
     }
@@ -587,8 +590,8 @@ impl Scale {
         rows
     }
 
-    /// The fund / usage / read mix over the funded wallets (admission and key hash
-    /// included): commands per second, median of [`MIX_BATCHES`].
+    /// The fund / usage / read mix over the funded wallets (admission and the
+    /// connection's key memo included, as in `benches/engine.rs`): commands per second, median of [`MIX_BATCHES`].
     fn mix(&mut self) -> f64 {
         let template: Vec<(u32, Command)> = (0..MIX_BATCH)
             .map(|i| {
@@ -609,7 +612,8 @@ impl Scale {
             for (index, (account, mut command)) in commands.into_iter().enumerate() {
                 self.now = self.now.plus_ms(MIX_STEP_MS);
                 if let Command::Reseller(request) = &mut command {
-                    let digest = KeyDigest::of(&self.accounts[account as usize].key);
+                    let caller = &self.accounts[account as usize];
+                    let digest = caller.memo.digest_of(&caller.key);
                     if self.admission.admit_key(&digest, self.now).is_err() {
                         failed += 1;
                         continue;
