@@ -323,11 +323,50 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
     assert!(defunds > 0, "defunds were among the writes");
     eprintln!("takeover times after SIGKILL (ms, lease {LEASE_MS}): {takeovers_ms:?}");
     drop(slots);
-    for dir in &dirs {
+    remove_dirs(&dirs);
+    let _ = std::fs::remove_file(&keys_file);
+}
+
+/// The start of the zombie and standby tests: a cluster, an owner serving one account
+/// with one eSIM, and a second node that has become its standby.
+struct Pair {
+    cluster: Cluster,
+    client: HttpClient,
+    dirs: [PathBuf; 2],
+    first: Node,
+    a: common::TestServer,
+    second: Node,
+    b: common::TestServer,
+    account_id: String,
+    key: String,
+    iccid: String,
+}
+
+impl Pair {
+    async fn start(name: &str, lease_ms: u64) -> Pair {
+        let cluster = Cluster::start(name);
+        let url = cluster.url();
+        let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+        let dirs = [work_dir(&format!("{name}-a")), work_dir(&format!("{name}-b"))];
+        let keys_file = key_file(&dirs[0]);
+        let first = start_node(&dirs[0], &url, &keys_file, lease_ms);
+        let a = common::TestServer::attach(first.base());
+        wait_ready(&a, Duration::from_secs(10)).await;
+        let (account_id, key) = a.account(1_000.0).await;
+        let iccid = a.provision(&key, None).await;
+        let second = start_node(&dirs[1], &url, &keys_file, lease_ms);
+        let b = common::TestServer::attach(second.base());
+        wait_standby(&client, &b.base).await;
+        Pair { cluster, client, dirs, first, a, second, b, account_id, key, iccid }
+    }
+}
+
+/// The nodes' data dirs and logs go (the nodes were stopped or killed).
+fn remove_dirs(dirs: &[PathBuf]) {
+    for dir in dirs {
         remove_data_dir(dir);
         let _ = std::fs::remove_file(dir.with_extension("log"));
     }
-    let _ = std::fs::remove_file(&keys_file);
 }
 
 /// `kill -STOP` / `kill -CONT` (no unsafe code).
@@ -342,22 +381,12 @@ fn signal(pid: u32, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
     const LEASE_MS: u64 = 1_000;
-    let cluster = Cluster::start("zombie");
+    let Pair { cluster, client, dirs, mut first, a, mut second, b, account_id, key, iccid } =
+        Pair::start("zombie", LEASE_MS).await;
     let url = cluster.url();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
-    let (dir_a, dir_b) = (work_dir("zombie-a"), work_dir("zombie-b"));
-    let keys_file = key_file(&dir_a);
-    let mut first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
-    let a = common::TestServer::attach(first.base());
-    wait_ready(&a, Duration::from_secs(10)).await;
-    let (account_id, key) = a.account(1_000.0).await;
-    let iccid = a.provision(&key, None).await;
     let fee = dec(&a.api("GET", "/wallet/balance", &key, None).await.body["lifetime_usage_usd"]);
     let fund = a.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 5}))).await;
     assert_eq!(fund.status, 200, "{}", fund.body);
-    let mut second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
-    let b = common::TestServer::attach(second.base());
-    wait_standby(&client, &b.base).await;
     let epoch_a: i64 = cluster.psql("SELECT epoch FROM shard_owner").parse().unwrap();
 
     signal(first.pid(), "STOP");
@@ -401,15 +430,12 @@ async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
     assert_eq!(dec(&wallet.body["lifetime_usage_usd"]), fee + Decimal::from(14), "{}", wallet.body);
     let live = b.digest().await;
     assert_eq!(live, replayed_digest(&url));
-    let log = log_of(&dir_b);
+    let log = log_of(&dirs[1]);
     assert!(log.contains("took shard 0 over") && log.contains(&format!("epoch={}", epoch_a + 1)), "{log}");
 
     first.kill();
     second.stop();
-    for dir in [&dir_a, &dir_b] {
-        remove_data_dir(dir);
-        let _ = std::fs::remove_file(dir.with_extension("log"));
-    }
+    remove_dirs(&dirs);
 }
 
 /// A standby never acknowledges a write while the owner's lease is live: for three
@@ -420,19 +446,9 @@ async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     const LEASE_MS: u64 = 1_000;
-    let cluster = Cluster::start("standby");
+    let Pair { cluster, dirs, mut first, a, mut second, b, account_id, key, iccid, .. } =
+        Pair::start("standby", LEASE_MS).await;
     let url = cluster.url();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
-    let (dir_a, dir_b) = (work_dir("standby-a"), work_dir("standby-b"));
-    let keys_file = key_file(&dir_a);
-    let mut first = start_node(&dir_a, &url, &keys_file, LEASE_MS);
-    let a = common::TestServer::attach(first.base());
-    wait_ready(&a, Duration::from_secs(10)).await;
-    let (account_id, key) = a.account(1_000.0).await;
-    let iccid = a.provision(&key, None).await;
-    let mut second = start_node(&dir_b, &url, &keys_file, LEASE_MS);
-    let b = common::TestServer::attach(second.base());
-    wait_standby(&client, &b.base).await;
     let epoch = cluster.psql("SELECT epoch FROM shard_owner");
     let head = cluster.psql("SELECT head FROM shard_owner");
 
@@ -465,7 +481,7 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     let digest_before = a.digest().await;
 
     first.stop();
-    assert!(log_of(&dir_a).contains("gave the lease of shard 0 back"), "{}", log_of(&dir_a));
+    assert!(log_of(&dirs[0]).contains("gave the lease of shard 0 back"), "{}", log_of(&dirs[0]));
     wait_ready(&b, Duration::from_secs(10)).await;
     assert_eq!(b.digest().await, digest_before, "the standby followed every entry");
     assert_eq!(b.api("GET", "/wallet/balance", &key, None).await.body, wallet_before);
@@ -473,8 +489,5 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     assert_eq!(fund.status, 200, "{}", fund.body);
     assert_eq!(b.digest().await, replayed_digest(&url));
     second.stop();
-    for dir in [&dir_a, &dir_b] {
-        remove_data_dir(dir);
-        let _ = std::fs::remove_file(dir.with_extension("log"));
-    }
+    remove_dirs(&dirs);
 }
