@@ -231,12 +231,9 @@ impl Engine {
         let group = self.group_of(account, group_id)?;
         let (limit, offset) = page(limit, offset)?;
         let members = &self.groups[group].members;
-        let esims = members
-            .iter()
-            .skip(offset.min(usize::MAX as u64) as usize)
-            .take(limit as usize)
-            .map(|&sim| self.esim_item(sim, None))
-            .collect();
+        let page: Vec<EsimIx> =
+            members.iter().skip(offset.min(usize::MAX as u64) as usize).take(limit as usize).copied().collect();
+        let esims = self.esim_items(&page);
         Ok(Reply::GroupMembers(GroupMembers {
             group_id: group_id.to_string(),
             esims,
