@@ -61,17 +61,33 @@ pub fn upstream_credit(amount_cents: i64) -> Decimal {
 pub fn displayed(exact: Decimal) -> Decimal {
     debug_assert!(exact >= Decimal::ZERO);
     let scale = exact.scale();
+    let mantissa = exact.mantissa();
+    // Every balance read shows one (a fund shows three): in 64-bit integers when the
+    // mantissa fits, the digits below the cent dropped by a division (toward zero, as
+    // `RoundingStrategy::ToZero`) and trailing zeros stripped as `normalize` does.
+    if let Ok(mantissa) = u64::try_from(mantissa) {
+        let (mut digits, mut digits_scale) = match scale {
+            0..=2 => (mantissa, scale),
+            _ => match 10u64.checked_pow(scale - 2) {
+                Some(divisor) => (mantissa / divisor, 2),
+                // Below 10^-20 USD: nothing above the cent.
+                None => (0, 0),
+            },
+        };
+        if digits == 0 {
+            return Decimal::ZERO;
+        }
+        while digits_scale > 0 && digits % 10 == 0 {
+            digits /= 10;
+            digits_scale -= 1;
+        }
+        if let Ok(digits) = i64::try_from(digits) {
+            return Decimal::new(digits, digits_scale);
+        }
+    }
     if scale <= 2 {
         // Nothing below the cent to drop.
         return exact.normalize();
-    }
-    // Dropping the digits below the cent is an integer division of the mantissa (it
-    // truncates toward zero, as `RoundingStrategy::ToZero`): in 64 bits when it fits
-    // (every balance read shows one), else in 128.
-    let mantissa = exact.mantissa();
-    if let (Ok(mantissa), Some(divisor)) = (u64::try_from(mantissa), 10u64.checked_pow(scale - 2)) {
-        // At most u64::MAX / 10: an i64.
-        return Decimal::new((mantissa / divisor) as i64, 2).normalize();
     }
     Decimal::from_i128_with_scale(mantissa / 10i128.pow(scale - 2), 2).normalize()
 }
@@ -159,6 +175,15 @@ mod tests {
             "0.18446744073709551616",
             "1844674407370955161.5",
             "0.0000000000000000018446744073",
+            "0.0000000000000000000000000001",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "92233720368547758.0700",
+            "100.000",
+            "0.100",
+            "0.0",
         ] {
             let amount = d(text);
             assert_eq!(to_cents(amount), to_cents_reference(amount), "{text}");
