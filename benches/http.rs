@@ -8,6 +8,11 @@
 //!
 //! `benches/pg.sh` adds the durable fund on the PostgreSQL store (`PG_URL`) to the same run.
 //!
+//! `LOAD_SHARDS=1,2,4`: instead, hello-world and the durable fund on the real `esim serve
+//! --shards N` binary, one process per N (each with its own data dir and accounts spread
+//! over its shards by the service's round-robin placement), in interleaved rounds: what
+//! sharding gives on this machine.
+//!
 //! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4;
 //! LOAD_ONLY=durable or LOAD_ONLY=read for hello-world and that scenario alone, e.g. under
 //! `perf record`).
@@ -319,6 +324,142 @@ fn journal_line(name: &str, stats: &JournalStats) -> String {
     )
 }
 
+/// A running `esim serve --shards N` (its data dir and key file in a temporary
+/// directory), killed and removed when dropped.
+struct ShardedServer {
+    child: std::process::Child,
+    base: String,
+    dir: std::path::PathBuf,
+    accounts: Vec<(String, String)>,
+}
+
+impl Drop for ShardedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Accounts of each sharded server: each key calls at most about 60 times a round, under
+/// the spec's 100 a minute (the binary has no bench-only limit).
+const SHARDED_ACCOUNTS: usize = 6_144;
+
+/// Starts the real binary with `shards` shards on the wall clock and makes
+/// [`SHARDED_ACCOUNTS`] accounts through its admin API, each topped up with one eSIM.
+async fn start_sharded(shards: usize) -> ShardedServer {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("esim-shard-bench-{}-{shards}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let admin = "shard-bench-admin";
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_esim"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-token", admin, "--shards", &shards.to_string()])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("ESIM_SECRET_KEY_FILE", dir.join("secret.key"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("esim serve --shards starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let base = line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
+    let mut server = ShardedServer { child, base, dir, accounts: Vec::new() };
+    // Made on 32 connections at once: each call is a durable write, and group commit
+    // makes them cheap only together.
+    const MAKERS: usize = 32;
+    let makers: Vec<_> =
+        (0..MAKERS).map(|_| tokio::spawn(make_accounts(server.base.clone(), admin, SHARDED_ACCOUNTS / MAKERS))).collect();
+    for maker in makers {
+        server.accounts.extend(maker.await.unwrap());
+    }
+    server
+}
+
+/// `count` accounts made through the admin API on one connection, each topped up and
+/// holding one eSIM: their (API key, ICCID).
+async fn make_accounts(base: String, admin: &'static str, count: usize) -> Vec<(String, String)> {
+    let stream = tokio::net::TcpStream::connect(&base).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let mut call = async |method: &str, path: &str, token: &str, body: serde_json::Value| {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{base}{path}"))
+            .header(http::header::HOST, &base)
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = sender.send_request(request).await.expect("the sharded server answers");
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert!(status < 300, "{method} {path}: {status} {body}");
+        body
+    };
+    let mut accounts = Vec::with_capacity(count);
+    for _ in 0..count {
+        let created = call("POST", "/admin/v1/accounts", admin, serde_json::json!({"contact_email": "load@x.example"})).await;
+        let (account_id, key) = (created["account_id"].as_str().unwrap(), created["api_key"].as_str().unwrap());
+        call("POST", &format!("/admin/v1/accounts/{account_id}/topups"), admin, serde_json::json!({"amount_usd": 100000}))
+            .await;
+        let esim = call("POST", "/api/v2/reseller/esim/provision", key, serde_json::json!({})).await;
+        accounts.push((key.to_string(), esim["iccid"].as_str().unwrap().to_string()));
+    }
+    accounts
+}
+
+/// `LOAD_SHARDS=1,2,4`: hello-world and the durable fund on `esim serve --shards N`
+/// for each N, in [`ROUNDS`] interleaved rounds (each round funds from its own third of
+/// every server's accounts); the median round of each.
+async fn shard_scenarios(counts: &[usize], seconds: u64) {
+    let hello = start_hello().await;
+    let mut servers = Vec::new();
+    for &shards in counts {
+        let started = Instant::now();
+        servers.push(start_sharded(shards).await);
+        eprintln!("{shards} shard(s): {SHARDED_ACCOUNTS} accounts made in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    let mut hello_rounds = Vec::new();
+    let mut shard_rounds: Vec<Vec<Figures>> = counts.iter().map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        hello_rounds.push(measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await);
+        for (server, rounds) in servers.iter().zip(&mut shard_rounds) {
+            let size = server.accounts.len() / ROUNDS;
+            let slice = &server.accounts[round * size..(round + 1) * size];
+            rounds.push(measure(&server.base, Kind::Fund, slice, seconds).await);
+        }
+    }
+    let median = |rounds: &mut Vec<Figures>| {
+        rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+        let middle = rounds.len() / 2;
+        std::mem::take(&mut rounds[middle])
+    };
+    let hello = median(&mut hello_rounds);
+    println!("{} connections, {ROUNDS} interleaved rounds of {seconds} s, median round; each `esim serve --shards N` is a process of its own beside the load (2 cores in all)", connections());
+    println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | vs hello-world | vs 1 shard |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| hyper hello-world (in the load's process) | {:.0} | {:.2} | {:.2} | {} | {} | 1.00 | |", hello.rps, hello.p50_ms, hello.p99_ms, hello.limited, hello.failed);
+    let mut first: Option<f64> = None;
+    for (shards, rounds) in counts.iter().zip(&mut shard_rounds) {
+        let figures = median(rounds);
+        let versus_first = figures.rps / *first.get_or_insert(figures.rps);
+        println!(
+            "| POST /esim/{{iccid}}/fund, durable, `--shards {shards}` | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",
+            figures.rps,
+            figures.p50_ms,
+            figures.p99_ms,
+            figures.limited,
+            figures.failed,
+            figures.rps / hello.rps,
+            versus_first
+        );
+    }
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return; // `cargo test --benches` runs bench binaries without --bench: stay quick.
@@ -331,6 +472,12 @@ fn main() {
     let only_read = only.as_deref() == Some("read");
     let skip_others = only_durable || only_read;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    if let Ok(counts) = std::env::var("LOAD_SHARDS") {
+        let counts: Vec<usize> =
+            counts.split(',').map(|n| n.trim().parse().expect("LOAD_SHARDS: shard counts such as 1,2,4")).collect();
+        runtime.block_on(shard_scenarios(&counts, seconds));
+        return;
+    }
     runtime.block_on(async move {
         // A bench-only rate limit (the spec's 100 a minute per key is not what is
         // measured): no 429 in any scenario. The accounts still spread the load.
