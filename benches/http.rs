@@ -365,13 +365,15 @@ async fn start_sharded(shards: usize) -> ShardedServer {
         .expect("esim serve --shards starts");
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let base = line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
+    let base =
+        line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
     let mut server = ShardedServer { child, base, dir, accounts: Vec::new() };
     // Made on 32 connections at once: each call is a durable write, and group commit
     // makes them cheap only together.
     const MAKERS: usize = 32;
-    let makers: Vec<_> =
-        (0..MAKERS).map(|_| tokio::spawn(make_accounts(server.base.clone(), admin, SHARDED_ACCOUNTS / MAKERS))).collect();
+    let makers: Vec<_> = (0..MAKERS)
+        .map(|_| tokio::spawn(make_accounts(server.base.clone(), admin, SHARDED_ACCOUNTS / MAKERS)))
+        .collect();
     for maker in makers {
         server.accounts.extend(maker.await.unwrap());
     }
@@ -402,10 +404,16 @@ async fn make_accounts(base: String, admin: &'static str, count: usize) -> Vec<(
     };
     let mut accounts = Vec::with_capacity(count);
     for _ in 0..count {
-        let created = call("POST", "/admin/v1/accounts", admin, serde_json::json!({"contact_email": "load@x.example"})).await;
+        let created =
+            call("POST", "/admin/v1/accounts", admin, serde_json::json!({"contact_email": "load@x.example"})).await;
         let (account_id, key) = (created["account_id"].as_str().unwrap(), created["api_key"].as_str().unwrap());
-        call("POST", &format!("/admin/v1/accounts/{account_id}/topups"), admin, serde_json::json!({"amount_usd": 100000}))
-            .await;
+        call(
+            "POST",
+            &format!("/admin/v1/accounts/{account_id}/topups"),
+            admin,
+            serde_json::json!({"amount_usd": 100000}),
+        )
+        .await;
         let esim = call("POST", "/api/v2/reseller/esim/provision", key, serde_json::json!({})).await;
         accounts.push((key.to_string(), esim["iccid"].as_str().unwrap().to_string()));
     }
@@ -442,7 +450,10 @@ async fn shard_scenarios(counts: &[usize], seconds: u64) {
     println!("{} connections, {ROUNDS} interleaved rounds of {seconds} s, median round; each `esim serve --shards N` is a process of its own beside the load (2 cores in all)", connections());
     println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | vs hello-world | vs 1 shard |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    println!("| hyper hello-world (in the load's process) | {:.0} | {:.2} | {:.2} | {} | {} | 1.00 | |", hello.rps, hello.p50_ms, hello.p99_ms, hello.limited, hello.failed);
+    println!(
+        "| hyper hello-world (in the load's process) | {:.0} | {:.2} | {:.2} | {} | {} | 1.00 | |",
+        hello.rps, hello.p50_ms, hello.p99_ms, hello.limited, hello.failed
+    );
     let mut first: Option<f64> = None;
     for (shards, rounds) in counts.iter().zip(&mut shard_rounds) {
         let figures = median(rounds);

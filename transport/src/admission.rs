@@ -85,9 +85,10 @@ impl std::hash::Hasher for DigestHasher {
 /// request. The bearer is compared in constant time (a proxy may carry several
 /// clients' requests on one connection: how much of another client's key matches must
 /// not show in the time taken).
+/// The remembered bearer is wiped when it is replaced or the connection ends.
 #[derive(Default)]
 pub struct KeyMemo {
-    last: Mutex<Option<(Box<[u8]>, KeyDigest)>>,
+    last: Mutex<Option<(zeroize::Zeroizing<Box<[u8]>>, KeyDigest)>>,
 }
 
 impl KeyMemo {
@@ -100,7 +101,7 @@ impl KeyMemo {
             }
         }
         let digest = KeyDigest::of(bearer);
-        *last = Some((bearer.as_bytes().into(), digest));
+        *last = Some((zeroize::Zeroizing::new(bearer.as_bytes().into()), digest));
         digest
     }
 }
