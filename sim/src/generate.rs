@@ -463,13 +463,31 @@ impl Generator {
             },
             // A crash of the service: rebuilt from its journal, it must carry on as if
             // nothing happened (the `crash_recovery` checker and the comparison test).
-            What::Faults if self.faults && self.chance(25) => Op::Restart { rebuild: true },
-            What::Faults if self.faults => {
-                let on = !self.faults_active && self.chance(60);
-                self.faults_active = on;
-                Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
-            }
+            // One draw decides, as `chance(25)` did before the store's faults: a seed that
+            // draws none of them draws the same numbers as before (decision 167).
+            What::Faults if self.faults => match self.below(100) {
+                0..=24 => Op::Restart { rebuild: true },
+                25..=39 => self.store_fault(world),
+                _ => {
+                    let on = !self.faults_active && self.chance(60);
+                    self.faults_active = on;
+                    Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
+                }
+            },
             What::Faults => Op::Advance { ms: self.duration_ms() },
+        }
+    }
+
+    /// A fault of the journal's store: a failover (the owner's lease runs out and the
+    /// standby takes over), the zombie trying to append after one, a commit whose
+    /// outcome is lost, or a standby left behind for a while.
+    fn store_fault(&mut self, world: &World) -> Op {
+        match self.below(100) {
+            0..=29 => Op::Failover,
+            30..=59 if world.has_zombie() => Op::Zombie,
+            30..=59 => Op::Failover,
+            60..=79 => Op::LostCommit,
+            _ => Op::StandbyLag { steps: self.range(1, 24) as u32 },
         }
     }
 

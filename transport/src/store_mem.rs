@@ -175,7 +175,13 @@ impl MemStore {
 
     /// A standby for `name`: the state of the store as it is now, followed from there.
     pub fn standby(&self, name: &str) -> Result<MemStandby, String> {
-        let (engine, applied) = self.load(None)?;
+        self.standby_with(name, &|_| {})
+    }
+
+    /// [`MemStore::standby`] whose engine is handed to `prepare` as soon as it is made
+    /// (before any entry is applied): the simulation's test switches.
+    pub fn standby_with(&self, name: &str, prepare: &dyn Fn(&mut Engine)) -> Result<MemStandby, String> {
+        let (engine, applied) = self.load_with(None, prepare)?;
         Ok(MemStandby { store: self.clone(), name: name.to_string(), engine, applied })
     }
 
@@ -199,6 +205,10 @@ impl MemStore {
     /// `max_entries` (the head when `None`), then the entries after it up to there.
     /// Returns the engine and the entries it has applied.
     pub fn load(&self, max_entries: Option<u64>) -> Result<(Engine, u64), String> {
+        self.load_with(max_entries, &|_| {})
+    }
+
+    fn load_with(&self, max_entries: Option<u64>, prepare: &dyn Fn(&mut Engine)) -> Result<(Engine, u64), String> {
         let shared = self.lock();
         let head = shared.owner.as_ref().map_or(0, |owner| owner.head);
         let until = max_entries.map_or(head, |max| max.min(head));
@@ -212,6 +222,7 @@ impl MemStore {
             }
             _ => (Engine::new(shared.header.config.clone(), shared.header.start), 0),
         };
+        prepare(&mut engine);
         while next < until {
             let Some(row) = shared.row(next) else { return Err(format!("the journal has no entry {next} of {until}")) };
             decode(row)?.replay(&mut engine);
