@@ -1362,11 +1362,13 @@ impl NoAcknowledgedLoss {
                         self.acknowledged.len()
                     ))
                 }
-                Some(&acknowledged) if acknowledged != (epoch, crc) => return Err(format!(
+                Some(&acknowledged) if acknowledged != (epoch, crc) => {
+                    return Err(format!(
                     "entry {seq} in the store (epoch {epoch}, crc {crc:08x}) is not the one acknowledged (epoch {}, \
                          crc {:08x})",
                     acknowledged.0, acknowledged.1
-                )),
+                ))
+                }
                 Some(_) => {}
             }
         }
@@ -1479,11 +1481,15 @@ mod tests {
             "fund alice s1 20",
             "usage s1 100 DE",
             "receiver w1 hold",
+            "lost_commit",
             "fund alice s1 5",
             "crash",
+            "standby_lag 3",
             "receiver w1 ok",
             "advance 16m",
             "defund alice s1",
+            "failover",
+            "zombie",
             "restart",
             "advance 16m",
             "rotate alice w1",
@@ -1503,7 +1509,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 16);
+        assert_eq!(names().len(), 19);
     }
 
     #[test]

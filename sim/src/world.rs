@@ -13,7 +13,8 @@
 //! private fields: `request` (the requests an op sends), `oracle` (what an
 //! Idempotency-Key should do), `observe` (the step log and the facts read from
 //! responses), `receiver` (events, deliveries and how receivers answer), `crash` (a
-//! restart, and the rebuild from the journal) and `json` (request bodies).
+//! restart, and the rebuild from the journal), `store` (the journal in the in-memory
+//! store: owner, standby, zombie, and their faults) and `json` (request bodies).
 
 mod crash;
 mod json;

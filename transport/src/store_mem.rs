@@ -99,7 +99,7 @@ pub struct MemStore {
 /// How [`MemStore::take_shard`] found shard 0.
 pub enum MemOpened {
     /// This node holds the shard: its sink, and the engine recovered from the store.
-    Owner(MemNode, Engine),
+    Owner(Box<MemNode>, Box<Engine>),
     /// Another node holds a live lease.
     Leased(MemOwner),
 }
@@ -150,10 +150,10 @@ impl MemStore {
         self.lock().fault
     }
 
-    /// Takes shard 0 for `name` with a lease of `lease_ms`: creates the owner row (epoch
-    /// 1) in a new store, else bumps the epoch; when `respect_lease`, a live lease of
-    /// another node leaves the row alone. Then reads the state (newest snapshot and the
-    /// entries after it).
+    /// Takes shard 0 for `name` with a lease of `lease_ms`: creates the owner row at the
+    /// first epoch in a new store, else bumps the epoch; when `respect_lease`, a live
+    /// lease of another node leaves the row alone. Then reads the state (newest snapshot
+    /// and the entries after it).
     pub fn take_shard(&self, name: &str, lease_ms: i64, respect_lease: bool) -> Result<MemOpened, String> {
         let (epoch, head) = {
             let mut shared = self.lock();
@@ -170,7 +170,7 @@ impl MemStore {
             (epoch, head)
         };
         let (engine, next_index) = self.load(Some(head))?;
-        Ok(MemOpened::Owner(self.node(name, epoch, next_index, lease_ms), engine))
+        Ok(MemOpened::Owner(Box::new(self.node(name, epoch, next_index, lease_ms)), Box::new(engine)))
     }
 
     /// A standby for `name`: the state of the store as it is now, followed from there.
@@ -182,7 +182,7 @@ impl MemStore {
     /// (before any entry is applied): the simulation's test switches.
     pub fn standby_with(&self, name: &str, prepare: &dyn Fn(&mut Engine)) -> Result<MemStandby, String> {
         let (engine, applied) = self.load_with(None, prepare)?;
-        Ok(MemStandby { store: self.clone(), name: name.to_string(), engine, applied })
+        Ok(MemStandby { store: self.clone(), name: name.to_string(), engine: Box::new(engine), applied })
     }
 
     fn node(&self, name: &str, epoch: i64, next_index: u64, lease_ms: i64) -> MemNode {
@@ -489,7 +489,8 @@ impl JournalSink for MemNode {
 pub struct MemStandby {
     store: MemStore,
     name: String,
-    engine: Engine,
+    /// Boxed: a standby is handed back by value when it may not take over.
+    engine: Box<Engine>,
     applied: u64,
 }
 
@@ -565,7 +566,7 @@ impl MemStandby {
         let Some((epoch, head)) = taken else { return Ok(Err(self)) };
         self.catch_up(head)?;
         let node = self.store.node(&self.name, epoch, head, lease_ms);
-        Ok(Ok((node, self.engine)))
+        Ok(Ok((node, *self.engine)))
     }
 }
 
@@ -589,7 +590,7 @@ mod tests {
 
     fn owner(store: &MemStore, name: &str) -> (MemNode, Engine) {
         match store.take_shard(name, LEASE_MS, true).unwrap() {
-            MemOpened::Owner(node, engine) => (node, engine),
+            MemOpened::Owner(node, engine) => (*node, *engine),
             MemOpened::Leased(holder) => panic!("leased by {holder:?}"),
         }
     }

@@ -44,7 +44,7 @@ impl Nodes {
     pub(super) fn new(header: SegmentHeader, prepare: &dyn Fn(&mut Engine)) -> Nodes {
         let store = MemStore::new(header);
         let owner = match store.take_shard("node0", STORE_LEASE_MS, true) {
-            Ok(MemOpened::Owner(node, _)) => node,
+            Ok(MemOpened::Owner(node, _)) => *node,
             Ok(MemOpened::Leased(holder)) => unreachable!("a new store has no owner, yet {holder:?}"),
             Err(why) => unreachable!("a new store cannot fail to load: {why}"),
         };
@@ -139,7 +139,7 @@ impl World {
             nodes.reported_head = head;
             self.log.facts.push(Fact::Store { epoch, head, rows: nodes.store.row_sums() });
         }
-        let due = store_op || self.steps % STANDBY_DIGEST_EVERY_STEPS == 0;
+        let due = store_op || self.steps.is_multiple_of(STANDBY_DIGEST_EVERY_STEPS);
         if let Some(standby) = nodes.standby.as_ref().filter(|s| due && s.applied() == head) {
             self.log.facts.push(Fact::StandbyAt {
                 standby: standby.name().to_string(),
