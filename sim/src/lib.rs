@@ -35,7 +35,7 @@
 //! and knows it is fenced), `no_acknowledged_loss` (every acknowledged entry is in the
 //! store exactly once, at its index, in order, with its bytes' CRC, and nothing else is;
 //! a refused append of answered entries is a loss) and `standby_digest` (the standby at
-//! the owner's head has the owner's state digest; every 16 steps and at each takeover).
+//! the owner's head has the owner's state digest; every 32 steps and at each takeover).
 //! Determinism (two runs of a seed, same responses, events and state
 //! digest) is checked per seed with [`SimOptions::determinism`] and in the tests.
 //!

@@ -21,7 +21,7 @@ use esim_transport::{ClockMode, JournalEntry};
 pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
 /// The standby's digest is compared with the owner's every this many steps (and at
 /// every takeover): a digest serializes the whole state.
-pub const STANDBY_DIGEST_EVERY_STEPS: usize = 16;
+pub const STANDBY_DIGEST_EVERY_STEPS: usize = 32;
 
 /// The nodes of one world around its store.
 pub(super) struct Nodes {
