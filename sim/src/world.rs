@@ -141,12 +141,7 @@ impl World {
         service.set_render_qr(false);
         #[cfg(feature = "test-switches")]
         service.engine_mut().inject_bug_for_test(bug);
-        #[cfg_attr(not(feature = "test-switches"), allow(unused_variables))]
-        let prepare = move |_engine: &mut Engine| {
-            #[cfg(feature = "test-switches")]
-            _engine.inject_bug_for_test(bug);
-        };
-        let nodes = store::Nodes::new(store::header(&config), &prepare);
+        let nodes = store::Nodes::new(store::header(&config), &store::prepare(bug));
         World {
             nodes,
             now: service.now(Millis(0)),

@@ -159,7 +159,10 @@ impl MemStore {
             let mut shared = self.lock();
             let lease_until_ms = shared.now_ms + lease_ms;
             let epoch = match &shared.owner {
-                Some(holder) if respect_lease && holder.lease_until_ms >= shared.now_ms => {
+                Some(holder)
+                    if respect_lease
+                        && !fence::may_take_over(holder.epoch, holder.epoch, holder.lease_until_ms, shared.now_ms) =>
+                {
                     return Ok(MemOpened::Leased(holder.clone()));
                 }
                 Some(holder) => holder.epoch + 1,
@@ -197,6 +200,7 @@ impl MemStore {
             header,
             policy: SnapshotPolicy::default(),
             entries_since_snapshot: 0,
+            bytes_since_snapshot: 0,
             last_ack: None,
         }
     }
@@ -321,6 +325,7 @@ pub struct MemNode {
     header: SegmentHeader,
     policy: SnapshotPolicy,
     entries_since_snapshot: u64,
+    bytes_since_snapshot: u64,
     last_ack: Option<MemAck>,
 }
 
@@ -396,6 +401,7 @@ impl JournalSink for MemNode {
             .map(|entry| serde_json::to_vec(entry).map_err(io::Error::other))
             .collect::<io::Result<_>>()?;
         let crcs: Vec<u32> = payloads.iter().map(|p| crc32c::crc32c(p)).collect();
+        let bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let resolved = match self.store.append(self.epoch, old_head, payloads, self.lease_ms) {
             Appended::Committed => false,
             Appended::Fenced(owner) => {
@@ -420,13 +426,15 @@ impl JournalSink for MemNode {
         };
         self.next_index += entries.len() as u64;
         self.entries_since_snapshot += entries.len() as u64;
+        self.bytes_since_snapshot += bytes;
         self.last_ack = Some(MemAck { node: self.name.clone(), epoch: self.epoch, first: old_head, crcs, resolved });
         Ok(())
     }
 
     fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<io::Result<EncodedSnapshot>> {
-        (self.entries_since_snapshot >= self.policy.every_entries)
-            .then(|| journal::encode_snapshot(&self.header, engine, self.next_index + pending_entries))
+        let due = self.entries_since_snapshot >= self.policy.every_entries
+            || self.bytes_since_snapshot >= self.policy.every_bytes;
+        due.then(|| journal::encode_snapshot(&self.header, engine, self.next_index + pending_entries))
     }
 
     /// Written only while this epoch owns the shard (`INSERT … WHERE EXISTS (owner row
@@ -449,6 +457,7 @@ impl JournalSink for MemNode {
         shared.snapshot = Some((covered, snapshot.bytes().to_vec()));
         drop(shared);
         self.entries_since_snapshot = 0;
+        self.bytes_since_snapshot = 0;
         Ok(())
     }
 

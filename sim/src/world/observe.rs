@@ -97,8 +97,9 @@ pub enum Fact {
         crcs: Vec<u32>,
         resolved: bool,
     },
-    /// The owner's append of entries the world had already seen answered was refused:
-    /// in the simulation responses go out before the append, so this is a loss.
+    /// The owner's append of entries the world had already seen answered was refused
+    /// (or its lease renewal found the shard gone): in the simulation responses go out
+    /// before the append, so this is a loss.
     AppendRefused {
         node: String,
         why: String,

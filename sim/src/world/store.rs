@@ -10,6 +10,7 @@
 
 use super::observe::Fact;
 use super::World;
+use crate::InjectedBug;
 use esim_engine::Engine;
 use esim_transport::journal::{self, SegmentHeader};
 use esim_transport::server::JournalSink;
@@ -75,17 +76,17 @@ pub(super) fn header(config: &esim_engine::EngineConfig) -> SegmentHeader {
     }
 }
 
-impl World {
-    /// The engine hook every engine the store builds gets (the test switch).
-    fn prepare(&self) -> impl Fn(&mut Engine) {
-        #[cfg_attr(not(feature = "test-switches"), allow(unused_variables))]
-        let bug = self.bug;
-        move |_engine: &mut Engine| {
-            #[cfg(feature = "test-switches")]
-            _engine.inject_bug_for_test(bug);
-        }
+/// The hook every engine the store builds for a world gets: the world's test switch, as
+/// a standby running the same binary would have it (decision 167).
+#[cfg_attr(not(feature = "test-switches"), allow(unused_variables))]
+pub(super) fn prepare(bug: Option<InjectedBug>) -> impl Fn(&mut Engine) {
+    move |_engine: &mut Engine| {
+        #[cfg(feature = "test-switches")]
+        _engine.inject_bug_for_test(bug);
     }
+}
 
+impl World {
     /// Hands the service's new journal entries to the owner node (after every op, and
     /// before a restart or takeover), then renews the lease and lets the standby follow.
     pub(super) fn commit_journal(&mut self) {
@@ -159,7 +160,7 @@ impl World {
         self.commit_journal();
         let before = self.service.engine().state_digest();
         self.nodes.store.advance_ms(STORE_LEASE_MS + 1);
-        let prepare = self.prepare();
+        let prepare = prepare(self.bug);
         if self.nodes.standby.is_none() {
             self.nodes.start_standby(&prepare);
         }
