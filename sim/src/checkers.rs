@@ -57,6 +57,9 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(Authentication),
         Box::new(IdempotentReplay),
         Box::new(CrashRecovery),
+        Box::new(SingleOwner::default()),
+        Box::new(NoAcknowledgedLoss::default()),
+        Box::new(StandbyDigest),
     ]
 }
 
@@ -1237,6 +1240,175 @@ impl Checker for CrashRecovery {
     }
 }
 
+// ----- the journal's store (issue 17) -----
+
+/// No two nodes acknowledge writes for the shard at one epoch, no node acknowledges at
+/// an epoch older than the newest the store has shown (a zombie), and a node refused as
+/// fenced acknowledges nothing after and knows it is fenced.
+#[derive(Default)]
+pub struct SingleOwner {
+    /// The node that acknowledged writes at each epoch.
+    acknowledged_by: BTreeMap<i64, String>,
+    /// The newest epoch the store showed (a takeover, or the owner row).
+    newest_epoch: i64,
+    /// Nodes refused for good.
+    fenced: BTreeSet<String>,
+}
+
+impl Checker for SingleOwner {
+    fn name(&self) -> &'static str {
+        "single_owner"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for fact in &ctx.log.facts {
+            match fact {
+                Fact::Store { epoch, .. } | Fact::TookOver { epoch, .. } => {
+                    self.newest_epoch = self.newest_epoch.max(*epoch)
+                }
+                Fact::Acknowledged { node, epoch, first, .. } => {
+                    if self.fenced.contains(node) {
+                        return Err(format!("{node} acknowledged entries from index {first} after it was fenced"));
+                    }
+                    if *epoch < self.newest_epoch {
+                        return Err(format!(
+                            "{node} acknowledged entries from index {first} at epoch {epoch} after epoch {} took the \
+                             shard",
+                            self.newest_epoch
+                        ));
+                    }
+                    match self.acknowledged_by.get(epoch) {
+                        Some(other) if other != node => {
+                            return Err(format!("{other} and {node} both acknowledged writes at epoch {epoch}"))
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.acknowledged_by.insert(*epoch, node.clone());
+                        }
+                    }
+                    self.newest_epoch = self.newest_epoch.max(*epoch);
+                }
+                Fact::ZombieTried { node, epoch, refusal, fenced } => {
+                    if refusal.is_none() {
+                        return Err(format!(
+                            "the zombie {node} (epoch {epoch}) had an append accepted after epoch {} took the shard",
+                            self.newest_epoch
+                        ));
+                    }
+                    if !fenced {
+                        return Err(format!(
+                            "the zombie {node} was refused ({}) but does not know it is fenced",
+                            refusal.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    self.fenced.insert(node.clone());
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every entry acknowledged is in the store, exactly once, at the index it was
+/// acknowledged at, in order, with the bytes acknowledged; and the store holds nothing
+/// else. In the simulation a response is seen before its entries are appended, so a
+/// refused append of the owner is a loss too.
+#[derive(Default)]
+pub struct NoAcknowledgedLoss {
+    /// (epoch, crc32c) of every acknowledged entry, by index.
+    acknowledged: Vec<(i64, u32)>,
+}
+
+impl Checker for NoAcknowledgedLoss {
+    fn name(&self) -> &'static str {
+        "no_acknowledged_loss"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for fact in &ctx.log.facts {
+            match fact {
+                Fact::AppendRefused { node, why } => {
+                    return Err(format!("{node} refused to append entries whose answers were sent: {why}"))
+                }
+                Fact::Acknowledged { node, epoch, first, crcs, .. } => {
+                    let before = self.acknowledged.len() as u64;
+                    if *first != before {
+                        return Err(format!(
+                            "{node} acknowledged entries from index {first}, but {before} were acknowledged before"
+                        ));
+                    }
+                    self.acknowledged.extend(crcs.iter().map(|crc| (*epoch, *crc)));
+                }
+                Fact::Store { head, rows, .. } => self.compare(*head, rows)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NoAcknowledgedLoss {
+    fn compare(&self, head: u64, rows: &[esim_transport::store_mem::RowSum]) -> Result<(), String> {
+        for (index, &(seq, epoch, crc)) in rows.iter().enumerate() {
+            if seq != index as u64 {
+                return Err(format!("the store holds entry {seq} at position {index}: lost, reordered or twice"));
+            }
+            match self.acknowledged.get(index) {
+                None => {
+                    return Err(format!(
+                        "the store holds entry {seq}, but only {} were acknowledged: applied twice, or by a node that \
+                         did not say so",
+                        self.acknowledged.len()
+                    ))
+                }
+                Some(&acknowledged) if acknowledged != (epoch, crc) => {
+                    return Err(format!(
+                    "entry {seq} in the store (epoch {epoch}, crc {crc:08x}) is not the one acknowledged (epoch {}, \
+                         crc {:08x})",
+                    acknowledged.0, acknowledged.1
+                ))
+                }
+                Some(_) => {}
+            }
+        }
+        if rows.len() < self.acknowledged.len() {
+            return Err(format!("acknowledged entry {} is missing from the store", rows.len()));
+        }
+        if head != self.acknowledged.len() as u64 {
+            return Err(format!(
+                "the store's head is {head}, but {} entries were acknowledged",
+                self.acknowledged.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A standby at the owner's head has the owner's state digest (compared every
+/// [`crate::world::STANDBY_DIGEST_EVERY_STEPS`] steps and at every takeover, where the
+/// standby that caught up is compared with the owner that paused).
+pub struct StandbyDigest;
+
+impl Checker for StandbyDigest {
+    fn name(&self) -> &'static str {
+        "standby_digest"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for fact in &ctx.log.facts {
+            if let Fact::StandbyAt { standby, head, standby_digest, owner_digest } = fact {
+                if standby_digest != owner_digest {
+                    return Err(format!(
+                        "the standby {standby} at head {head} has digest {standby_digest}, the owner {owner_digest}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1309,11 +1481,15 @@ mod tests {
             "fund alice s1 20",
             "usage s1 100 DE",
             "receiver w1 hold",
+            "lost_commit",
             "fund alice s1 5",
             "crash",
+            "standby_lag 3",
             "receiver w1 ok",
             "advance 16m",
             "defund alice s1",
+            "failover",
+            "zombie",
             "restart",
             "advance 16m",
             "rotate alice w1",
@@ -1333,7 +1509,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 16);
+        assert_eq!(names().len(), 19);
     }
 
     #[test]
@@ -1685,5 +1861,84 @@ mod tests {
         checker.check(&Ctx { engine: world.engine(), log: world.log() }).unwrap();
         run(&mut checker, &mut world, &["receiver w1 ok", "advance 1m"]).unwrap();
         assert!(world.engine().pending_deliveries().is_empty());
+    }
+
+    #[test]
+    fn single_owner_fires_on_a_zombie_acknowledging_and_on_two_owners_at_one_epoch() {
+        let mut checker = SingleOwner::default();
+        let mut world = seen(&mut checker, None);
+        run(&mut checker, &mut world, &["zombie", "failover", "fund alice s1 5", "zombie", "zombie"])
+            .expect("a correct store fences the zombie");
+        let tried = world.log().facts.iter().find(|f| matches!(f, Fact::ZombieTried { .. })).cloned();
+        let Some(Fact::ZombieTried { node, epoch, .. }) = tried else { panic!("the zombie tried") };
+        assert_eq!((node.as_str(), epoch), ("node0", 1));
+        // The zombie's append accepted.
+        let accepted = Fact::ZombieTried { node: node.clone(), epoch, refusal: None, fenced: false };
+        let log = StepLog { facts: vec![accepted], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("had an append accepted"));
+        // An acknowledgment at the old epoch, by the fenced node.
+        let ack = Fact::Acknowledged { node, epoch, first: 0, crcs: vec![1], resolved: false };
+        let log = StepLog { facts: vec![ack], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("after it was fenced"));
+        // Another node at the current epoch.
+        let ack = Fact::Acknowledged { node: "node9".into(), epoch: 2, first: 0, crcs: vec![1], resolved: false };
+        let log = StepLog { facts: vec![ack], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("both acknowledged writes at epoch 2"));
+        // Refused, but not fenced.
+        let refused = Fact::ZombieTried { node: "node7".into(), epoch: 1, refusal: Some("no".into()), fenced: false };
+        let log = StepLog { facts: vec![refused], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("does not know it is fenced"));
+    }
+
+    #[test]
+    fn no_acknowledged_loss_fires_when_the_store_loses_an_acknowledged_entry() {
+        let mut checker = NoAcknowledgedLoss::default();
+        let mut world = seen(&mut checker, None);
+        // A lost commit outcome is read back and acknowledged once.
+        run(&mut checker, &mut world, &["lost_commit", "fund alice s1 5"]).unwrap();
+        let resolved = world.log().facts.iter().any(|f| matches!(f, Fact::Acknowledged { resolved: true, .. }));
+        assert!(resolved, "the outcome was read back");
+        assert!(world.store().armed().is_none());
+        // The store drops an acknowledged entry.
+        world.store().drop_row_for_test(2);
+        let error = run(&mut checker, &mut world, &["topup alice 10"]).unwrap_err();
+        assert!(error.contains("lost, reordered or twice"), "{error}");
+        // An entry that differs from the one acknowledged, a refused append, and a
+        // batch acknowledged at an index already taken.
+        let mut checker = NoAcknowledgedLoss::default();
+        let world = seen(&mut checker, None);
+        let rows = world.store().row_sums();
+        let mut changed = rows.clone();
+        changed[1].2 ^= 1;
+        let head = rows.len() as u64;
+        let log = StepLog { facts: vec![Fact::Store { epoch: 1, head, rows: changed }], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("is not the one acknowledged"));
+        let refused = Fact::AppendRefused { node: "node0".into(), why: "fenced".into() };
+        let log = StepLog { facts: vec![refused], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("whose answers were sent"));
+        let again = Fact::Acknowledged { node: "node0".into(), epoch: 1, first: 0, crcs: vec![7], resolved: false };
+        let log = StepLog { facts: vec![again], ..StepLog::default() };
+        assert!(check_with(&mut checker, &world, &log).unwrap_err().contains("were acknowledged before"));
+    }
+
+    #[test]
+    fn standby_digest_fires_when_the_owner_holds_a_change_the_journal_lacks() {
+        let mut checker = StandbyDigest;
+        let mut world = seen(&mut checker, None);
+        // A standby left behind catches up before it serves: same digest.
+        let lines = ["standby_lag 5", "fund alice s1 5", "usage s1 20 DE", "advance 16m", "failover"];
+        run(&mut checker, &mut world, &lines).unwrap();
+        let took = world.log().facts.iter().find_map(|f| match f {
+            Fact::TookOver { from, head, .. } => Some((*from, *head)),
+            _ => None,
+        });
+        let (from, head) = took.expect("the standby took over");
+        assert!(from < head, "it was behind: {from} of {head}");
+        // A change made behind the journal's back: the standby cannot have it.
+        let slot = credit_slot(&world, 0);
+        world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::new(1, 2));
+        world.apply(&"failover".parse::<Op>().unwrap());
+        let error = check_with(&mut checker, &world, world.log()).unwrap_err();
+        assert!(error.contains("the standby node2 at head"), "{error}");
     }
 }

@@ -125,6 +125,8 @@ pub struct Generator {
     usage_burst: Option<(String, u32)>,
     /// The last call sent with an Idempotency-Key (retried later).
     last_idempotent: Option<Op>,
+    /// Steps until the zombie of the last failover tries to append, when drawn.
+    zombie_wakes_in: Option<u32>,
 }
 
 impl Generator {
@@ -140,6 +142,7 @@ impl Generator {
             next_key: 0,
             usage_burst: None,
             last_idempotent: None,
+            zombie_wakes_in: None,
         }
     }
 
@@ -195,6 +198,13 @@ impl Generator {
 
     /// The next op for the world as it is now.
     pub fn next(&mut self, world: &World) -> Op {
+        // The zombie wakes a few steps after the failover that made it (if drawn).
+        if let Some(left) = self.zombie_wakes_in.take() {
+            if left == 0 {
+                return Op::Zombie;
+            }
+            self.zombie_wakes_in = Some(left - 1);
+        }
         if let Some((sim, left)) = self.usage_burst.take() {
             if left > 0 {
                 self.usage_burst = Some((sim.clone(), left - 1));
@@ -463,14 +473,36 @@ impl Generator {
             },
             // A crash of the service: rebuilt from its journal, it must carry on as if
             // nothing happened (the `crash_recovery` checker and the comparison test).
-            What::Faults if self.faults && self.chance(25) => Op::Restart { rebuild: true },
-            What::Faults if self.faults => {
-                let on = !self.faults_active && self.chance(60);
-                self.faults_active = on;
-                Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
-            }
+            // One draw decides, as `chance(25)` did before the store's faults: a seed that
+            // draws none of them draws the same numbers as before (decision 167).
+            What::Faults if self.faults => match self.below(100) {
+                0..=24 => Op::Restart { rebuild: true },
+                25..=39 => self.store_fault(world),
+                _ => {
+                    let on = !self.faults_active && self.chance(60);
+                    self.faults_active = on;
+                    Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
+                }
+            },
             What::Faults => Op::Advance { ms: self.duration_ms() },
         }
+    }
+
+    /// A fault of the journal's store: a failover (the owner's lease runs out and the
+    /// standby takes over), the zombie trying to append after one, a commit whose
+    /// outcome is lost, or a standby left behind for a while.
+    fn store_fault(&mut self, world: &World) -> Op {
+        let op = match self.below(100) {
+            0..=29 => Op::Failover,
+            30..=49 if world.has_zombie() => Op::Zombie,
+            30..=49 => Op::Failover,
+            50..=74 => Op::LostCommit,
+            _ => Op::StandbyLag { steps: self.range(1, 24) as u32 },
+        };
+        if op == Op::Failover && self.chance(60) {
+            self.zombie_wakes_in = Some(self.range(0, 12) as u32);
+        }
+        op
     }
 
     /// A call, sometimes with an Idempotency-Key (remembered for a later retry).

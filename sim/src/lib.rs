@@ -28,12 +28,29 @@
 //! `webhook_auto_disable`, `event_delivery` (each event to exactly the subscribed, active
 //! webhooks; retries only to them; nothing dropped), `low_balance_once`, `rate_limit`,
 //! `idempotent_replay`, `crash_recovery` (after a `crash`, the engine rebuilt from the
-//! journal's bytes has the digest of the one that died). Determinism (two runs of a seed, same responses, events and state
+//! journal's bytes has the digest of the one that died; after a `failover`, the standby
+//! that took over has the digest of the owner that paused), and three of the journal's
+//! store (issue 17): `single_owner` (no two nodes acknowledge writes at one epoch, none
+//! at an epoch older than the store's newest, and a fenced node acknowledges nothing
+//! and knows it is fenced), `no_acknowledged_loss` (every acknowledged entry is in the
+//! store exactly once, at its index, in order, with its bytes' CRC, and nothing else is;
+//! a refused append of answered entries is a loss) and `standby_digest` (the standby at
+//! the owner's head has the owner's state digest; every 32 steps and at each takeover).
+//! Determinism (two runs of a seed, same responses, events and state
 //! digest) is checked per seed with [`SimOptions::determinism`] and in the tests.
+//!
+//! ## The journal's store
+//! The world's service is the owner node of an in-memory store
+//! ([`esim_transport::store_mem`], the PostgreSQL store's semantics) with a hot standby
+//! following it: after every op its journal entries are appended through the owner's
+//! `JournalSink`. With `--faults on` the generator also draws `failover` (the owner's
+//! lease runs out, the standby takes over, catches up and serves; the old owner becomes
+//! the zombie), `zombie` (it wakes and tries to append), `lost_commit` (a commit applied
+//! with its outcome lost) and `standby_lag N` (the standby left behind for N steps).
 //!
 //! ## Layout
 //! `op` (the steps and their text form), `world` (the service and everything around
-//! it, in parts: `request`, `oracle`, `observe`, `receiver`, `crash`, `json`), `generate`
+//! it, in parts: `request`, `oracle`, `observe`, `receiver`, `crash`, `store`, `json`), `generate`
 //! (the seeded random world), `checkers` (the invariants), `shrink`,
 //! `runner` (one seed: run, replay, violation reports), `script` (scenario scripts),
 //! `report` (summary table and files).

@@ -305,6 +305,22 @@ pub enum Op {
     Restart {
         rebuild: bool,
     },
+    // The journal's store (issue 17): the service is the owner node of an in-memory
+    // store, with a hot standby following it.
+    /// The owner pauses until its lease runs out; the standby takes the shard over
+    /// (a new epoch), catches up and serves; the old owner stays around as a zombie.
+    Failover,
+    /// The zombie (the owner before the last failover) wakes and tries to append: it
+    /// must be fenced and acknowledge nothing. Nothing happens before a failover.
+    Zombie,
+    /// The owner's next commit is applied but its outcome is lost: it must read the
+    /// outcome back before answering, and not append the batch twice.
+    LostCommit,
+    /// The standby follows nothing for the next `steps` steps (it is behind; a failover
+    /// meanwhile catches it up before it serves).
+    StandbyLag {
+        steps: u32,
+    },
 }
 
 impl Op {
@@ -330,7 +346,16 @@ impl Op {
             Op::Receiver { .. } => "receiver",
             Op::Restart { rebuild: true } => "crash",
             Op::Restart { rebuild: false } => "restart",
+            Op::Failover => "failover",
+            Op::Zombie => "zombie",
+            Op::LostCommit => "lost_commit",
+            Op::StandbyLag { .. } => "standby_lag",
         }
+    }
+
+    /// The ops of the journal's store ([`Op::Failover`] and the others after it).
+    pub fn is_store_fault(&self) -> bool {
+        matches!(self, Op::Failover | Op::Zombie | Op::LostCommit | Op::StandbyLag { .. })
     }
 
     /// Simpler versions of this op, for shrinking (smaller amounts, shorter waits,
@@ -565,7 +590,8 @@ impl fmt::Display for Op {
             }
             Op::Advance { ms } => write!(f, "{verb} {}", duration_text(*ms)),
             Op::Receiver { webhook, mode } => write!(f, "{verb} {} {mode}", token(webhook)),
-            Op::Restart { .. } => f.write_str(verb),
+            Op::Restart { .. } | Op::Failover | Op::Zombie | Op::LostCommit => f.write_str(verb),
+            Op::StandbyLag { steps } => write!(f, "{verb} {steps}"),
         }
     }
 }
@@ -740,6 +766,10 @@ impl FromStr for Op {
             "advance" => Op::Advance { ms: parse_duration(args.next("duration")?)? },
             "crash" => Op::Restart { rebuild: true },
             "restart" => Op::Restart { rebuild: false },
+            "failover" => Op::Failover,
+            "zombie" => Op::Zombie,
+            "lost_commit" => Op::LostCommit,
+            "standby_lag" => Op::StandbyLag { steps: args.parse("step count")? },
             "receiver" => {
                 let webhook = args.string("webhook")?;
                 let mode = match args.next("mode")? {
@@ -927,6 +957,10 @@ mod tests {
             "receiver w1 fail",
             "crash",
             "restart",
+            "failover",
+            "zombie",
+            "lost_commit",
+            "standby_lag 12",
         ];
         for line in lines {
             let op: Op = line.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
@@ -947,6 +981,10 @@ mod tests {
             "frobnicate a",
             "topup a 1 2",
             "crash now",
+            "failover now",
+            "standby_lag",
+            "standby_lag -1",
+            "zombie 2",
         ] {
             assert!(line.parse::<Op>().is_err(), "{line}");
         }

@@ -13,7 +13,8 @@
 //! private fields: `request` (the requests an op sends), `oracle` (what an
 //! Idempotency-Key should do), `observe` (the step log and the facts read from
 //! responses), `receiver` (events, deliveries and how receivers answer), `crash` (a
-//! restart, and the rebuild from the journal) and `json` (request bodies).
+//! restart, and the rebuild from the journal), `store` (the journal in the in-memory
+//! store: owner, standby, zombie, and their faults) and `json` (request bodies).
 
 mod crash;
 mod json;
@@ -21,11 +22,13 @@ mod observe;
 mod oracle;
 mod receiver;
 mod request;
+mod store;
 
 pub use observe::{decimal, DeliveryRecord, Exchange, Fact, StepLog};
 pub use oracle::Idempotency;
 pub use receiver::Mode;
 pub use request::reached_by;
+pub use store::{STANDBY_DIGEST_EVERY_STEPS, STORE_LEASE_MS};
 
 use crate::op::Op;
 use crate::InjectedBug;
@@ -122,6 +125,8 @@ pub struct World {
     journal: Vec<JournalEntry>,
     /// The newest events (engine account, name, id): what resends pick from.
     recent_events: Vec<(u32, esim_engine::EventName, String)>,
+    /// The journal in the in-memory store: the owner node, the standby, the zombie.
+    nodes: store::Nodes,
 }
 
 impl World {
@@ -136,7 +141,9 @@ impl World {
         service.set_render_qr(false);
         #[cfg(feature = "test-switches")]
         service.engine_mut().inject_bug_for_test(bug);
+        let nodes = store::Nodes::new(store::header(&config), &store::prepare(bug));
         World {
+            nodes,
             now: service.now(Millis(0)),
             service,
             accounts: Vec::new(),
@@ -280,10 +287,15 @@ impl World {
             Op::Advance { ms } => self.advance(*ms),
             Op::Receiver { webhook, mode } => self.set_receiver(webhook, *mode),
             Op::Restart { rebuild } => self.restart(*rebuild),
+            Op::Failover => self.failover(),
+            Op::Zombie => self.zombie_append(),
+            Op::LostCommit => self.lose_commit_outcome(),
+            Op::StandbyLag { steps } => self.lag_standby(*steps),
             request => self.send_op(request),
         }
         self.drain();
-        self.journal.extend(self.service.drain_journal());
+        self.commit_journal();
+        self.report_store(op.is_store_fault());
         self.log.now = self.now;
         &self.log
     }

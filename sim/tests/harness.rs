@@ -34,6 +34,10 @@ fn a_clean_engine_passes_every_checker() {
         "faults",
         "testwebhook",
         "crash",
+        "failover",
+        "zombie",
+        "lost_commit",
+        "standby_lag",
     ] {
         assert!(summary.commands.get(verb).copied().unwrap_or(0) > 0, "no {verb} in {:?}", summary.commands);
     }

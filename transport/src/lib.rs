@@ -13,12 +13,16 @@
 //! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
 //! - [`store_pg`] and [`standby`]: the journal in PostgreSQL, and the hot standby that
 //!   follows it and takes the shard over when the owner's lease runs out.
+//! - [`fence`]: the fencing rules of a shard's owner row, shared by the stores.
+//! - [`store_mem`]: an in-memory store with the PostgreSQL store's semantics and faults,
+//!   for the simulation.
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
 pub mod dashboard;
 pub mod edge;
+pub mod fence;
 pub mod journal;
 pub mod lock;
 pub mod metrics;
@@ -29,6 +33,7 @@ pub mod sender;
 pub mod server;
 pub mod service;
 pub mod standby;
+pub mod store_mem;
 pub mod store_pg;
 
 pub use service::{ClockMode, JournalEntry, Outcome, Service};

@@ -175,7 +175,8 @@ impl Follower {
 
     /// The conditional takeover: the epoch after `seen` with this process's lease, only
     /// if the row still has epoch `seen` and its lease has run out by the database's
-    /// clock. `Some((epoch, head))` when this process took the shard.
+    /// clock ([`crate::fence::may_take_over`], evaluated by the database). `Some((epoch,
+    /// head))` when this process took the shard.
     async fn take_over(&mut self, seen: i64, me: &str, lease: Duration) -> Result<Option<(i64, i64)>, String> {
         let client = self.connected().await?;
         let sql = format!(

@@ -17,7 +17,8 @@
 //! # Appending: group commit and fencing in one transaction
 //!
 //! One transaction per batch: `UPDATE shard_owner SET head = new WHERE shard = s AND
-//! epoch = mine AND head = old` must touch exactly one row, and the batch's entries are
+//! epoch = mine AND head = old` ([`crate::fence::append`], evaluated by the database)
+//! must touch exactly one row, and the batch's entries are
 //! inserted with one statement; then `COMMIT`. No row touched: another process took the
 //! shard (bumped the epoch); the transaction is rolled back and this process acknowledges
 //! no more changes ([`JournalSink::fenced`]). The primary key makes a second append at
@@ -747,7 +748,8 @@ impl PgStore {
                         .query_opt("SELECT epoch FROM journal WHERE shard = $1 AND seq = $2", &[&SHARD, &old_head])
                         .await
                         .map_err(|e| e.to_string())?;
-                    Ok::<_, String>((connection, row.is_some_and(|row| row.get::<_, i64>(0) == epoch)))
+                    let written_by = row.map(|row| row.get::<_, i64>(0));
+                    Ok::<_, String>((connection, crate::fence::committed(written_by, epoch)))
                 };
                 match attempt.await {
                     Ok(found) => return Ok(found),
@@ -1069,7 +1071,15 @@ impl JournalSink for PgStore {
             }
         };
         match owner {
-            Some(owner) if owner.epoch == self.epoch && owner.head as u64 == self.next_index => Ok(()),
+            Some(owner)
+                if crate::fence::still_owns(
+                    Some(crate::fence::OwnerRow { epoch: owner.epoch, head: owner.head as u64 }),
+                    self.epoch,
+                    self.next_index,
+                ) =>
+            {
+                Ok(())
+            }
             Some(owner) => Err(self.lose(format!(
                 "shard 0 of the PostgreSQL store moved on: epoch {} head {} (this process: epoch {} head {})",
                 owner.epoch, owner.head, self.epoch, self.next_index

@@ -12,7 +12,7 @@ impl World {
     /// Connections die with it: deliveries the receivers were holding are never answered,
     /// and the restarted service hands them out again (the next `drain` answers them).
     pub(super) fn restart(&mut self, rebuild: bool) {
-        self.journal.extend(self.service.drain_journal());
+        self.commit_journal();
         let rebuilt = rebuild.then(|| {
             let before = self.service.engine().state_digest();
             let header = SegmentHeader {

@@ -87,6 +87,53 @@ pub enum Fact {
     Restarted {
         rebuild: Option<Result<(String, String), String>>,
     },
+    /// A node's append to the in-memory store returned success: these entries are
+    /// acknowledged (`first` is the index of the first, `crcs` the CRC-32C of each
+    /// entry's bytes; `resolved`: its commit's outcome was lost and read back).
+    Acknowledged {
+        node: String,
+        epoch: i64,
+        first: u64,
+        crcs: Vec<u32>,
+        resolved: bool,
+    },
+    /// The owner's append of entries the world had already seen answered was refused
+    /// (or its lease renewal found the shard gone): in the simulation responses go out
+    /// before the append, so this is a loss.
+    AppendRefused {
+        node: String,
+        why: String,
+    },
+    /// The store after the step: the owner row's epoch and head, and every journal row
+    /// as `(seq, epoch, crc32c)` in stored order.
+    Store {
+        epoch: i64,
+        head: u64,
+        rows: Vec<esim_transport::store_mem::RowSum>,
+    },
+    /// A standby took the shard over (`failover`) at `epoch`, caught up from `from` to
+    /// `head` entries.
+    TookOver {
+        node: String,
+        epoch: i64,
+        from: u64,
+        head: u64,
+    },
+    /// A paused old owner woke and tried to append (`zombie`): its refusal (none when
+    /// it was acknowledged) and whether it then reported itself fenced.
+    ZombieTried {
+        node: String,
+        epoch: i64,
+        refusal: Option<String>,
+        fenced: bool,
+    },
+    /// The standby and the owner at the same head, with their state digests.
+    StandbyAt {
+        standby: String,
+        head: u64,
+        standby_digest: String,
+        owner_digest: String,
+    },
 }
 
 /// One HTTP request and its response.

@@ -160,7 +160,13 @@ impl World {
                     .optional("network_read_fails", network_read_fails.as_ref());
                 self.send_to(Who::Admin, Endpoint::SetFaults, &[], "", body.finish(), None, Kind::Other);
             }
-            Op::Advance { .. } | Op::Receiver { .. } | Op::Restart { .. } => {}
+            Op::Advance { .. }
+            | Op::Receiver { .. }
+            | Op::Restart { .. }
+            | Op::Failover
+            | Op::Zombie
+            | Op::LostCommit
+            | Op::StandbyLag { .. } => {}
         }
     }
 
