@@ -197,6 +197,8 @@ fn sub_request(request: &http::Request<Bytes>, path_and_query: &str, body: Bytes
         .body(body)
         .expect("a path of a valid request");
     *copy.headers_mut() = request.headers().clone();
+    // The part's body is its own (never sent on a wire, but kept truthful).
+    copy.headers_mut().remove(http::header::CONTENT_LENGTH);
     copy
 }
 
