@@ -283,6 +283,24 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
     // Placement continues round-robin after the restart (8 accounts: the next is shard 0).
     let (account_id, _) = server.account(0.0).await;
     assert_eq!(shard_of_account_id(&account_id, SHARDS), 0);
+
+    // SIGKILL: every acknowledged change of every shard was durable before its answer.
+    for tenant in &tenants {
+        let funded =
+            server.api("POST", &format!("/esim/{}/fund", tenant.iccid), &tenant.key, Some(json!({"amount": 9}))).await;
+        assert_eq!(funded.status, 200, "funded again after its return settled: {}", funded.body);
+        let topped = server
+            .admin("POST", &format!("/admin/v1/accounts/{}/topups", tenant.account_id), Some(json!({"amount_usd": 10})))
+            .await;
+        assert_eq!(topped.status, 201, "{}", topped.body);
+    }
+    let acknowledged = server.admin("GET", "/admin/v1/state", None).await.body;
+    assert_ne!(acknowledged["state_digest"], again["state_digest"]);
+    started.running.child.kill().unwrap();
+    started.running.child.wait().unwrap();
+    let (mut started, server) = start(&dir);
+    let recovered = server.admin("GET", "/admin/v1/state", None).await.body;
+    assert_eq!(recovered["shards"], acknowledged["shards"], "every shard recovered after SIGKILL");
     unsafe_free_sigterm(&mut started.running.child);
     remove_data_dir(&dir);
 }
