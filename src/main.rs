@@ -671,6 +671,7 @@ fn serve_sharded(
         }
         parts.push((service, Box::new(journal)));
     }
+    esim_transport::shards::align_virtual_clocks(parts.iter_mut().map(|(service, _)| service).collect())?;
     // The demo account lives on shard 0 (decision 169).
     let demo_account = parts.iter().find_map(|(service, _)| {
         service.engine().accounts().iter().find(|a| a.contact_email == DEMO_EMAIL).map(|a| a.id.clone())

@@ -294,7 +294,17 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
             .await;
         assert_eq!(topped.status, 201, "{}", topped.body);
     }
-    let acknowledged = server.admin("GET", "/admin/v1/state", None).await.body;
+    // Delivery outcomes are journaled commands too: read the state once they are all in
+    // (two reads 100 ms apart agree), so what is compared is exactly what was acknowledged.
+    let mut acknowledged = server.admin("GET", "/admin/v1/state", None).await.body;
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let later = server.admin("GET", "/admin/v1/state", None).await.body;
+        if later == acknowledged {
+            break;
+        }
+        acknowledged = later;
+    }
     assert_ne!(acknowledged["state_digest"], again["state_digest"]);
     started.running.child.kill().unwrap();
     started.running.child.wait().unwrap();

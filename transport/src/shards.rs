@@ -487,6 +487,34 @@ where
     json_response(200, serde_json::to_vec(&body).expect("json"))
 }
 
+/// On the virtual clock, every shard starts at the time of the shard furthest ahead: a
+/// crash between the shards' parts of one clock advance leaves them apart, and `GET
+/// /sandbox/v1/clock` reads shard 0 (decision 171). Each shard behind advances as the
+/// sandbox request would (journaled: the caller appends its entries).
+pub fn align_virtual_clocks(mut services: Vec<&mut crate::Service>) -> Result<(), String> {
+    let Some(ahead) = services.iter().map(|service| service.shown_now()).max() else { return Ok(()) };
+    for (shard, service) in services.iter_mut().enumerate() {
+        let behind_ms = ahead.0 - service.shown_now().0;
+        if service.clock() != crate::ClockMode::Virtual || behind_ms <= 0 {
+            continue;
+        }
+        let seconds = rust_decimal::Decimal::new(behind_ms, 3).normalize();
+        let request = http::Request::builder()
+            .method("POST")
+            .uri("/sandbox/v1/clock/advance")
+            .header(http::header::AUTHORIZATION, format!("Bearer {}", service.admin_token()))
+            .body(Bytes::from(serde_json::json!({ "seconds": seconds }).to_string()))
+            .expect("a valid request");
+        match service.handle(ahead, &request) {
+            crate::Outcome::Respond(response) if response.status().is_success() => {
+                tracing::warn!(shard, behind_ms, "this shard's virtual clock was behind the others: moved to {ahead}");
+            }
+            _ => return Err(format!("shard {shard}'s virtual clock could not be moved to {ahead}")),
+        }
+    }
+    Ok(())
+}
+
 /// The file of a sharded data dir that records its shard count (decision 170).
 pub const SHARDS_FILE: &str = "shards";
 
@@ -727,6 +755,30 @@ mod tests {
         assert_eq!(shards_to_serve(&dir, None).unwrap(), (1, false), "an unsharded journal");
         assert!(shards_to_serve(&dir, Some(4)).unwrap_err().contains("made with 1 shard(s)"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn shards_apart_on_the_virtual_clock_start_together() {
+        let shard = |k: u32| {
+            let config = EngineConfig { seed: 1, shard: k, shard_count: 3, ..EngineConfig::default() };
+            Service::new(
+                Engine::new(config, Millis::VIRTUAL_EPOCH),
+                ADMIN.into(),
+                ClockMode::Virtual,
+                Secrets::seeded(1),
+            )
+        };
+        let (mut a, mut b, mut c) = (shard(0), shard(1), shard(2));
+        call(&mut b, "POST", "/sandbox/v1/clock/advance", ADMIN, json!({"seconds": 90.5}));
+        let _ = b.drain_journal();
+        align_virtual_clocks(vec![&mut a, &mut b, &mut c]).unwrap();
+        let ahead = Millis::VIRTUAL_EPOCH.plus_ms(90_500);
+        for service in [&mut a, &mut b, &mut c] {
+            assert_eq!(service.shown_now(), ahead);
+            assert_eq!(service.engine().now(), ahead);
+        }
+        assert_eq!(a.drain_journal().len(), 1, "the move is journaled");
+        assert!(b.drain_journal().is_empty(), "the shard ahead stays");
     }
 
     #[test]
