@@ -43,6 +43,7 @@ struct Tenant {
     key: String,
     receiver: Receiver,
     secret: String,
+    webhook_id: String,
     iccid: String,
     charged_usd: f64,
     group_id: String,
@@ -76,6 +77,10 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
         assert_eq!(hook.status, 201, "{}", hook.body);
         assert_eq!(shard_of_webhook_id(hook.body["id"].as_str().unwrap(), SHARDS), shard);
         let secret = hook.body["signing_secret"].as_str().unwrap().to_string();
+        let webhook_id = hook.body["id"].as_str().unwrap().to_string();
+        // The webhook test answers once the shard's own sender has the receiver's status.
+        let tested = server.api("POST", &format!("/webhooks/{webhook_id}/test"), &key, None).await;
+        assert_eq!((tested.status, tested.body["success"].clone()), (200, json!(true)), "{}", tested.body);
         let iccid = server.provision(&key, None).await;
         assert_eq!(shard_of_iccid(&iccid, SHARDS), shard, "{iccid}");
         let installed = server.admin("POST", &format!("/sandbox/v1/esims/{iccid}/install"), None).await;
@@ -98,7 +103,7 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
         assert_eq!(funded.status, 200, "{}", funded.body);
         let member = server.provision(&key, Some(&group_id)).await;
         assert_eq!(shard_of_iccid(&member, SHARDS), shard);
-        tenants.push(Tenant { shard, account_id, key, receiver, secret, iccid, charged_usd, group_id });
+        tenants.push(Tenant { shard, account_id, key, receiver, secret, webhook_id, iccid, charged_usd, group_id });
     }
 
     // Another shard's eSIM, group and account are unknown to a key; a garbled key is refused.
@@ -107,6 +112,8 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
         let foreign = server.api("GET", &format!("/esim/{}", other.iccid), &tenant.key, None).await;
         assert_eq!(foreign.status, 404, "{}", foreign.body);
         let foreign = server.api("GET", &format!("/groups/{}", other.group_id), &tenant.key, None).await;
+        assert_eq!(foreign.status, 404, "{}", foreign.body);
+        let foreign = server.api("GET", &format!("/webhooks/{}", other.webhook_id), &tenant.key, None).await;
         assert_eq!(foreign.status, 404, "{}", foreign.body);
     }
     for key in ["rsk_zz", &format!("rsk_03{}", "0".repeat(62)), &format!("rsk_ff{}", "0".repeat(62))] {
