@@ -322,6 +322,13 @@ struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     demo: Option<bool>,
+    /// Accounts spread over this many engines (1 to 64), each with its own journal in
+    /// DIR/shard-<k>/ and its own owner task; every id names its shard, so requests
+    /// route without a lookup. Fixed when the data dir is made (recorded in DIR/shards);
+    /// a later start with another count is refused. Default: what the data dir holds (1
+    /// for a new one, which is the unsharded layout). Not with --store yet.
+    #[arg(long, env = "ESIM_SHARDS", value_parser = clap::value_parser!(u32).range(1..=64))]
+    shards: Option<u32>,
     /// Open connections at most (lowered to fit the descriptor limit, `ulimit -n`); at
     /// the cap, new connections wait in the listen backlog.
     #[arg(
@@ -411,6 +418,23 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut bound = None;
     // With a store: no lock (the shard's epoch fences a second server, decision 140).
     let mut lock = None;
+    match &args.store {
+        Some(_) if args.shards.is_some_and(|shards| shards > 1) => {
+            return Err("--shards above 1 needs the data dir's file journals: shards in a PostgreSQL store are \
+                        the next slice of issue 17"
+                .into())
+        }
+        Some(_) => {}
+        None => {
+            // One process per data dir, for this process's whole life (released however it ends).
+            lock = Some(esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?);
+            let (shards, new) = esim_transport::shards::shards_to_serve(&args.data_dir, args.shards)?;
+            if shards > 1 {
+                let sharded = Sharded { shards, new, clock, fresh, speed };
+                return serve_sharded(args, sharded, runtime, shutdown);
+            }
+        }
+    }
     let (recovery, store) = match &args.store {
         Some(url) => {
             let listener = runtime
@@ -445,8 +469,6 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
         }
         None => {
-            // One process per data dir, for this process's whole life (released however it ends).
-            lock = Some(esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?);
             let recovery = journal::recover(&args.data_dir, &RecoverOptions { repair: true, until: None })
                 .map_err(|e| e.to_string())?;
             (recovery, None)
@@ -457,16 +479,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::warn!("recovery: {note}");
     }
     let new_data_dir = recovery.engine.is_none();
-    let admin_token = match args.admin_token.clone() {
-        Some(token) if !token.is_empty() => token,
-        _ => {
-            let existing =
-                std::fs::read_to_string(args.data_dir.join("admin-token")).ok().map(|t| t.trim().to_string());
-            let token = existing.filter(|t| !t.is_empty()).unwrap_or_else(random_token);
-            write_admin_token(&args.data_dir, &token).map_err(|e| format!("cannot write the admin token file: {e}"))?;
-            token
-        }
-    };
+    let admin_token = admin_token(&args)?;
     let (engine, header) = match (recovery.engine, recovery.header) {
         (Some(engine), Some(mut header)) => {
             header.first_index = recovery.next_index;
@@ -553,6 +566,150 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     })
 }
 
+/// The admin token of this start: the one given, else the data dir's file (made with a
+/// new token when missing).
+fn admin_token(args: &ServeArgs) -> Result<String, String> {
+    match args.admin_token.clone() {
+        Some(token) if !token.is_empty() => Ok(token),
+        _ => {
+            let existing =
+                std::fs::read_to_string(args.data_dir.join("admin-token")).ok().map(|t| t.trim().to_string());
+            let token = existing.filter(|t| !t.is_empty()).unwrap_or_else(random_token);
+            write_admin_token(&args.data_dir, &token).map_err(|e| format!("cannot write the admin token file: {e}"))?;
+            Ok(token)
+        }
+    }
+}
+
+/// What `serve` settled before a sharded data dir takes its own path.
+struct Sharded {
+    shards: u32,
+    /// No shard count was recorded: a new data dir.
+    new: bool,
+    clock: ClockMode,
+    fresh: SegmentHeader,
+    speed: u32,
+}
+
+/// Shard k's header on a new sharded data dir: the start's seed plus k (each shard its
+/// own streams), its index and the count, and its share of the initial inventory; the
+/// same start time, so every shard's clock starts together (decision 170).
+fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32) -> SegmentHeader {
+    let inventory = esim_transport::shards::split_inventory(fresh.config.initial_inventory, shards as usize);
+    let config = EngineConfig {
+        seed: fresh.config.seed.wrapping_add(u64::from(shard)),
+        shard,
+        shard_count: shards,
+        initial_inventory: inventory[shard as usize],
+        ..fresh.config.clone()
+    };
+    SegmentHeader { config, ..fresh.clone() }
+}
+
+/// `esim serve` on a sharded data dir (the data dir is locked): each shard recovered
+/// from (or made in) DIR/shard-<k>/, then served by [`server::serve_shards`].
+fn serve_sharded(
+    args: ServeArgs,
+    sharded: Sharded,
+    runtime: tokio::runtime::Runtime,
+    shutdown: std::pin::Pin<Box<impl std::future::Future<Output = ()>>>,
+) -> Result<(), String> {
+    let Sharded { shards, new, clock, fresh, speed } = sharded;
+    if new {
+        esim_transport::shards::record_shards(&args.data_dir, shards)
+            .map_err(|e| format!("cannot record the shard count in {}: {e}", args.data_dir.display()))?;
+    }
+    let admin_token = admin_token(&args)?;
+    let mut parts: Vec<(Service, Box<dyn JournalSink>)> = Vec::with_capacity(shards as usize);
+    let mut new_data_dir = true;
+    let mut replayed = (0, 0);
+    for shard in 0..shards {
+        let dir = esim_transport::shards::shard_dir(&args.data_dir, shard);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        secrets::set_mode(&dir, 0o700).map_err(|e| format!("cannot make {} mode 0700: {e}", dir.display()))?;
+        let recovery = journal::recover(&dir, &RecoverOptions { repair: true, until: None })
+            .map_err(|e| format!("shard {shard}: {e}"))?;
+        for note in &recovery.repaired {
+            tracing::warn!(shard, "recovery: {note}");
+        }
+        replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
+        let (engine, header) = match (recovery.engine, recovery.header) {
+            (Some(engine), Some(mut header)) => {
+                new_data_dir = false;
+                header.first_index = recovery.next_index;
+                if header.clock != clock {
+                    tracing::warn!(
+                        shard,
+                        "this shard ran on the {} clock; it continues on the {} clock",
+                        clock_name(header.clock),
+                        clock_name(clock)
+                    );
+                    header.clock = clock;
+                }
+                (engine, header)
+            }
+            _ => {
+                let header = shard_header(&fresh, shard, shards);
+                (Engine::new(header.config.clone(), header.start), header)
+            }
+        };
+        let journal = FileJournal::open(&dir, header, SnapshotPolicy::default())
+            .map_err(|e| format!("cannot open the journal in {}: {e}", dir.display()))?;
+        let key = sealing_key(&args, Some(&engine))?;
+        esim_engine::with_test_switches! {
+            let engine = panic_on_fund_if_asked(engine);
+        }
+        let mut secrets = Secrets::from_os(key);
+        secrets.set_shard(shard, shards);
+        let mut service = Service::new(engine, admin_token.clone(), clock, secrets);
+        if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
+            let now = service.now(Millis(server::real_now_ms()));
+            let allowed = args.allow_insecure_webhooks;
+            service
+                .apply_command(now, Command::Admin(AdminOp::SetInsecureWebhooks { allowed }))
+                .map_err(|e| e.to_string())?;
+        }
+        parts.push((service, Box::new(journal)));
+    }
+    esim_transport::shards::align_virtual_clocks(parts.iter_mut().map(|(service, _)| service).collect())?;
+    // The demo account lives on shard 0 (decision 169).
+    let demo_account = parts.iter().find_map(|(service, _)| {
+        service.engine().accounts().iter().find(|a| a.contact_email == DEMO_EMAIL).map(|a| a.id.clone())
+    });
+    let demo = match demo_account {
+        None if args.demo.unwrap_or(new_data_dir) => Some(Demo::Created(create_demo_account(&mut parts[0].0)?)),
+        None => None,
+        Some(account_id) => (args.demo != Some(false)).then_some(Demo::Exists(account_id)),
+    };
+    for (shard, (service, journal)) in parts.iter_mut().enumerate() {
+        journal.append(&service.drain_journal()).map_err(|e| format!("cannot write shard {shard}'s journal: {e}"))?;
+    }
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+        let address = listener.local_addr().map_err(|e| e.to_string())?;
+        match demo {
+            Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
+            Some(Demo::Exists(account_id)) => println!(
+                "demo account {account_id} (its key was shown at its first start); a new key:\n  \
+                 curl -s -XPOST http://{address}/admin/v1/accounts/{account_id}/keys \
+                 -H \"Authorization: Bearer $(cat {})\"",
+                args.data_dir.join("admin-token").display()
+            ),
+            None => {}
+        }
+        tracing::info!(
+            data_dir = %args.data_dir.display(), shards, clock = ?clock, speed,
+            from_snapshot = replayed.0, replayed = replayed.1, "service started"
+        );
+        let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
+        options.edge.connections_max = args.max_connections;
+        server::serve_shards(listener, parts, options, shutdown).await.map_err(|e| e.to_string())
+    })
+}
+
 /// The journal header of a new data dir or store: the seed and configuration of this
 /// start (the seed from the OS when none is given).
 fn new_header(args: &ServeArgs, clock: ClockMode) -> SegmentHeader {
@@ -633,6 +790,9 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
     };
     let started = std::time::Instant::now();
     let source = Source::new(args.data_dir, args.store);
+    if let Some((dir, shards)) = source.sharded()? {
+        return replay_sharded(&dir, shards, until);
+    }
     let recovery = source.recover(until)?;
     let elapsed = started.elapsed();
     let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", source.name())) };
@@ -661,6 +821,78 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Each shard of a sharded data dir recovered (read-only), in shard order.
+fn recover_shards(dir: &Path, shards: u32, until: Option<Millis>) -> Result<Vec<journal::Recovery>, String> {
+    (0..shards)
+        .map(|shard| {
+            let recovery = journal::recover(
+                &esim_transport::shards::shard_dir(dir, shard),
+                &RecoverOptions { repair: false, until },
+            )
+            .map_err(|e| format!("shard {shard}: {e}"))?;
+            if recovery.engine.is_none() {
+                return Err(format!("shard {shard} of {} holds no journal", dir.display()));
+            }
+            Ok(recovery)
+        })
+        .collect()
+}
+
+/// `esim replay` of a sharded data dir: each shard's digest and summary, then one digest
+/// over all (what `GET /admin/v1/state` shows) and the totals.
+fn replay_sharded(dir: &Path, shards: u32, until: Option<Millis>) -> Result<(), String> {
+    use std::fmt::Write as _;
+    let started = std::time::Instant::now();
+    let recoveries = recover_shards(dir, shards, until)?;
+    let elapsed = started.elapsed();
+    let mut out = String::new();
+    let mut digests = Vec::new();
+    let (mut accounts, mut esims, mut groups, mut entries, mut conserved) = (0, 0, 0, 0, true);
+    for (shard, recovery) in recoveries.iter().enumerate() {
+        let engine = recovery.engine.as_ref().expect("checked by recover_shards");
+        let report = engine.conservation_report(None).expect("all accounts");
+        conserved &= report.conserved;
+        digests.push(engine.state_digest());
+        let _ = writeln!(
+            out,
+            "shard {shard}      {} time {} entries {} accounts {} esims {} groups {} conserved {}",
+            engine.state_digest(),
+            engine.now(),
+            recovery.next_index,
+            engine.accounts().len(),
+            engine.esims().len(),
+            engine.groups().len(),
+            if report.conserved { "yes" } else { "NO" }
+        );
+        accounts += engine.accounts().len();
+        esims += engine.esims().len();
+        groups += engine.groups().len();
+        entries += recovery.next_index;
+        for note in &recovery.repaired {
+            let _ =
+                writeln!(out, "damage       shard {shard}: {note} (not repaired here: `esim serve` cuts it on start)");
+        }
+    }
+    let header = format!(
+        "shards       {shards}\nstate_digest {} (over the shards' digests)\n",
+        esim_transport::shards::combined_digest(&digests)
+    );
+    out.insert_str(0, &header);
+    let _ = writeln!(out, "entries      {entries}");
+    let _ = writeln!(out, "accounts     {accounts}");
+    let _ = writeln!(out, "esims        {esims}");
+    let _ = writeln!(out, "groups       {groups}");
+    let _ = writeln!(
+        out,
+        "conserved    {}",
+        if conserved { "yes (every difference is exactly 0, on every shard)" } else { "NO" }
+    );
+    let _ = writeln!(out, "replay time  {:.3} s", elapsed.as_secs_f64());
+    note_live(dir);
+    print_out(&out);
+    Ok(())
+}
+
 /// What `esim replay` and `esim report` read: a data dir, or a store (read-only).
 enum Source {
     DataDir(PathBuf),
@@ -674,6 +906,17 @@ impl Source {
             (_, Some(url)) => Source::Store { url, owner: Default::default() },
             (Some(dir), None) => Source::DataDir(dir),
             (None, None) => unreachable!("clap requires --data-dir or --store"),
+        }
+    }
+
+    /// A sharded data dir and its shard count, if this is one.
+    fn sharded(&self) -> Result<Option<(PathBuf, u32)>, String> {
+        match self {
+            Source::DataDir(dir) => match esim_transport::shards::recorded_shards(dir)? {
+                Some(shards) if shards > 1 => Ok(Some((dir.clone(), shards))),
+                _ => Ok(None),
+            },
+            Source::Store { .. } => Ok(None),
         }
     }
 
@@ -748,6 +991,30 @@ fn report_conservation(
     until: Option<&str>,
 ) -> Result<(), String> {
     let period = esim_engine::finance::Period::parse(from, until)?;
+    if let Some((dir, shards)) = source.sharded()? {
+        let recoveries = recover_shards(&dir, shards, None)?;
+        let engines: Vec<&Engine> = recoveries.iter().filter_map(|r| r.engine.as_ref()).collect();
+        let report = match account {
+            // The account's shard shows it as an unsharded service would.
+            Some(id) => engines[esim_transport::shards::shard_of_account_id(id, shards as usize)]
+                .finance_report(Some(id), period)
+                .ok_or_else(|| format!("no account {id}"))?,
+            None => {
+                let generated_at = engines.iter().map(|e| e.now()).max().expect("at least two shards").to_rfc3339();
+                let parts = engines
+                    .iter()
+                    .enumerate()
+                    .map(|(shard, engine)| {
+                        (format!("shard-{shard}"), None, engine.finance_report(None, period).expect("all accounts"))
+                    })
+                    .collect();
+                esim_transport::shards::combine_reports(generated_at, parts)
+            }
+        };
+        note_live(&dir);
+        print_out(&report.render(format).expect("format checked by clap"));
+        return if report.conserved { Ok(()) } else { Err("money is not conserved: see the difference lines".into()) };
+    }
     let recovery = source.recover(None)?;
     let Some(engine) = recovery.engine else { return Err(format!("{} holds no journal", source.name())) };
     let report =

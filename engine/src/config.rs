@@ -26,6 +26,38 @@ pub struct EngineConfig {
     pub initial_inventory: u64,
     /// Requests per minute per API key.
     pub rate_limit_per_minute: u32,
+    /// This engine's shard, `0..shard_count` (decision 168). Written only when the
+    /// service is sharded, so an unsharded engine's header, snapshots and state digest
+    /// keep their bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shard: u32,
+    /// Shards of the service (1 to [`SHARD_COUNT_MAX`]): with more than one, every id
+    /// this engine makes names its shard and ICCID serials step by it (decision 168).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub shard_count: u32,
+}
+
+/// Most shards a service may have: a shard index fits in the first random byte of an
+/// id, and far more engines than cores would only cost memory.
+pub const SHARD_COUNT_MAX: u32 = 64;
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl EngineConfig {
+    /// True when this engine is one of several shards (ids then carry its index).
+    pub fn sharded(&self) -> bool {
+        self.shard_count > 1
+    }
 }
 
 impl Default for EngineConfig {
@@ -40,6 +72,8 @@ impl Default for EngineConfig {
             allow_insecure_webhooks: false,
             initial_inventory: 100_000,
             rate_limit_per_minute: 100,
+            shard: 0,
+            shard_count: 1,
         }
     }
 }

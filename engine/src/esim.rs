@@ -177,9 +177,15 @@ impl Engine {
         if self.next_serial == 0 {
             // A random starting serial makes ICCIDs look issued from a real range.
             self.next_serial = u64::from_le_bytes(self.random_bytes::<8>(Purpose::Serial)) % 100_000_000_000 + 1;
+            if self.config.sharded() {
+                // Serials of shard k are k modulo the shard count (decision 168): unique
+                // across shards by construction, and an ICCID tells its shard.
+                let count = u64::from(self.config.shard_count);
+                self.next_serial = self.next_serial - self.next_serial % count + u64::from(self.config.shard) + count;
+            }
         }
         let iccid = codes::iccid_for_serial(self.next_serial);
-        self.next_serial += 1;
+        self.next_serial += u64::from(self.config.shard_count.max(1));
         let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>(Purpose::MatchingId)));
         let id = self.random_uuid();
         let uuid = uuid::Uuid::try_parse(&id).expect("a drawn id is a UUID");

@@ -66,6 +66,7 @@ impl Engine {
     pub(crate) fn random_bytes<const N: usize>(&mut self, purpose: Purpose) -> [u8; N] {
         let mut bytes = [0u8; N];
         self.randomness.stream(purpose).fill_bytes(&mut bytes);
+        self.mark_shard(purpose, &mut bytes);
         bytes
     }
 
@@ -73,7 +74,20 @@ impl Engine {
     pub(crate) fn random_id(&mut self, purpose: Purpose, prefix: &str, bytes: usize) -> String {
         let mut raw = vec![0u8; bytes];
         self.randomness.stream(purpose).fill_bytes(&mut raw);
+        self.mark_shard(purpose, &mut raw);
         format!("{prefix}{}", hex(&raw))
+    }
+
+    /// On a sharded service, the first byte of every id a request routes by (accounts,
+    /// eSIM and group UUIDs, webhooks, events) is this engine's shard, so a node reads
+    /// the shard from the id without a lookup (decision 168). The draw is made as
+    /// before and only that byte replaced: an unsharded engine's ids are unchanged.
+    fn mark_shard(&self, purpose: Purpose, bytes: &mut [u8]) {
+        if self.config.sharded() && matches!(purpose, Purpose::ResourceId | Purpose::EventId) {
+            if let Some(first) = bytes.first_mut() {
+                *first = self.config.shard as u8;
+            }
+        }
     }
 
     /// A random (version 4) UUID: the ids of eSIMs and groups.

@@ -61,7 +61,7 @@ pub fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
     query
         .unwrap_or("")
         .split('&')
@@ -74,7 +74,7 @@ fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
 }
 
 /// A query parameter; present but empty (`?country=`) counts as absent.
-fn query_value<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub(crate) fn query_value<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
     query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).filter(|v| !v.trim().is_empty())
 }
 

@@ -11,6 +11,8 @@
 //!   body budget).
 //! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
 //! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
+//! - [`shards`]: accounts sharded over engines in one process: the shard each id names,
+//!   routing, and the requests that fan out to every shard.
 //! - [`store_pg`] and [`standby`]: the journal in PostgreSQL, and the hot standby that
 //!   follows it and takes the shard over when the owner's lease runs out.
 //! - [`fence`]: the fencing rules of a shard's owner row, shared by the stores.
@@ -32,6 +34,7 @@ pub mod secrets;
 pub mod sender;
 pub mod server;
 pub mod service;
+pub mod shards;
 pub mod standby;
 pub mod store_mem;
 pub mod store_pg;

@@ -234,6 +234,9 @@ impl std::fmt::Debug for SealingKey {
 pub struct Secrets {
     key: Arc<SealingKey>,
     entropy: Box<dyn Entropy>,
+    /// On a sharded service, the shard whose index is the first byte of every API key
+    /// drawn here (decision 168); `None` unsharded.
+    shard: Option<u8>,
 }
 
 /// A new API key: shown once, then only its digest exists.
@@ -250,7 +253,14 @@ pub struct IssuedSecret {
 
 impl Secrets {
     pub fn new(key: Arc<SealingKey>, entropy: Box<dyn Entropy>) -> Secrets {
-        Secrets { key, entropy }
+        Secrets { key, entropy, shard: None }
+    }
+
+    /// The keys drawn from now on name shard `shard` of `shards` (nothing changes with
+    /// one shard): their first random byte is the shard's index, so a node routes a
+    /// request by its key without a lookup. A key keeps 248 random bits.
+    pub fn set_shard(&mut self, shard: u32, shards: u32) {
+        self.shard = (shards > 1).then(|| u8::try_from(shard).expect("at most 64 shards"));
     }
 
     /// Production: OS entropy.
@@ -274,6 +284,9 @@ impl Secrets {
     pub fn new_api_key(&mut self) -> IssuedKey {
         let mut bytes = [0u8; API_KEY_BYTES];
         self.entropy.fill(&mut bytes);
+        if let Some(shard) = self.shard {
+            bytes[0] = shard;
+        }
         let api_key = format!("rsk_{}", hex(&bytes));
         let digest = KeyDigest::of(&api_key);
         IssuedKey { api_key, digest }

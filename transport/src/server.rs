@@ -13,6 +13,7 @@ use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
 use crate::journal::EncodedSnapshot;
 use crate::sender::{Dispatcher, Sender};
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
+use crate::shards::Route;
 use bytes::Bytes;
 use esim_engine::{ApiError, Delivery, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
 use http_body_util::Full;
@@ -209,21 +210,30 @@ impl ServerOptions {
     }
 }
 
-/// What every connection task shares: the admission checks it makes before reading a
-/// body, and the way to the owner task.
+/// What every connection task shares: the way to each shard's owner task, and where
+/// new accounts go.
 struct Shared {
-    admission: Arc<Admission>,
     admin_token: String,
     mode: ClockMode,
+    /// One per shard (one unless the service is sharded, `crate::shards`).
+    shards: Vec<ShardLink>,
+    /// New accounts are placed round-robin from this count (decision 169).
+    next_account: AtomicU64,
+    /// When this server started (Unix ms): the snapshot age counts from it when the
+    /// data dir has no snapshot.
+    started_unix_ms: i64,
+}
+
+/// One shard as the connection tasks see it: the admission checks they make before
+/// reading a body, and the way to its owner task.
+struct ShardLink {
+    admission: Arc<Admission>,
     clock: WallClock,
     /// The latest service time the owner task showed (milliseconds): a virtual clock's
     /// position, and a floor for a wall clock.
     shown_ms: Arc<AtomicI64>,
     to_owner: mpsc::Sender<Message>,
     readiness: Arc<Readiness>,
-    /// When this server started (Unix ms): the snapshot age counts from it when the
-    /// data dir has no snapshot.
-    started_unix_ms: i64,
 }
 
 /// What `GET /readyz` reads without asking the owner task (it must stay cheap and
@@ -239,7 +249,28 @@ struct Readiness {
 }
 
 impl Shared {
-    /// Why the service is not ready, or `None` when it is: recovered (the owner task
+    /// Why the service is not ready, or `None` when it is: every shard is (a sharded
+    /// service names the shard that is not).
+    fn not_ready(&self) -> Option<String> {
+        let sharded = self.shards.len() > 1;
+        self.shards.iter().enumerate().find_map(|(shard, link)| {
+            let why = link.not_ready()?;
+            Some(if sharded { format!("shard {shard}: {why}") } else { why })
+        })
+    }
+
+    /// Shard k's answer to a request (through its owner task).
+    async fn ask(&self, shard: usize, request: http::Request<Bytes>) -> http::Response<Bytes> {
+        let (reply, answer) = oneshot::channel();
+        if self.shards[shard].to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
+            return unavailable();
+        }
+        answer.await.unwrap_or_else(|_| unavailable())
+    }
+}
+
+impl ShardLink {
+    /// Why the shard is not ready, or `None` when it is: recovered (the owner task
     /// runs), the journal takes writes, the request queue has room (caught up), and
     /// not stopping.
     fn not_ready(&self) -> Option<String> {
@@ -259,9 +290,9 @@ impl Shared {
     }
 
     /// Service time at a connection task (rate windows are counted in it).
-    fn now(&self) -> Millis {
+    fn now(&self, mode: ClockMode) -> Millis {
         let shown = Millis(self.shown_ms.load(Ordering::Relaxed));
-        match self.mode {
+        match mode {
             ClockMode::Wall => self.clock.now().max(shown),
             ClockMode::Virtual => shown,
         }
@@ -272,56 +303,80 @@ impl Shared {
 /// error if the owner task of the engine died (a bug: the process must end).
 pub async fn serve(
     listener: TcpListener,
-    mut service: Service,
+    service: Service,
     journal: Box<dyn JournalSink>,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    // QR codes are drawn by the connection tasks (`answer`), off the owner task.
-    service.set_defer_qr(true);
-    let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
-    let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
-    let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
-    let outcomes = to_owner.clone();
-    let dispatcher = Dispatcher::start(
-        sender,
-        Box::new(move |delivery_id, result, duration_ms| {
-            let outcomes = outcomes.clone();
-            Box::pin(async move {
-                let _ = outcomes.send(Message::Delivered(delivery_id, result, duration_ms)).await;
-            })
-        }),
-    );
-    let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
-    let readiness = Arc::new(Readiness::default());
+    serve_shards(listener, vec![(service, journal)], options, shutdown).await
+}
+
+/// [`serve`] for a sharded service: shard k is the k-th engine with its journal, each
+/// applied by its own owner task; the connection tasks route each request to its shard
+/// or fan it out ([`crate::shards`]). With one shard this is exactly [`serve`].
+pub async fn serve_shards(
+    listener: TcpListener,
+    shards: Vec<(Service, Box<dyn JournalSink>)>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    assert!(!shards.is_empty(), "at least one shard");
     crate::metrics::handle();
-    if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
-        crate::metrics::snapshot_written(written_ms, false);
-    }
     let upkeep = tokio::spawn(crate::metrics::upkeep());
+    let admin_token = shards[0].0.admin_token().to_string();
+    let mode = shards[0].0.clock();
+    let accounts: usize = shards.iter().map(|(service, _)| service.engine().accounts().len()).sum();
+    let mut links = Vec::with_capacity(shards.len());
+    let mut owners = JoinSet::new();
+    for (mut service, journal) in shards {
+        // QR codes are drawn by the connection tasks (`answer`), off the owner task.
+        service.set_defer_qr(true);
+        let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
+        let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
+        let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
+        let outcomes = to_owner.clone();
+        let dispatcher = Dispatcher::start(
+            sender,
+            Box::new(move |delivery_id, result, duration_ms| {
+                let outcomes = outcomes.clone();
+                Box::pin(async move {
+                    let _ = outcomes.send(Message::Delivered(delivery_id, result, duration_ms)).await;
+                })
+            }),
+        );
+        let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
+        let readiness = Arc::new(Readiness::default());
+        if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
+            crate::metrics::snapshot_written(written_ms, false);
+        }
+        links.push(ShardLink {
+            admission: service.admission(),
+            clock,
+            shown_ms: shown_ms.clone(),
+            to_owner,
+            readiness: readiness.clone(),
+        });
+        let state = Owner {
+            service,
+            journal: Some(journal),
+            appending: None,
+            pending: Group::default(),
+            clock,
+            dispatcher,
+            shown_ms,
+            waiting_tests: BTreeMap::new(),
+            readiness,
+            stale: false,
+        };
+        owners.spawn(owner_task(state, inbox));
+    }
     let shared = Arc::new(Shared {
-        admission: service.admission(),
-        admin_token: service.admin_token().to_string(),
-        mode: service.clock(),
-        clock,
-        shown_ms: shown_ms.clone(),
-        to_owner: to_owner.clone(),
-        readiness: readiness.clone(),
+        admin_token,
+        mode,
+        shards: links,
+        next_account: AtomicU64::new(accounts as u64),
         started_unix_ms: real_now_ms(),
     });
-    let state = Owner {
-        service,
-        journal: Some(journal),
-        appending: None,
-        pending: Group::default(),
-        clock,
-        dispatcher,
-        shown_ms,
-        waiting_tests: BTreeMap::new(),
-        readiness: readiness.clone(),
-        stale: false,
-    };
-    let mut owner = tokio::spawn(owner_task(state, inbox));
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -361,7 +416,7 @@ pub async fn serve(
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            ended = &mut owner => {
+            Some(ended) = owners.join_next() => {
                 let why = match ended {
                     Err(error) if error.is_panic() => "the engine's owner task panicked (a bug)".to_string(),
                     Err(error) => format!("the engine's owner task failed: {error}"),
@@ -375,15 +430,21 @@ pub async fn serve(
         }
     }
     drop(acceptor);
-    readiness.stopping.store(true, Ordering::Relaxed);
+    for link in &shared.shards {
+        link.readiness.stopping.store(true, Ordering::Relaxed);
+    }
     tracing::info!("shutting down: finishing in-flight requests");
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
         tracing::warn!("some connections did not finish in time");
     }
     connections.abort_all();
-    let _ = to_owner.send(Message::Stop).await;
+    for link in &shared.shards {
+        let _ = link.to_owner.send(Message::Stop).await;
+    }
     upkeep.abort();
-    owner.await.map_err(std::io::Error::other)?;
+    while let Some(ended) = owners.join_next().await {
+        ended.map_err(std::io::Error::other)?;
+    }
     Ok(())
 }
 
@@ -527,15 +588,22 @@ async fn answer(
         }
         crate::routes::Match::WrongMethod(_) | crate::routes::Match::NotFound => "none",
     };
+    // Which shard (or every one) answers: read from the ids the request names.
+    let target = crate::shards::route(&matched, request.uri().query(), request.headers(), shared.shards.len());
+    let link = &shared.shards[match target {
+        Route::Shard(shard) => shard,
+        // Admin requests: only the admin token is checked, the same on every shard.
+        Route::NewAccount | Route::FanOut(_) => 0,
+    }];
     // Credentials and the rate limit from the headers alone: a refused request's body
     // is never read.
-    let admitted = shared.admission.screen_matched(
+    let admitted = link.admission.screen_matched(
         &matched,
         request.uri().path(),
         request.headers(),
         &shared.admin_token,
         memo,
-        shared.now(),
+        link.now(shared.mode),
     );
     let response = match admitted {
         Err(refused) => error_response(refused),
@@ -554,14 +622,19 @@ async fn answer(
                 Err(response) => response,
                 Ok(held) => {
                     let request = http::Request::from_parts(parts, held.bytes.clone());
-                    let (reply, answer) = oneshot::channel();
-                    if shared.to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
-                        unavailable()
-                    } else {
-                        let mut response = answer.await.unwrap_or_else(|_| unavailable());
-                        crate::service::draw_deferred_qr(&mut response);
-                        response
-                    }
+                    let shards = shared.shards.len();
+                    let mut response = match target {
+                        Route::Shard(shard) => shared.ask(shard, request).await,
+                        Route::NewAccount => {
+                            let shard = (shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize;
+                            shared.ask(shard, request).await
+                        }
+                        Route::FanOut(kind) => {
+                            crate::shards::fan_out(kind, &request, shards, |shard, part| shared.ask(shard, part)).await
+                        }
+                    };
+                    crate::service::draw_deferred_qr(&mut response);
+                    response
                 }
             }
         }

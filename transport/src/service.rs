@@ -428,6 +428,8 @@ impl Service {
                         response
                             .headers_mut()
                             .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+                        // A sharded node combines the shards' figures (crate::shards).
+                        response.extensions_mut().insert(report);
                         response
                     }
                     None => api::error_response(ApiError::new(ErrorCode::AccountNotFound, "no such account")),
