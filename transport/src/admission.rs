@@ -88,8 +88,11 @@ impl std::hash::Hasher for DigestHasher {
 /// The remembered bearer is wiped when it is replaced or the connection ends.
 #[derive(Default)]
 pub struct KeyMemo {
-    last: Mutex<Option<(zeroize::Zeroizing<Box<[u8]>>, KeyDigest)>>,
+    last: Mutex<Option<(Bearer, KeyDigest)>>,
 }
+
+/// A bearer's bytes, zeroed when dropped.
+type Bearer = zeroize::Zeroizing<Box<[u8]>>;
 
 impl KeyMemo {
     /// [`KeyDigest::of`] `bearer`, from the memo when it is the bearer sent last.
@@ -101,7 +104,7 @@ impl KeyMemo {
             }
         }
         let digest = KeyDigest::of(bearer);
-        *last = Some((zeroize::Zeroizing::new(bearer.as_bytes().into()), digest));
+        *last = Some((Bearer::new(bearer.as_bytes().into()), digest));
         digest
     }
 }
