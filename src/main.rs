@@ -546,22 +546,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
         };
         let address = listener.local_addr().map_err(|e| e.to_string())?;
-        match demo {
-            Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
-            Some(Demo::Exists(account_id)) => println!(
-                "demo account {account_id} (its key was shown at its first start); a new key:\n  \
-                 curl -s -XPOST http://{address}/admin/v1/accounts/{account_id}/keys \
-                 -H \"Authorization: Bearer $(cat {})\"",
-                args.data_dir.join("admin-token").display()
-            ),
-            None => {}
-        }
+        print_demo(demo, address, &args.data_dir);
         tracing::info!(
             data_dir = %args.data_dir.display(), store = args.store.is_some(), clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
-        options.edge.connections_max = args.max_connections;
+        let options = server_options(&args, speed);
         server::serve(listener, service, journal, options, shutdown).await.map_err(|e| e.to_string())
     })
 }
@@ -690,22 +680,12 @@ fn serve_sharded(
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
         let address = listener.local_addr().map_err(|e| e.to_string())?;
-        match demo {
-            Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
-            Some(Demo::Exists(account_id)) => println!(
-                "demo account {account_id} (its key was shown at its first start); a new key:\n  \
-                 curl -s -XPOST http://{address}/admin/v1/accounts/{account_id}/keys \
-                 -H \"Authorization: Bearer $(cat {})\"",
-                args.data_dir.join("admin-token").display()
-            ),
-            None => {}
-        }
+        print_demo(demo, address, &args.data_dir);
         tracing::info!(
             data_dir = %args.data_dir.display(), shards, clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
-        options.edge.connections_max = args.max_connections;
+        let options = server_options(&args, speed);
         server::serve_shards(listener, parts, options, shutdown).await.map_err(|e| e.to_string())
     })
 }
@@ -747,6 +727,27 @@ esim_engine::with_test_switches! {
 enum Demo {
     Created(String),
     Exists(String),
+}
+
+/// What a start says of the demo account: its key the first time, else how to get one.
+fn print_demo(demo: Option<Demo>, address: std::net::SocketAddr, data_dir: &Path) {
+    match demo {
+        Some(Demo::Created(key)) => println!("demo account API key (shown once): {key}"),
+        Some(Demo::Exists(account_id)) => println!(
+            "demo account {account_id} (its key was shown at its first start); a new key:\n  \
+             curl -s -XPOST http://{address}/admin/v1/accounts/{account_id}/keys \
+             -H \"Authorization: Bearer $(cat {})\"",
+            data_dir.join("admin-token").display()
+        ),
+        None => {}
+    }
+}
+
+/// The server's options from the serve flags (one engine or several shards alike).
+fn server_options(args: &ServeArgs, speed: u32) -> ServerOptions {
+    let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
+    options.edge.connections_max = args.max_connections;
+    options
 }
 
 fn clock_name(clock: ClockMode) -> &'static str {

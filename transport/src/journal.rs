@@ -131,6 +131,14 @@ impl Default for SnapshotPolicy {
     }
 }
 
+impl SnapshotPolicy {
+    /// Whether a snapshot is due after `entries` entries of `bytes` bytes since the last
+    /// one (the rule of every store: the file journal, PostgreSQL and the in-memory one).
+    pub fn due(&self, entries: u64, bytes: u64) -> bool {
+        entries >= self.every_entries || bytes >= self.every_bytes
+    }
+}
+
 /// A recovery problem that must stop the service.
 #[derive(Debug)]
 pub struct JournalError(pub String);
@@ -1169,7 +1177,7 @@ impl FileJournal {
     }
 
     pub fn snapshot_due(&self) -> bool {
-        self.entries_since_snapshot >= self.policy.every_entries || self.bytes_since_snapshot >= self.policy.every_bytes
+        self.policy.due(self.entries_since_snapshot, self.bytes_since_snapshot)
     }
 
     /// Writes a snapshot of `engine` (which has applied every appended entry): see

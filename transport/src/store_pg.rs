@@ -989,8 +989,7 @@ impl JournalSink for PgStore {
     }
 
     fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<io::Result<EncodedSnapshot>> {
-        let due = self.entries_since_snapshot >= self.policy.every_entries
-            || self.bytes_since_snapshot >= self.policy.every_bytes;
+        let due = self.policy.due(self.entries_since_snapshot, self.bytes_since_snapshot);
         due.then(|| journal::encode_snapshot(&self.header, engine, self.next_index + pending_entries))
     }
 
