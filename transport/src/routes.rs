@@ -1,8 +1,11 @@
 //! The endpoint table: every operation the service answers, as one [`Endpoint`] enum
-//! with its API, method and path pattern in one place ([`endpoints!`] below). Routing
+//! with its API, method, path pattern and the shard that answers it ([`ShardBy`]) in one
+//! place ([`endpoints!`] below). Routing
 //! returns the variant; parsing ([`crate::api`]), the OpenAPI document
 //! ([`crate::openapi`]) and the simulation's requests match on it exhaustively, so a new
 //! endpoint does not compile until each of them says what it does with it.
+
+use crate::shards::FanOut;
 
 /// Which API a route belongs to (and so which credential it needs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,10 +22,32 @@ pub enum Api {
 
 pub const RESELLER_BASE: &str = "/api/v2/reseller";
 
+/// Which shard answers an endpoint's requests when the service is sharded (decision
+/// 171): a column of the table, so a new endpoint says it where it is declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardBy {
+    /// The bearer key's shard: every reseller call (the key's account holds all it names).
+    Key,
+    /// Any shard answers alike: shard 0.
+    Any,
+    /// A new account: the node places it (round-robin, decision 169).
+    NewAccount,
+    /// The shard of the path's first parameter, an account id.
+    AccountId,
+    /// The shard of the path's first parameter, an API key.
+    ApiKey,
+    /// The shard of the path's first parameter, an ICCID.
+    Iccid,
+    /// Every shard, the answers merged.
+    Every(FanOut),
+    /// The shard of the query's `account_id`, else every shard.
+    AccountQueryOrEvery(FanOut),
+}
+
 /// Declares [`Endpoint`], its list [`Endpoint::ALL`] and its table (api, method, path
-/// pattern) from one list, so none of them can miss a variant.
+/// pattern, shard) from one list, so none of them can miss a variant.
 macro_rules! endpoints {
-    ($($name:ident => $api:ident $method:ident $pattern:literal,)*) => {
+    ($($name:ident => $api:ident $method:ident $pattern:literal by $shard:expr,)*) => {
         /// One operation of the service (reseller, public, admin and sandbox APIs).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Endpoint {
@@ -62,6 +87,14 @@ macro_rules! endpoints {
                     $(Endpoint::$name => $pattern,)*
                 }
             }
+
+            /// Which shard answers it when the service is sharded ([`crate::shards::route`]).
+            pub const fn shard_by(self) -> ShardBy {
+                use ShardBy::*;
+                match self {
+                    $(Endpoint::$name => $shard,)*
+                }
+            }
         }
     };
 }
@@ -69,61 +102,61 @@ macro_rules! endpoints {
 // Literal segments must come before parameters at the same place ("/esim/list" before
 // "/esim/{iccid}"): routing takes the first match in this order.
 endpoints! {
-    ProvisionEsim => Reseller POST "/esim/provision",
-    ListEsims => Reseller GET "/esim/list",
-    GetEsim => Reseller GET "/esim/{iccid}",
-    EsimQrCode => Reseller GET "/esim/{iccid}/qr-code",
-    EnableEsim => Reseller POST "/esim/{iccid}/enable",
-    DisableEsim => Reseller POST "/esim/{iccid}/disable",
-    TerminateEsim => Reseller POST "/esim/{iccid}/terminate",
-    ThrottleEsim => Reseller POST "/esim/{iccid}/throttle",
-    FundEsim => Reseller POST "/esim/{iccid}/fund",
-    DefundEsim => Reseller POST "/esim/{iccid}/defund",
-    ListGroups => Reseller GET "/groups",
-    CreateGroup => Reseller POST "/groups",
-    GetGroup => Reseller GET "/groups/{id}",
-    UpdateGroup => Reseller PATCH "/groups/{id}",
-    FundGroup => Reseller POST "/groups/{id}/fund",
-    DefundGroup => Reseller POST "/groups/{id}/defund",
-    ListGroupEsims => Reseller GET "/groups/{id}/esims",
-    AddGroupEsim => Reseller POST "/groups/{id}/esims",
-    RemoveGroupEsim => Reseller DELETE "/groups/{id}/esims/{iccid}",
-    WalletBalance => Reseller GET "/wallet/balance",
-    Rates => Reseller GET "/rates",
-    Account => Reseller GET "/account",
-    ListWebhooks => Reseller GET "/webhooks",
-    CreateWebhook => Reseller POST "/webhooks",
-    GetWebhook => Reseller GET "/webhooks/{id}",
-    UpdateWebhook => Reseller PUT "/webhooks/{id}",
-    DeleteWebhook => Reseller DELETE "/webhooks/{id}",
-    TestWebhook => Reseller POST "/webhooks/{id}/test",
-    RotateWebhookSecret => Reseller POST "/webhooks/{id}/rotate-secret",
-    ListDeliveries => Reseller GET "/webhooks/{id}/deliveries",
-    ListEvents => Reseller GET "/events",
-    GetEvent => Reseller GET "/events/{id}",
-    ResendEvent => Reseller POST "/events/{id}/resend",
-    ListApiKeys => Reseller GET "/keys",
-    CreateApiKey => Reseller POST "/keys",
-    RevokeApiKey => Reseller DELETE "/keys/{id}",
-    GetAutoRefill => Reseller GET "/auto-refill",
-    UpdateAutoRefill => Reseller PUT "/auto-refill",
-    OpenApi => Public GET "/openapi.json",
-    CreateAccount => Admin POST "/admin/v1/accounts",
-    ListAccounts => Admin GET "/admin/v1/accounts",
-    TopUp => Admin POST "/admin/v1/accounts/{account_id}/topups",
-    CreateKey => Admin POST "/admin/v1/accounts/{account_id}/keys",
-    RevokeKey => Admin DELETE "/admin/v1/keys/{api_key}",
-    Freeze => Admin PUT "/admin/v1/accounts/{account_id}/freeze",
-    SetAutoRefill => Admin PUT "/admin/v1/accounts/{account_id}/auto-refill",
-    SetLimits => Admin PUT "/admin/v1/accounts/{account_id}/limits",
-    SetInventory => Admin PUT "/admin/v1/inventory",
-    ConservationReport => Admin GET "/admin/v1/reports/conservation",
-    State => Admin GET "/admin/v1/state",
-    Clock => Sandbox GET "/sandbox/v1/clock",
-    AdvanceClock => Sandbox POST "/sandbox/v1/clock/advance",
-    Install => Sandbox POST "/sandbox/v1/esims/{iccid}/install",
-    Usage => Sandbox POST "/sandbox/v1/esims/{iccid}/usage",
-    SetFaults => Sandbox PUT "/sandbox/v1/faults",
+    ProvisionEsim => Reseller POST "/esim/provision" by Key,
+    ListEsims => Reseller GET "/esim/list" by Key,
+    GetEsim => Reseller GET "/esim/{iccid}" by Key,
+    EsimQrCode => Reseller GET "/esim/{iccid}/qr-code" by Key,
+    EnableEsim => Reseller POST "/esim/{iccid}/enable" by Key,
+    DisableEsim => Reseller POST "/esim/{iccid}/disable" by Key,
+    TerminateEsim => Reseller POST "/esim/{iccid}/terminate" by Key,
+    ThrottleEsim => Reseller POST "/esim/{iccid}/throttle" by Key,
+    FundEsim => Reseller POST "/esim/{iccid}/fund" by Key,
+    DefundEsim => Reseller POST "/esim/{iccid}/defund" by Key,
+    ListGroups => Reseller GET "/groups" by Key,
+    CreateGroup => Reseller POST "/groups" by Key,
+    GetGroup => Reseller GET "/groups/{id}" by Key,
+    UpdateGroup => Reseller PATCH "/groups/{id}" by Key,
+    FundGroup => Reseller POST "/groups/{id}/fund" by Key,
+    DefundGroup => Reseller POST "/groups/{id}/defund" by Key,
+    ListGroupEsims => Reseller GET "/groups/{id}/esims" by Key,
+    AddGroupEsim => Reseller POST "/groups/{id}/esims" by Key,
+    RemoveGroupEsim => Reseller DELETE "/groups/{id}/esims/{iccid}" by Key,
+    WalletBalance => Reseller GET "/wallet/balance" by Key,
+    Rates => Reseller GET "/rates" by Key,
+    Account => Reseller GET "/account" by Key,
+    ListWebhooks => Reseller GET "/webhooks" by Key,
+    CreateWebhook => Reseller POST "/webhooks" by Key,
+    GetWebhook => Reseller GET "/webhooks/{id}" by Key,
+    UpdateWebhook => Reseller PUT "/webhooks/{id}" by Key,
+    DeleteWebhook => Reseller DELETE "/webhooks/{id}" by Key,
+    TestWebhook => Reseller POST "/webhooks/{id}/test" by Key,
+    RotateWebhookSecret => Reseller POST "/webhooks/{id}/rotate-secret" by Key,
+    ListDeliveries => Reseller GET "/webhooks/{id}/deliveries" by Key,
+    ListEvents => Reseller GET "/events" by Key,
+    GetEvent => Reseller GET "/events/{id}" by Key,
+    ResendEvent => Reseller POST "/events/{id}/resend" by Key,
+    ListApiKeys => Reseller GET "/keys" by Key,
+    CreateApiKey => Reseller POST "/keys" by Key,
+    RevokeApiKey => Reseller DELETE "/keys/{id}" by Key,
+    GetAutoRefill => Reseller GET "/auto-refill" by Key,
+    UpdateAutoRefill => Reseller PUT "/auto-refill" by Key,
+    OpenApi => Public GET "/openapi.json" by Any,
+    CreateAccount => Admin POST "/admin/v1/accounts" by NewAccount,
+    ListAccounts => Admin GET "/admin/v1/accounts" by Every(FanOut::ListAccounts),
+    TopUp => Admin POST "/admin/v1/accounts/{account_id}/topups" by AccountId,
+    CreateKey => Admin POST "/admin/v1/accounts/{account_id}/keys" by AccountId,
+    RevokeKey => Admin DELETE "/admin/v1/keys/{api_key}" by ApiKey,
+    Freeze => Admin PUT "/admin/v1/accounts/{account_id}/freeze" by AccountId,
+    SetAutoRefill => Admin PUT "/admin/v1/accounts/{account_id}/auto-refill" by AccountId,
+    SetLimits => Admin PUT "/admin/v1/accounts/{account_id}/limits" by AccountId,
+    SetInventory => Admin PUT "/admin/v1/inventory" by Every(FanOut::SetInventory),
+    ConservationReport => Admin GET "/admin/v1/reports/conservation" by AccountQueryOrEvery(FanOut::Report),
+    State => Admin GET "/admin/v1/state" by Every(FanOut::State),
+    Clock => Sandbox GET "/sandbox/v1/clock" by Any,
+    AdvanceClock => Sandbox POST "/sandbox/v1/clock/advance" by Every(FanOut::AdvanceClock),
+    Install => Sandbox POST "/sandbox/v1/esims/{iccid}/install" by Iccid,
+    Usage => Sandbox POST "/sandbox/v1/esims/{iccid}/usage" by Iccid,
+    SetFaults => Sandbox PUT "/sandbox/v1/faults" by Every(FanOut::SetFaults),
 }
 
 impl Endpoint {

@@ -17,7 +17,7 @@
 //! here runs: every request goes to shard 0, as before sharding.
 
 use crate::api::{bearer_str, error_response, json_response};
-use crate::routes::{Api, Endpoint, Match};
+use crate::routes::{Match, ShardBy};
 use bytes::Bytes;
 use esim_engine::finance::FinanceReport;
 use esim_engine::{ApiError, ErrorCode, Millis};
@@ -111,8 +111,8 @@ pub enum FanOut {
     SetFaults,
 }
 
-/// Where a matched request goes among `shards` shards. Exhaustive over [`Endpoint`]: a
-/// new endpoint does not compile until it says how it routes.
+/// Where a matched request goes among `shards` shards: what the endpoint table says
+/// ([`crate::routes::Endpoint::shard_by`]), with the shard read from the id the request names.
 pub fn route(matched: &Match<'_>, query: Option<&str>, headers: &http::HeaderMap, shards: usize) -> Route {
     if shards <= 1 {
         return Route::Shard(0);
@@ -122,68 +122,23 @@ pub fn route(matched: &Match<'_>, query: Option<&str>, headers: &http::HeaderMap
         // 404 or 405 from any shard.
         Match::WrongMethod(_) | Match::NotFound => return Route::Shard(0),
     };
-    let param = |i: usize| params.get(i).map(String::as_str).unwrap_or("");
-    if endpoint.api() == Api::Reseller {
+    let first_param = || params.first().map(String::as_str).unwrap_or("");
+    let shard = match endpoint.shard_by() {
         // The key's shard holds the account and everything it owns.
-        return Route::Shard(shard_of_api_key(bearer_str(headers), shards));
-    }
-    use Endpoint as E;
-    let shard = match endpoint {
-        E::ProvisionEsim
-        | E::ListEsims
-        | E::GetEsim
-        | E::EsimQrCode
-        | E::EnableEsim
-        | E::DisableEsim
-        | E::TerminateEsim
-        | E::ThrottleEsim
-        | E::FundEsim
-        | E::DefundEsim
-        | E::ListGroups
-        | E::CreateGroup
-        | E::GetGroup
-        | E::UpdateGroup
-        | E::FundGroup
-        | E::DefundGroup
-        | E::ListGroupEsims
-        | E::AddGroupEsim
-        | E::RemoveGroupEsim
-        | E::WalletBalance
-        | E::Rates
-        | E::Account
-        | E::ListWebhooks
-        | E::CreateWebhook
-        | E::GetWebhook
-        | E::UpdateWebhook
-        | E::DeleteWebhook
-        | E::TestWebhook
-        | E::RotateWebhookSecret
-        | E::ListDeliveries
-        | E::ListEvents
-        | E::GetEvent
-        | E::ResendEvent
-        | E::ListApiKeys
-        | E::CreateApiKey
-        | E::RevokeApiKey
-        | E::GetAutoRefill
-        | E::UpdateAutoRefill => unreachable!("reseller endpoints route by key above"),
-        E::OpenApi | E::Clock => 0,
-        E::CreateAccount => return Route::NewAccount,
-        E::ListAccounts => return Route::FanOut(FanOut::ListAccounts),
-        E::TopUp | E::CreateKey | E::Freeze | E::SetAutoRefill | E::SetLimits => shard_of_account_id(param(0), shards),
-        E::RevokeKey => shard_of_api_key(param(0), shards),
-        E::SetInventory => return Route::FanOut(FanOut::SetInventory),
-        E::ConservationReport => {
+        ShardBy::Key => shard_of_api_key(bearer_str(headers), shards),
+        ShardBy::Any => 0,
+        ShardBy::NewAccount => return Route::NewAccount,
+        ShardBy::AccountId => shard_of_account_id(first_param(), shards),
+        ShardBy::ApiKey => shard_of_api_key(first_param(), shards),
+        ShardBy::Iccid => shard_of_iccid(first_param(), shards),
+        ShardBy::Every(kind) => return Route::FanOut(kind),
+        ShardBy::AccountQueryOrEvery(kind) => {
             let query = crate::api::parse_query(query);
             match crate::api::query_value(&query, "account_id") {
                 Some(account_id) => shard_of_account_id(account_id, shards),
-                None => return Route::FanOut(FanOut::Report),
+                None => return Route::FanOut(kind),
             }
         }
-        E::State => return Route::FanOut(FanOut::State),
-        E::AdvanceClock => return Route::FanOut(FanOut::AdvanceClock),
-        E::Install | E::Usage => shard_of_iccid(param(0), shards),
-        E::SetFaults => return Route::FanOut(FanOut::SetFaults),
     };
     Route::Shard(shard)
 }
@@ -573,6 +528,7 @@ pub fn shards_to_serve(data_dir: &Path, asked: Option<u32>) -> Result<(u32, bool
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routes::{Api, Endpoint};
     use crate::secrets::Secrets;
     use crate::service::{ClockMode, Outcome, Service};
     use esim_engine::{Engine, EngineConfig};
@@ -706,6 +662,24 @@ mod tests {
         for endpoint in Endpoint::ALL {
             let params = vec!["acc_0300112233445566".to_string(); endpoint.parameters().count()];
             assert_eq!(route(&Match::Found(*endpoint, params), None, &headers, 1), Route::Shard(0));
+        }
+    }
+
+    /// The table's shard column agrees with the rest of the table: reseller calls go by
+    /// their key and only they; an id read from the path is the path's first parameter,
+    /// of that kind.
+    #[test]
+    fn the_shard_column_of_the_table_fits_each_endpoint() {
+        for &endpoint in Endpoint::ALL {
+            let by = endpoint.shard_by();
+            assert_eq!(by == ShardBy::Key, endpoint.api() == Api::Reseller, "{endpoint:?}");
+            let first = endpoint.parameters().next();
+            match by {
+                ShardBy::AccountId => assert_eq!(first, Some("account_id"), "{endpoint:?}"),
+                ShardBy::ApiKey => assert_eq!(first, Some("api_key"), "{endpoint:?}"),
+                ShardBy::Iccid => assert_eq!(first, Some("iccid"), "{endpoint:?}"),
+                _ => {}
+            }
         }
     }
 
