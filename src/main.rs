@@ -512,20 +512,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?,
         ),
     };
-    let key = sealing_key(&args, Some(&engine))?;
-    esim_engine::with_test_switches! {
-        let engine = panic_on_fund_if_asked(engine);
-    }
-    let mut service = Service::new(engine, admin_token, clock, Secrets::from_os(key));
-    if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
-        // The flag of this start rules from now on (journaled: earlier registrations
-        // replay under the setting they were made with).
-        let now = service.now(Millis(server::real_now_ms()));
-        let allowed = args.allow_insecure_webhooks;
-        service
-            .apply_command(now, Command::Admin(AdminOp::SetInsecureWebhooks { allowed }))
-            .map_err(|e| e.to_string())?;
-    }
+    let mut service = start_service(&args, engine, admin_token, clock, (0, 1))?;
     let demo_account = service.engine().accounts().iter().find(|a| a.contact_email == DEMO_EMAIL).map(|a| a.id.clone());
     let demo = match demo_account {
         None if args.demo.unwrap_or(new_data_dir) => Some(Demo::Created(create_demo_account(&mut service)?)),
@@ -645,20 +632,7 @@ fn serve_sharded(
         };
         let journal = FileJournal::open(&dir, header, SnapshotPolicy::default())
             .map_err(|e| format!("cannot open the journal in {}: {e}", dir.display()))?;
-        let key = sealing_key(&args, Some(&engine))?;
-        esim_engine::with_test_switches! {
-            let engine = panic_on_fund_if_asked(engine);
-        }
-        let mut secrets = Secrets::from_os(key);
-        secrets.set_shard(shard, shards);
-        let mut service = Service::new(engine, admin_token.clone(), clock, secrets);
-        if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
-            let now = service.now(Millis(server::real_now_ms()));
-            let allowed = args.allow_insecure_webhooks;
-            service
-                .apply_command(now, Command::Admin(AdminOp::SetInsecureWebhooks { allowed }))
-                .map_err(|e| e.to_string())?;
-        }
+        let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
         parts.push((service, Box::new(journal)));
     }
     esim_transport::shards::align_virtual_clocks(parts.iter_mut().map(|(service, _)| service).collect())?;
@@ -727,6 +701,34 @@ esim_engine::with_test_switches! {
 enum Demo {
     Created(String),
     Exists(String),
+}
+
+/// The service one engine (shard `shard` of `shards`; `(0, 1)` unsharded) starts with:
+/// its sealing key, the test switch, and this start's `--allow-insecure-webhooks`.
+fn start_service(
+    args: &ServeArgs,
+    engine: Engine,
+    admin_token: String,
+    clock: ClockMode,
+    (shard, shards): (u32, u32),
+) -> Result<Service, String> {
+    let key = sealing_key(args, Some(&engine))?;
+    esim_engine::with_test_switches! {
+        let engine = panic_on_fund_if_asked(engine);
+    }
+    let mut secrets = Secrets::from_os(key);
+    secrets.set_shard(shard, shards);
+    let mut service = Service::new(engine, admin_token, clock, secrets);
+    if service.engine().config().allow_insecure_webhooks != args.allow_insecure_webhooks {
+        // The flag of this start rules from now on (journaled: earlier registrations
+        // replay under the setting they were made with).
+        let now = service.now(Millis(server::real_now_ms()));
+        let allowed = args.allow_insecure_webhooks;
+        service
+            .apply_command(now, Command::Admin(AdminOp::SetInsecureWebhooks { allowed }))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(service)
 }
 
 /// What a start says of the demo account: its key the first time, else how to get one.
