@@ -368,7 +368,16 @@ pub async fn serve_shards(
             readiness,
             stale: false,
         };
-        owners.spawn(owner_task(state, inbox));
+        // The owner task runs on a thread of its own (a current-thread runtime): woken by
+        // its inbox or its journal append, it runs at once instead of waiting in a worker's
+        // queue behind the connection tasks, which is where a durable answer's time went.
+        owners.spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime for the owner task");
+            runtime.block_on(owner_task(state, inbox));
+        });
     }
     let shared = Arc::new(Shared {
         admin_token,
