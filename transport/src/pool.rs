@@ -308,6 +308,11 @@ impl<T> ShardStock<T> {
         self.held_esims
     }
 
+    /// The held eSIMs, to journal now (the caller holds them again if it cannot).
+    pub fn take_held(&mut self) -> u64 {
+        std::mem::take(&mut self.held_esims)
+    }
+
     pub fn pool(&self) -> &Arc<dyn InventoryPool> {
         &self.settings.pool
     }
