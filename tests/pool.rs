@@ -48,7 +48,8 @@ async fn settled_inventory(server: &TestServer) -> Value {
 
 fn available(figures: &Value) -> u64 {
     let pool = figures["pool"].as_u64().expect("the pool is shown");
-    let blocks: u64 = figures["shards"].as_array().expect("each shard's block").iter().map(|b| b.as_u64().unwrap()).sum();
+    let blocks: u64 =
+        figures["shards"].as_array().expect("each shard's block").iter().map(|b| b.as_u64().unwrap()).sum();
     assert_eq!(figures["available"].as_u64(), Some(pool + blocks), "{figures}");
     assert!(figures["shards"].as_array().unwrap().iter().all(|b| b.as_u64().unwrap() <= BLOCK_ESIMS), "{figures}");
     pool + blocks
@@ -61,7 +62,12 @@ async fn provision_until_empty(server: &TestServer, key: &str, iccids: &mut BTre
     loop {
         let answer = server.api("POST", "/esim/provision", key, Some(json!({}))).await;
         if answer.status != 201 {
-            assert_eq!((answer.status, answer.body["code"].clone()), (503, json!("NO_ESIMS_AVAILABLE")), "{}", answer.body);
+            assert_eq!(
+                (answer.status, answer.body["code"].clone()),
+                (503, json!("NO_ESIMS_AVAILABLE")),
+                "{}",
+                answer.body
+            );
             return count;
         }
         assert!(iccids.insert(answer.body["iccid"].as_str().unwrap().to_string()), "an ICCID issued twice");

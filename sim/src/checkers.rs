@@ -1839,15 +1839,11 @@ mod tests {
         world.apply(&"grant 4".parse::<Op>().unwrap());
         assert_eq!(world.engine().inventory(), 7);
         check_with(&mut InventoryGrant, &world, world.log()).unwrap();
-        let wrong = StepLog {
-            facts: vec![Fact::Granted { count: 4, before: 3, after: Some(8) }],
-            ..StepLog::default()
-        };
+        let wrong =
+            StepLog { facts: vec![Fact::Granted { count: 4, before: 3, after: Some(8) }], ..StepLog::default() };
         assert!(check_with(&mut InventoryGrant, &world, &wrong).unwrap_err().contains("from 3 to 8"));
-        let unheld = StepLog {
-            facts: vec![Fact::Granted { count: 1, before: 5, after: Some(6) }],
-            ..StepLog::default()
-        };
+        let unheld =
+            StepLog { facts: vec![Fact::Granted { count: 1, before: 5, after: Some(6) }], ..StepLog::default() };
         assert!(check_with(&mut InventoryGrant, &world, &unheld).unwrap_err().contains("engine holds 7"));
     }
 

@@ -93,7 +93,10 @@ impl FilePool {
             Ok(bytes) => serde_json::from_slice::<PoolRecord>(&bytes).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("the inventory pool {} is damaged ({e}); it should hold {{\"available\":N,\"generation\":G}}", path.display()),
+                    format!(
+                        "the inventory pool {} is damaged ({e}); it should hold {{\"available\":N,\"generation\":G}}",
+                        path.display()
+                    ),
                 )
             })?,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {

@@ -683,8 +683,7 @@ async fn pool_fan_out(
         if let (true, Ok(mut body)) =
             (answer.status().is_success(), serde_json::from_slice::<serde_json::Value>(answer.body()))
         {
-            let blocks: Vec<u64> =
-                shared.shards.iter().map(|link| link.stock_esims.load(Ordering::Relaxed)).collect();
+            let blocks: Vec<u64> = shared.shards.iter().map(|link| link.stock_esims.load(Ordering::Relaxed)).collect();
             let in_pool = pool.available();
             body["inventory"] = serde_json::json!({
                 "available": in_pool.saturating_add(blocks.iter().sum::<u64>()),
@@ -898,7 +897,11 @@ impl Owner {
                 Message::SyncPool(reply) => {
                     let counter = self.service.engine().inventory();
                     let body = serde_json::json!({ "shard_esims": counter }).to_string();
-                    self.pending.answers.push(Answer { reply, response: crate::api::json_response(200, body), request: None });
+                    self.pending.answers.push(Answer {
+                        reply,
+                        response: crate::api::json_response(200, body),
+                        request: None,
+                    });
                 }
                 Message::Request(request, reply) => {
                     let digest = request.extensions().get::<KeyDigest>().copied();
@@ -955,7 +958,9 @@ impl Owner {
             crate::routes::find(request.method().as_str(), request.uri().path()),
             crate::routes::Match::Found(crate::routes::Endpoint::ProvisionEsim, _)
         );
-        provisioning && self.service.refusing_changes().is_none() && stock.should_wait(self.service.engine().inventory())
+        provisioning
+            && self.service.refusing_changes().is_none()
+            && stock.should_wait(self.service.engine().inventory())
     }
 
     /// Before a batch: a pool set anew zeroes this shard's old block, and a block taken
@@ -996,7 +1001,9 @@ impl Owner {
     fn stocked(&mut self, taken: std::io::Result<crate::pool::Grant>, batch: &mut Vec<Message>) {
         let Some(stock) = self.stock.as_mut() else { return };
         match taken {
-            Err(error) => tracing::error!(%error, "cannot take a block of the eSIM pool; provisioning answers from the shard's counter"),
+            Err(error) => {
+                tracing::error!(%error, "cannot take a block of the eSIM pool; provisioning answers from the shard's counter")
+            }
             Ok(grant) => {
                 let (step, count) = stock.accept(grant);
                 if step == StockStep::Zero {
