@@ -35,6 +35,9 @@ pub const STOCK_WAIT_MAX: Duration = Duration::from_secs(5);
 /// Provisionings waiting for a block on one shard at most; beyond, a provisioning is
 /// applied at once (and answered from the shard's counter).
 pub const STOCK_WAITERS_MAX: usize = 1_024;
+/// After a take failed (the pool cannot be written), the next is tried no sooner than
+/// this: a full disk costs one attempt a second, not a busy loop.
+pub const TAKE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// The pool's file in a sharded data dir.
 pub const POOL_FILE: &str = "pool";
 
@@ -194,12 +197,14 @@ pub struct ShardStock<T> {
     /// A block taken from the pool whose grant could not be journaled yet (changes were
     /// refused): granted at the next chance rather than lost.
     held_esims: u64,
+    /// No take before this, after one failed.
+    retry_at: Option<Instant>,
 }
 
 impl<T> ShardStock<T> {
     pub fn new(settings: PoolSettings) -> ShardStock<T> {
         let generation = settings.pool.generation();
-        ShardStock { settings, generation, refill: None, waiting: VecDeque::new(), held_esims: 0 }
+        ShardStock { settings, generation, refill: None, waiting: VecDeque::new(), held_esims: 0, retry_at: None }
     }
 
     /// The pool was set since this shard last looked: its counter must go to 0 (the
@@ -260,7 +265,9 @@ impl<T> ShardStock<T> {
         {
             return;
         }
-        if counter > low_water_esims(self.settings.block_esims) {
+        if counter > low_water_esims(self.settings.block_esims)
+            || self.retry_at.is_some_and(|retry_at| Instant::now() < retry_at)
+        {
             return;
         }
         let pool = self.settings.pool.clone();
@@ -278,6 +285,7 @@ impl<T> ShardStock<T> {
             Some(task) => {
                 let taken = task.await.unwrap_or_else(|e| Err(io::Error::other(e)));
                 self.refill = None;
+                self.retry_at = taken.is_err().then(|| Instant::now() + TAKE_RETRY_INTERVAL);
                 taken
             }
             None => std::future::pending().await,
@@ -447,6 +455,33 @@ mod tests {
         assert_eq!(stock.held(), 2);
         let next = stock.pool().take(1).unwrap();
         assert_eq!(stock.accept(next), (StockStep::None, 3));
+    }
+
+    /// A pool that cannot be written: every take fails.
+    struct Broken;
+
+    impl InventoryPool for Broken {
+        fn take(&self, _count: u64) -> io::Result<Grant> {
+            Err(io::Error::other("disk full"))
+        }
+        fn set(&self, _available: u64) -> io::Result<u64> {
+            Err(io::Error::other("disk full"))
+        }
+        fn available(&self) -> u64 {
+            5
+        }
+        fn generation(&self) -> u64 {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_take_is_retried_no_sooner_than_the_interval() {
+        let mut stock: ShardStock<u32> = ShardStock::new(PoolSettings { pool: Arc::new(Broken), block_esims: 3 });
+        stock.refill_if_low(0, false);
+        assert!(stock.refilled().await.is_err());
+        stock.refill_if_low(0, false);
+        assert!(!stock.refilling(), "no busy loop of failing takes");
     }
 
     #[tokio::test]
