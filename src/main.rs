@@ -329,6 +329,16 @@ struct ServeArgs {
     /// for a new one, which is the unsharded layout). Not with --store yet.
     #[arg(long, env = "ESIM_SHARDS", value_parser = clap::value_parser!(u32).range(1..=64))]
     shards: Option<u32>,
+    /// With --shards above 1: eSIMs a shard takes from the data dir's global inventory
+    /// pool (DIR/pool) at once; it takes the next block when its own count falls to a
+    /// quarter of this (decisions 185-189).
+    #[arg(
+        long,
+        env = "ESIM_POOL_BLOCK",
+        default_value_t = esim_transport::pool::BLOCK_ESIMS,
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000_000)
+    )]
+    pool_block: u64,
     /// Open connections at most (lowered to fit the descriptor limit, `ulimit -n`); at
     /// the cap, new connections wait in the listen backlog.
     #[arg(
@@ -569,15 +579,15 @@ struct Sharded {
 }
 
 /// Shard k's header on a new sharded data dir: the start's seed plus k (each shard its
-/// own streams), its index and the count, and its share of the initial inventory; the
-/// same start time, so every shard's clock starts together (decision 170).
+/// own streams), its index and the count, and no eSIM of its own: the initial inventory
+/// is in the global pool, from which it takes its first block at start (decision 187);
+/// the same start time, so every shard's clock starts together (decision 170).
 fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32) -> SegmentHeader {
-    let inventory = esim_transport::shards::split_inventory(fresh.config.initial_inventory, shards as usize);
     let config = EngineConfig {
         seed: fresh.config.seed.wrapping_add(u64::from(shard)),
         shard,
         shard_count: shards,
-        initial_inventory: inventory[shard as usize],
+        initial_inventory: 0,
         ..fresh.config.clone()
     };
     SegmentHeader { config, ..fresh.clone() }
@@ -592,6 +602,12 @@ fn serve_sharded(
     shutdown: std::pin::Pin<Box<impl std::future::Future<Output = ()>>>,
 ) -> Result<(), String> {
     let Sharded { shards, new, clock, fresh, speed } = sharded;
+    // The pool before the shard count: a start cut short between the two is new again
+    // and finds its pool. A data dir sharded before the pool existed starts with an
+    // empty pool, its shards keeping their own counts (decision 187).
+    let initial_pool = if new { fresh.config.initial_inventory } else { 0 };
+    let pool = esim_transport::pool::FilePool::open(&args.data_dir, initial_pool)
+        .map_err(|e| format!("cannot open the inventory pool in {}: {e}", args.data_dir.display()))?;
     if new {
         esim_transport::shards::record_shards(&args.data_dir, shards)
             .map_err(|e| format!("cannot record the shard count in {}: {e}", args.data_dir.display()))?;
@@ -659,7 +675,8 @@ fn serve_sharded(
             data_dir = %args.data_dir.display(), shards, clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let options = server_options(&args, speed);
+        let mut options = server_options(&args, speed);
+        options.pool = Some(esim_transport::pool::PoolSettings { pool: Arc::new(pool), block_esims: args.pool_block });
         server::serve_shards(listener, parts, options, shutdown).await.map_err(|e| e.to_string())
     })
 }

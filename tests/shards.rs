@@ -238,12 +238,22 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
         all.body["accounts"].as_array().unwrap().iter().map(|a| a["shard"].as_u64().unwrap()).collect();
     assert!(shards_listed.windows(2).all(|w| w[0] <= w[1]), "shard by shard: {shards_listed:?}");
 
-    // Inventory is split over the shards; a shard whose share is spent answers the spec's 503.
+    // The inventory is one pool the shards take blocks from (decisions 185-189): 2 eSIMs
+    // are provisioned, from whichever shards, and then every shard answers the spec's 503.
     let stock = server.admin("PUT", "/admin/v1/inventory", Some(json!({"available": 2}))).await;
-    assert_eq!(stock.body, json!({"available": 2, "shards": [1, 1, 0, 0]}), "{}", stock.body);
-    let empty = server.api("POST", "/esim/provision", &tenants[3].key, Some(json!({}))).await;
-    assert_eq!((empty.status, empty.body["code"].clone()), (503, json!("NO_ESIMS_AVAILABLE")), "{}", empty.body);
-    assert_eq!(server.api("POST", "/esim/provision", &tenants[0].key, Some(json!({}))).await.status, 201);
+    assert_eq!((stock.status, stock.body["available"].clone()), (200, json!(2)), "{}", stock.body);
+    assert_eq!(stock.body["shards"].as_array().map(Vec::len), Some(SHARDS), "{}", stock.body);
+    let mut provisioned = 0;
+    for tenant in tenants.iter().chain(&tenants) {
+        let answer = server.api("POST", "/esim/provision", &tenant.key, Some(json!({}))).await;
+        match answer.status {
+            201 => provisioned += 1,
+            _ => assert_eq!((answer.status, answer.body["code"].clone()), (503, json!("NO_ESIMS_AVAILABLE"))),
+        }
+    }
+    assert_eq!(provisioned, 2, "the pool's 2 eSIMs, no more");
+    let figures = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
+    assert_eq!(figures, json!({"available": 0, "pool": 0, "shards": [0, 0, 0, 0]}));
 
     // A restart recovers every shard's digest; `esim replay` shows each and the same total.
     let live = settled_state(&server).await;

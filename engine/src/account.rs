@@ -82,6 +82,12 @@ impl Engine {
                 self.inventory = available;
                 Ok(Reply::AdminUpdated(json!({ "available": available })))
             }
+            AdminOp::GrantInventory { count } => {
+                // Saturating: a pool never holds more than u64, but a replayed journal
+                // must not panic whatever it holds.
+                self.inventory = self.inventory.saturating_add(count);
+                Ok(Reply::AdminUpdated(json!({ "granted": count, "available": self.inventory })))
+            }
         }
     }
 

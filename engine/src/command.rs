@@ -498,6 +498,13 @@ pub enum AdminOp {
         /// Profiles available from now on.
         available: u64,
     },
+    /// A block of eSIM profiles a sharded shell took from the node's global pool
+    /// (decision 185; no HTTP route): added to this shard's stock. Journaled as a command
+    /// of the shard, so a replay rebuilds the stock without reading the pool.
+    GrantInventory {
+        /// Profiles taken from the pool (0 is a no-op, still journaled).
+        count: u64,
+    },
     /// The `--allow-insecure-webhooks` setting of a start, when it differs from the
     /// state's (no HTTP route): journaled, so a replay validates each webhook URL under
     /// the setting it was registered with.

@@ -124,6 +124,13 @@ impl Engine {
         &self.accounts
     }
 
+    /// eSIM profiles this engine may still provision: the whole stock unsharded, this
+    /// shard's block of the global pool when sharded (decision 185). For observers and
+    /// the shell's refill.
+    pub fn inventory(&self) -> u64 {
+        self.inventory
+    }
+
     /// Every eSIM, by index, terminated ones included (for observers).
     pub fn esims(&self) -> &[Esim] {
         &self.esims

@@ -87,6 +87,57 @@ fn provisioning_refuses_below_the_fee_and_without_inventory_taking_nothing() {
     );
 }
 
+/// A shard's block of the global pool (decision 185): granted profiles add to the stock
+/// exactly, each one provisions once, and a replay of the same commands gives the same
+/// digest (the grant is part of the state, so a lost grant would show).
+#[test]
+fn granted_blocks_add_to_the_stock_and_replay_to_the_same_digest() {
+    let mut h = Harness::new();
+    let r = h.reseller("100");
+    h.admin(AdminOp::SetInventory { available: 0 }).unwrap();
+    assert_eq!(h.engine.inventory(), 0);
+    let before = h.engine.state_digest();
+    let reply = h.admin(AdminOp::GrantInventory { count: 2 }).unwrap();
+    let Reply::AdminUpdated(body) = reply else { panic!("{reply:?}") };
+    assert_eq!((body["granted"].as_u64(), body["available"].as_u64()), (Some(2), Some(2)));
+    assert_ne!(h.engine.state_digest(), before, "the grant is in the digest");
+    h.admin(AdminOp::GrantInventory { count: 1 }).unwrap();
+    assert_eq!(h.engine.inventory(), 3);
+    for _ in 0..3 {
+        h.provision(&r);
+    }
+    assert_eq!(h.engine.inventory(), 0);
+    assert_eq!(
+        code(h.call(&r, ResellerOp::Provision { end_user_reference: None, label: None, group_id: None })),
+        "NO_ESIMS_AVAILABLE"
+    );
+    h.admin(AdminOp::GrantInventory { count: u64::MAX }).unwrap();
+    h.admin(AdminOp::GrantInventory { count: 5 }).unwrap();
+    assert_eq!(h.engine.inventory(), u64::MAX, "saturates, never panics");
+    h.assert_conserved();
+}
+
+#[test]
+fn a_journal_with_grants_replays_to_the_same_state() {
+    let commands = [AdminOp::SetInventory { available: 0 }, AdminOp::GrantInventory { count: 4 }];
+    let run = || {
+        let mut h = Harness::new();
+        let r = h.reseller("50");
+        for op in commands.clone() {
+            h.admin(op).unwrap();
+        }
+        h.provision(&r);
+        (h.engine.inventory(), h.engine.state_digest())
+    };
+    let (first, second) = (run(), run());
+    assert_eq!(first.0, 3);
+    assert_eq!(first, second);
+    // The command survives the journal's encoding (serde) unchanged.
+    let command = Command::Admin(AdminOp::GrantInventory { count: 7 });
+    let text = serde_json::to_string(&command).unwrap();
+    assert_eq!(serde_json::from_str::<Command>(&text).unwrap(), command);
+}
+
 #[test]
 fn dust_examples_fund_20_reads_19_99_and_9_18_27_read_exactly() {
     let mut h = Harness::new();

@@ -57,6 +57,7 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(Authentication),
         Box::new(IdempotentReplay),
         Box::new(CrashRecovery),
+        Box::new(InventoryGrant),
         Box::new(SingleOwner::default()),
         Box::new(NoAcknowledgedLoss::default()),
         Box::new(StandbyDigest),
@@ -1240,6 +1241,36 @@ impl Checker for CrashRecovery {
     }
 }
 
+// ----- the global inventory pool (issue 17) -----
+
+/// A block of the pool granted to a shard (decision 185) adds exactly its count to the
+/// shard's stock, and the engine holds what the grant answered: an eSIM granted is never
+/// lost nor counted twice by the engine.
+pub struct InventoryGrant;
+
+impl Checker for InventoryGrant {
+    fn name(&self) -> &'static str {
+        "inventory_grant"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for fact in &ctx.log.facts {
+            if let Fact::Granted { count, before, after: Some(after) } = fact {
+                if *after != before.saturating_add(*count) {
+                    return Err(format!("a grant of {count} took the stock from {before} to {after}"));
+                }
+                if ctx.engine.inventory() != *after {
+                    return Err(format!(
+                        "the grant answered a stock of {after}, the engine holds {}",
+                        ctx.engine.inventory()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 // ----- the journal's store (issue 17) -----
 
 /// No two nodes acknowledge writes for the shard at one epoch, no node acknowledges at
@@ -1497,6 +1528,9 @@ mod tests {
             "deliveries alice w1",
             "advance 25h",
             "provision alice as s2",
+            "inventory 0",
+            "grant 2",
+            "provision alice as s3",
             "wallet alice",
         ];
         for line in lines {
@@ -1509,7 +1543,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 19);
+        assert_eq!(names().len(), 20);
     }
 
     #[test]
@@ -1796,6 +1830,21 @@ mod tests {
         let log =
             StepLog { facts: vec![Fact::Restarted { rebuild: Some(Err("bad magic".into())) }], ..StepLog::default() };
         assert!(check_with(&mut CrashRecovery, &world, &log).unwrap_err().contains("did not rebuild"));
+    }
+
+    #[test]
+    fn inventory_grant_fires_on_a_grant_that_adds_the_wrong_count() {
+        let mut world = world(None);
+        world.apply(&"inventory 3".parse::<Op>().unwrap());
+        world.apply(&"grant 4".parse::<Op>().unwrap());
+        assert_eq!(world.engine().inventory(), 7);
+        check_with(&mut InventoryGrant, &world, world.log()).unwrap();
+        let wrong =
+            StepLog { facts: vec![Fact::Granted { count: 4, before: 3, after: Some(8) }], ..StepLog::default() };
+        assert!(check_with(&mut InventoryGrant, &world, &wrong).unwrap_err().contains("from 3 to 8"));
+        let unheld =
+            StepLog { facts: vec![Fact::Granted { count: 1, before: 5, after: Some(6) }], ..StepLog::default() };
+        assert!(check_with(&mut InventoryGrant, &world, &unheld).unwrap_err().contains("engine holds 7"));
     }
 
     #[test]

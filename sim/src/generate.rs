@@ -436,7 +436,12 @@ impl Generator {
                     Op::Limits { account, groups: Some(self.range(1, 3) as u32), size: Some(self.range(1, 4) as u32) }
                 }
             }
-            What::Inventory => Op::Inventory { available: if self.chance(30) { 0 } else { 100_000 } },
+            // Stock runs out, is set again, or a shard's block of the pool arrives.
+            What::Inventory => match self.below(100) {
+                0..=29 => Op::Inventory { available: 0 },
+                30..=54 => Op::Grant { count: self.range(1, 1_000) as u64 },
+                _ => Op::Inventory { available: 100_000 },
+            },
             What::Keys => {
                 // A revoked key is replaced soon, so the account does not go silent.
                 let revoked = world.accounts().iter().any(|a| a.name == account && a.revoked);

@@ -249,6 +249,11 @@ pub enum Op {
     Inventory {
         available: u64,
     },
+    /// A block of `count` eSIM profiles from the global pool, as a sharded shell grants
+    /// it (decision 185): the engine command itself, journaled (no HTTP route).
+    Grant {
+        count: u64,
+    },
     /// A new API key; the account's calls use it from now on.
     NewKey {
         account: String,
@@ -334,6 +339,7 @@ impl Op {
             Op::AutoRefill { .. } => "autorefill",
             Op::Limits { .. } => "limits",
             Op::Inventory { .. } => "inventory",
+            Op::Grant { .. } => "grant",
             Op::NewKey { .. } => "newkey",
             Op::Revoke { .. } => "revoke",
             Op::Call { call, .. } => call.verb(),
@@ -560,6 +566,7 @@ impl fmt::Display for Op {
                 f.write_str(&out)
             }
             Op::Inventory { available } => write!(f, "{verb} {available}"),
+            Op::Grant { count } => write!(f, "{verb} {count}"),
             Op::Call { caller, call, idempotency_key } => {
                 write!(f, "{verb} {}{call}", token(caller))?;
                 match idempotency_key {
@@ -744,6 +751,7 @@ impl FromStr for Op {
                 Op::Limits { account, groups: options.parse("groups")?, size: options.parse("size")? }
             }
             "inventory" => Op::Inventory { available: args.parse("count")? },
+            "grant" => Op::Grant { count: args.parse("count")? },
             "newkey" => Op::NewKey { account: args.string("account")? },
             "revoke" => Op::Revoke { account: args.string("account")? },
             "raw" => return parse_raw(line),
@@ -933,6 +941,7 @@ mod tests {
             "autorefill alice off",
             "limits alice groups 2 size 1",
             "inventory 0",
+            "grant 1000",
             "newkey alice",
             "revoke alice",
             "provision alice as s1 group g1 label \"Trip to Rome\" ref order-7",

@@ -279,6 +279,16 @@ impl World {
 
     // ----- applying an op -----
 
+    /// A block of the global pool granted to this engine, as the sharded shell applies
+    /// it (the command, journaled; no HTTP route): the stock before and after is a fact.
+    fn grant(&mut self, count: u64) {
+        let before = self.service.engine().inventory();
+        let command = Command::Admin(esim_engine::AdminOp::GrantInventory { count });
+        let granted = self.service.apply_command(self.now, command).is_ok();
+        let after = self.service.engine().inventory();
+        self.log.facts.push(Fact::Granted { count, before, after: granted.then_some(after) });
+    }
+
     /// Applies one op and returns what was observed.
     pub fn apply(&mut self, op: &Op) -> &StepLog {
         self.log.clear(self.steps);
@@ -291,6 +301,7 @@ impl World {
             Op::Zombie => self.zombie_append(),
             Op::LostCommit => self.lose_commit_outcome(),
             Op::StandbyLag { steps } => self.lag_standby(*steps),
+            Op::Grant { count } => self.grant(*count),
             request => self.send_op(request),
         }
         self.drain();

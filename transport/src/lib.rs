@@ -29,6 +29,7 @@ pub mod journal;
 pub mod lock;
 pub mod metrics;
 pub mod openapi;
+pub mod pool;
 pub mod routes;
 pub mod secrets;
 pub mod sender;

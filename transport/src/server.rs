@@ -11,11 +11,12 @@ use crate::admission::{Admission, Admitted, KeyMemo};
 use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
 use crate::journal::EncodedSnapshot;
+use crate::pool::{InventoryPool, PoolSettings, ShardStock, StockStep};
 use crate::sender::{Dispatcher, Sender};
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
-use crate::shards::Route;
+use crate::shards::{FanOut, Route};
 use bytes::Bytes;
-use esim_engine::{ApiError, Delivery, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
+use esim_engine::{AdminOp, ApiError, Command, Delivery, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -188,6 +189,9 @@ enum Message {
     Delivered(u64, DeliveryResult, u64),
     /// Every connection is closed: flush and end.
     Stop,
+    /// The global pool was set: the shard zeroes its old block (journaled) and answers
+    /// its counter once that is durable (`PUT /admin/v1/inventory`, decision 188).
+    SyncPool(oneshot::Sender<http::Response<Bytes>>),
 }
 
 pub struct ServerOptions {
@@ -197,6 +201,9 @@ pub struct ServerOptions {
     pub header_read_timeout: Duration,
     /// Connection cap, timeouts and the body budget ([`crate::edge`]).
     pub edge: EdgeLimits,
+    /// The global eSIM pool the shards take blocks from (a sharded service; `None`:
+    /// each engine's counter is its whole stock, decision 185).
+    pub pool: Option<PoolSettings>,
 }
 
 impl ServerOptions {
@@ -206,6 +213,7 @@ impl ServerOptions {
             allow_insecure_webhooks,
             header_read_timeout: HEADER_READ_TIMEOUT,
             edge: EdgeLimits::default(),
+            pool: None,
         }
     }
 }
@@ -222,6 +230,8 @@ struct Shared {
     /// When this server started (Unix ms): the snapshot age counts from it when the
     /// data dir has no snapshot.
     started_unix_ms: i64,
+    /// The global eSIM pool, when the shards take blocks from one.
+    pool: Option<Arc<dyn InventoryPool>>,
 }
 
 /// One shard as the connection tasks see it: the admission checks they make before
@@ -234,6 +244,8 @@ struct ShardLink {
     shown_ms: Arc<AtomicI64>,
     to_owner: mpsc::Sender<Message>,
     readiness: Arc<Readiness>,
+    /// The shard's eSIM counter as its owner task last applied (for the admin figures).
+    stock_esims: Arc<AtomicU64>,
 }
 
 /// What `GET /readyz` reads without asking the owner task (it must stay cheap and
@@ -346,6 +358,7 @@ pub async fn serve_shards(
         );
         let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
         let readiness = Arc::new(Readiness::default());
+        let stock_esims = Arc::new(AtomicU64::new(service.engine().inventory()));
         if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
             crate::metrics::snapshot_written(written_ms, false);
         }
@@ -355,6 +368,7 @@ pub async fn serve_shards(
             shown_ms: shown_ms.clone(),
             to_owner,
             readiness: readiness.clone(),
+            stock_esims: stock_esims.clone(),
         });
         let state = Owner {
             service,
@@ -367,6 +381,8 @@ pub async fn serve_shards(
             waiting_tests: BTreeMap::new(),
             readiness,
             stale: false,
+            stock: options.pool.clone().map(ShardStock::new),
+            stock_esims,
         };
         // The owner task runs on a thread of its own (a current-thread runtime): woken by
         // its inbox or its journal append, it runs at once instead of waiting in a worker's
@@ -385,6 +401,7 @@ pub async fn serve_shards(
         shards: links,
         next_account: AtomicU64::new(accounts as u64),
         started_unix_ms: real_now_ms(),
+        pool: options.pool.as_ref().map(|settings| settings.pool.clone()),
     });
 
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -638,9 +655,15 @@ async fn answer(
                             let shard = (shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize;
                             shared.ask(shard, request).await
                         }
-                        Route::FanOut(kind) => {
-                            crate::shards::fan_out(kind, &request, shards, |shard, part| shared.ask(shard, part)).await
-                        }
+                        Route::FanOut(kind) => match &shared.pool {
+                            Some(pool) if matches!(kind, FanOut::SetInventory | FanOut::State) => {
+                                pool_fan_out(kind, &request, shared, pool).await
+                            }
+                            _ => {
+                                crate::shards::fan_out(kind, &request, shards, |shard, part| shared.ask(shard, part))
+                                    .await
+                            }
+                        },
                     };
                     crate::service::draw_deferred_qr(&mut response);
                     response
@@ -651,6 +674,69 @@ async fn answer(
     // One line per request; never a credential (method, route pattern, status, time).
     tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
     (endpoint, response)
+}
+
+/// The admin requests about the global pool (decision 188): `PUT /admin/v1/inventory`
+/// sets the pool (durably, off the owner tasks) and then has every shard zero its old
+/// block; `GET /admin/v1/state` shows the pool and each shard's block beside the digests.
+async fn pool_fan_out(
+    kind: FanOut,
+    request: &http::Request<Bytes>,
+    shared: &Shared,
+    pool: &Arc<dyn InventoryPool>,
+) -> http::Response<Bytes> {
+    let shards = shared.shards.len();
+    let ask = |shard: usize, part: http::Request<Bytes>| shared.ask(shard, part);
+    if kind == FanOut::State {
+        let mut answer = crate::shards::fan_out(kind, request, shards, ask).await;
+        if let (true, Ok(mut body)) =
+            (answer.status().is_success(), serde_json::from_slice::<serde_json::Value>(answer.body()))
+        {
+            let blocks: Vec<u64> = shared.shards.iter().map(|link| link.stock_esims.load(Ordering::Relaxed)).collect();
+            let in_pool = pool.available();
+            body["inventory"] = serde_json::json!({
+                "available": in_pool.saturating_add(blocks.iter().sum::<u64>()),
+                "pool": in_pool,
+                "shards": blocks,
+            });
+            answer = crate::api::json_response(200, serde_json::to_vec(&body).expect("json"));
+        }
+        return answer;
+    }
+    let body = serde_json::from_slice::<serde_json::Value>(request.body()).ok();
+    let Some(available) = body.as_ref().and_then(|b| b.get("available")?.as_u64()) else {
+        // Shard 0 says what is wrong with the body.
+        return shared.ask(0, request.clone()).await;
+    };
+    let setter = pool.clone();
+    match tokio::task::spawn_blocking(move || setter.set(available)).await {
+        Ok(Ok(_generation)) => {}
+        Ok(Err(error)) => {
+            tracing::error!(%error, "the inventory pool cannot be written");
+            return error_response(ApiError::new(
+                ErrorCode::ServiceUnavailable,
+                format!("the inventory pool cannot be written ({error}); nothing changed"),
+            ));
+        }
+        Err(error) => return error_response(ApiError::new(ErrorCode::ServiceUnavailable, error.to_string())),
+    }
+    let mut blocks = Vec::with_capacity(shards);
+    for link in &shared.shards {
+        let (reply, answer) = oneshot::channel();
+        if link.to_owner.send(Message::SyncPool(reply)).await.is_err() {
+            return unavailable();
+        }
+        let answer = answer.await.unwrap_or_else(|_| unavailable());
+        let block = serde_json::from_slice::<serde_json::Value>(answer.body())
+            .ok()
+            .and_then(|body| body.get("shard_esims")?.as_u64());
+        match block {
+            Some(block) if answer.status().is_success() => blocks.push(block),
+            _ => return answer,
+        }
+    }
+    let body = serde_json::json!({ "available": available, "pool": pool.available(), "shards": blocks });
+    crate::api::json_response(200, serde_json::to_vec(&body).expect("json"))
 }
 
 fn unavailable() -> http::Response<Bytes> {
@@ -720,6 +806,21 @@ struct Owner {
     /// reached): the engine may hold changes that are not durable, so changes are
     /// accepted again only after a reload succeeds.
     stale: bool,
+    /// This shard's side of the global eSIM pool (sharded services only).
+    stock: Option<ShardStock<Parked>>,
+    /// The engine's counter after the last batch, for the admin figures.
+    stock_esims: Arc<AtomicU64>,
+}
+
+/// A provisioning waiting for the shard's next block of the pool.
+type Parked = (Box<http::Request<Bytes>>, Reply);
+
+/// The block on its way to this shard, when one is (pending forever when none is).
+async fn stock_refilled(stock: &mut Option<ShardStock<Parked>>) -> std::io::Result<crate::pool::Grant> {
+    match stock {
+        Some(stock) => stock.refilled().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
@@ -731,7 +832,11 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
     let mut stopping = false;
     let mut fence_check = tokio::time::interval(FENCE_CHECK_INTERVAL);
     fence_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A shard of a pooled service takes its first block at once.
+    owner.refill_stock(false);
     loop {
+        let stock_wait_ends = owner.stock.as_ref().and_then(|stock| stock.next_deadline());
+        let refilling = owner.stock.as_ref().is_some_and(|stock| stock.refilling());
         let deadline = match owner.service.clock() {
             // While changes are refused, timers wait (firing them would change the state)
             // and the journal is probed for room again.
@@ -764,6 +869,7 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
                 }
                 owner.probe_if_refusing().await;
                 owner.apply(&mut batch);
+                owner.refill_stock(stopping);
             }
             _ = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(3600))), if deadline.is_some() => {
                 owner.probe_if_refusing().await;
@@ -772,11 +878,18 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
             // Not while refusing: the probe looks then (and this tick would keep
             // restarting the probe's sleep).
             _ = fence_check.tick(), if owner.service.refusing_changes().is_none() => owner.refuse_if_fenced(),
+            taken = stock_refilled(&mut owner.stock), if refilling => {
+                owner.stocked(taken, &mut batch);
+                owner.refill_stock(stopping);
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(stock_wait_ends.unwrap_or_else(std::time::Instant::now))),
+                if stock_wait_ends.is_some() => owner.stock_wait_over(),
         }
         if owner.appending.is_none() {
             owner.hand_over();
         }
-        if stopping && owner.appending.is_none() && owner.pending.is_empty() {
+        let stock_idle = owner.stock.as_ref().is_none_or(|stock| !stock.refilling() && !stock.has_waiting());
+        if stopping && owner.appending.is_none() && owner.pending.is_empty() && stock_idle {
             break;
         }
     }
@@ -787,8 +900,21 @@ impl Owner {
     fn apply(&mut self, batch: &mut Vec<Message>) {
         let now = self.clock.now();
         self.service.tick(now);
+        self.sync_stock();
         for message in batch.drain(..) {
             match message {
+                Message::Request(request, reply) if self.waits_for_stock(&request) => {
+                    self.stock.as_mut().expect("waits only with a pool").park((request, reply));
+                }
+                Message::SyncPool(reply) => {
+                    let counter = self.service.engine().inventory();
+                    let body = serde_json::json!({ "shard_esims": counter }).to_string();
+                    self.pending.answers.push(Answer {
+                        reply,
+                        response: crate::api::json_response(200, body),
+                        request: None,
+                    });
+                }
                 Message::Request(request, reply) => {
                     let digest = request.extensions().get::<KeyDigest>().copied();
                     // The owner's lines for this request carry its id, and its account.
@@ -832,6 +958,90 @@ impl Owner {
             self.pending.deliveries.push(delivery);
         }
         crate::metrics::retry_queue_depth(self.service.engine().pending_deliveries().len());
+        self.stock_esims.store(self.service.engine().inventory(), Ordering::Relaxed);
+    }
+
+    /// A provisioning that finds this shard's counter at 0 while the pool (or a block on
+    /// its way) still holds eSIMs waits for the block instead of answering
+    /// `NO_ESIMS_AVAILABLE` (decision 186).
+    fn waits_for_stock(&self, request: &http::Request<Bytes>) -> bool {
+        let Some(stock) = &self.stock else { return false };
+        let provisioning = matches!(
+            crate::routes::find(request.method().as_str(), request.uri().path()),
+            crate::routes::Match::Found(crate::routes::Endpoint::ProvisionEsim, _)
+        );
+        provisioning
+            && self.service.refusing_changes().is_none()
+            && stock.should_wait(self.service.engine().inventory())
+    }
+
+    /// Before a batch: a pool set anew zeroes this shard's old block, and a block taken
+    /// while changes were refused is granted now (both journaled in this batch).
+    fn sync_stock(&mut self) {
+        let Some(stock) = self.stock.as_mut() else { return };
+        if stock.sync() == StockStep::Zero {
+            self.journal_stock(AdminOp::SetInventory { available: 0 });
+        }
+        let held = self.stock.as_mut().map_or(0, |stock| stock.take_held());
+        if held > 0 && !self.journal_stock(AdminOp::GrantInventory { count: held }) {
+            self.stock.as_mut().expect("checked").hold(held);
+        }
+    }
+
+    /// Applies a command of the pool as a request would (journaled with this batch).
+    fn journal_stock(&mut self, op: AdminOp) -> bool {
+        let now = self.service.now(self.clock.now());
+        match self.service.apply_command(now, Command::Admin(op)) {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(error = %error.message, "a change of the eSIM stock is not journaled now");
+                false
+            }
+        }
+    }
+
+    /// Starts taking the next block when the counter is low (on the blocking pool).
+    fn refill_stock(&mut self, stopping: bool) {
+        let counter = self.service.engine().inventory();
+        if let Some(stock) = self.stock.as_mut() {
+            stock.refill_if_low(counter, stopping);
+        }
+    }
+
+    /// A block came from the pool: journal its grant (after zeroing a superseded
+    /// block), then apply the provisionings that waited for it, in their order.
+    fn stocked(&mut self, taken: std::io::Result<crate::pool::Grant>, batch: &mut Vec<Message>) {
+        let Some(stock) = self.stock.as_mut() else { return };
+        match taken {
+            Err(error) => {
+                tracing::error!(%error, "cannot take a block of the eSIM pool; provisioning answers from the shard's counter")
+            }
+            Ok(grant) => {
+                let (step, count) = stock.accept(grant);
+                if step == StockStep::Zero {
+                    self.journal_stock(AdminOp::SetInventory { available: 0 });
+                }
+                if count > 0 && !self.journal_stock(AdminOp::GrantInventory { count }) {
+                    self.stock.as_mut().expect("checked").hold(count);
+                }
+            }
+        }
+        let waited = self.stock.as_mut().expect("checked").unpark_all();
+        batch.clear();
+        batch.extend(waited.into_iter().map(|(request, reply)| Message::Request(request, reply)));
+        self.apply(batch);
+    }
+
+    /// Provisionings that waited [`crate::pool::STOCK_WAIT_MAX`] for a block: 503, retry
+    /// (the pool still holds eSIMs, so `NO_ESIMS_AVAILABLE` would be false).
+    fn stock_wait_over(&mut self) {
+        let Some(stock) = self.stock.as_mut() else { return };
+        for (_, reply) in stock.expired() {
+            let _ = reply.send(error_response(ApiError::new(
+                ErrorCode::ServiceUnavailable,
+                "no block of the eSIM pool reached this shard in time; retry",
+            )));
+        }
     }
 
     /// Refuses changes once the journal says another process took it over while no

@@ -87,6 +87,13 @@ pub enum Fact {
     Restarted {
         rebuild: Option<Result<(String, String), String>>,
     },
+    /// A block of the pool was granted (`grant`): the stock before it, and after it
+    /// (`None` when the command was refused, e.g. while the journal refuses changes).
+    Granted {
+        count: u64,
+        before: u64,
+        after: Option<u64>,
+    },
     /// A node's append to the in-memory store returned success: these entries are
     /// acknowledged (`first` is the index of the first, `crcs` the CRC-32C of each
     /// entry's bytes; `resolved`: its commit's outcome was lost and read back).

@@ -166,7 +166,8 @@ impl World {
             | Op::Failover
             | Op::Zombie
             | Op::LostCommit
-            | Op::StandbyLag { .. } => {}
+            | Op::StandbyLag { .. }
+            | Op::Grant { .. } => {}
         }
     }
 
