@@ -256,7 +256,8 @@ pub fn prepare_shards(url: &str, asked: Option<u32>) -> Result<u32, JournalError
     let io = Io::new()?;
     io.run(async {
         let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
-        migrate(&mut connection.client).await?;
+        let applied = migrate(&mut connection.client).await?;
+        tracing::info!(applied, "migrated the PostgreSQL store");
         let failed = |e: tokio_postgres::Error| store_error("cannot read the shard count", e);
         let transaction = connection.client.transaction().await.map_err(failed)?;
         transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(failed)?;
