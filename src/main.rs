@@ -729,7 +729,10 @@ fn shards_to_own(asked: Option<&[u32]>, shards: u32) -> Result<Vec<u32>, String>
     own.sort_unstable();
     own.dedup();
     if let Some(bad) = own.iter().find(|&&k| k >= shards) {
-        return Err(format!("--own-shards names shard {bad}, but the store has {shards} shard(s) (0 to {})", shards - 1));
+        return Err(format!(
+            "--own-shards names shard {bad}, but the store has {shards} shard(s) (0 to {})",
+            shards - 1
+        ));
     }
     if own.is_empty() {
         return Err("--own-shards names no shard: a node serves at least one".into());
@@ -779,8 +782,9 @@ fn serve_store_shards(
             parts.push(server::ShardPart::Remote);
             continue;
         }
-        let (mut store, recovery) = take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
-            .map_err(|e| format!("shard {shard}: {e}"))?;
+        let (mut store, recovery) =
+            take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
+                .map_err(|e| format!("shard {shard}: {e}"))?;
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
         let (engine, header) = match (recovery.engine, recovery.header) {
             (Some(engine), Some(mut header)) => {

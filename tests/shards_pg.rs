@@ -97,13 +97,8 @@ async fn one_process_serves_four_shards_of_a_store_and_refuses_another_count() {
     assert_eq!(csv.lines().filter(|l| l.starts_with("shard-")).count(), SHARDS, "{csv}");
 
     // Another count is refused naming both; the same count (or none) serves the same state.
-    let refused = launch(&dir, &url)
-        .arg("--shards")
-        .arg("2")
-        .command()
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
+    let refused =
+        launch(&dir, &url).arg("--shards").arg("2").command().stderr(std::process::Stdio::piped()).output().unwrap();
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("made with 4 shard(s)") && said.contains("--shards 2"), "{said}");
@@ -309,8 +304,12 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
     let all = a.admin("GET", "/admin/v1/accounts?limit=100", None).await;
     assert_eq!(all.body["total"], json!(2 * SHARDS), "{}", all.body);
     assert_eq!(all.body, b.admin("GET", "/admin/v1/accounts?limit=100", None).await.body);
-    let listed: Vec<String> =
-        all.body["accounts"].as_array().unwrap().iter().map(|a| a["account_id"].as_str().unwrap().to_string()).collect();
+    let listed: Vec<String> = all.body["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["account_id"].as_str().unwrap().to_string())
+        .collect();
     let mut paged = Vec::new();
     for offset in (0..2 * SHARDS).step_by(3) {
         let page = nodes[offset % 2].admin("GET", &format!("/admin/v1/accounts?limit=3&offset={offset}"), None).await;
@@ -332,13 +331,7 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
     // forwarded again.
     let tenant_b = tenants.iter().find(|t| t.shard == 2).unwrap();
     let refused = a
-        .raw(
-            "GET",
-            "/api/v2/reseller/account",
-            Some(&tenant_b.key),
-            &[(FORWARDED_SHARD, "2")],
-            bytes::Bytes::new(),
-        )
+        .raw("GET", "/api/v2/reseller/account", Some(&tenant_b.key), &[(FORWARDED_SHARD, "2")], bytes::Bytes::new())
         .await;
     assert_eq!((refused.status, refused.body["code"].clone()), (503, json!("SERVICE_UNAVAILABLE")));
     assert_eq!(refused.headers[NOT_OWNER], "2");

@@ -73,16 +73,16 @@ pub fn not_owner(shard: usize) -> http::Response<Bytes> {
     response
 }
 
-/// The shard a forwarded request names: `Ok(None)` when it is not forwarded, `Err` when
-/// the header is not a shard of `shards`.
-pub fn forwarded_shard(headers: &http::HeaderMap, shards: usize) -> Result<Option<usize>, http::Response<Bytes>> {
+/// The shard a forwarded request names: `Ok(None)` when it is not forwarded, `Err` (the
+/// spec's 400 `VALIDATION_ERROR`) when the header is not a shard of `shards`.
+pub fn forwarded_shard(headers: &http::HeaderMap, shards: usize) -> Result<Option<usize>, ApiError> {
     let Some(value) = headers.get(FORWARDED_SHARD) else { return Ok(None) };
     match value.to_str().ok().and_then(|text| text.parse::<usize>().ok()) {
         Some(shard) if shard < shards => Ok(Some(shard)),
-        _ => Err(error_response(ApiError::new(
+        _ => Err(ApiError::new(
             ErrorCode::ValidationError,
             format!("{FORWARDED_SHARD} must be a shard index below {shards}"),
-        ))),
+        )),
     }
 }
 
@@ -122,7 +122,9 @@ impl Forwarder {
     /// extensions.
     pub async fn forward(&self, shard: usize, request: &http::Request<Bytes>) -> http::Response<Bytes> {
         let Ok(_permit) = self.in_flight.try_acquire() else {
-            return unavailable(format!("{FORWARDS_IN_FLIGHT_MAX} requests are being forwarded to other nodes already"));
+            return unavailable(format!(
+                "{FORWARDS_IN_FLIGHT_MAX} requests are being forwarded to other nodes already"
+            ));
         };
         let mut why = String::new();
         for _attempt in 0..2 {
@@ -210,7 +212,9 @@ impl Forwarder {
                     response.extensions_mut().insert(FinanceReport::from(figures));
                 }
                 Err(error) => {
-                    return Err(Failed::Final(unavailable(format!("shard {shard}'s report figures are unreadable: {error}"))))
+                    return Err(Failed::Final(unavailable(format!(
+                        "shard {shard}'s report figures are unreadable: {error}"
+                    ))))
                 }
             }
         }
@@ -465,7 +469,7 @@ mod tests {
         assert!(matches!(forwarded_shard(&headers, 4), Ok(Some(3))));
         for bad in ["4", "-1", "x", ""] {
             headers.insert(FORWARDED_SHARD, http::HeaderValue::from_static(bad));
-            let refused = forwarded_shard(&headers, 4).unwrap_err();
+            let refused = error_response(forwarded_shard(&headers, 4).unwrap_err());
             assert_eq!(refused.status(), 400, "{bad:?}");
         }
         let answer = not_owner(2);

@@ -255,7 +255,9 @@ impl ShardHandle {
 }
 
 /// A shard as `serve_nodes` is given it: an engine with its journal, or a shard another
-/// node owns (its requests are forwarded).
+/// node owns (its requests are forwarded). A handful, made once at start: the size of
+/// the local variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum ShardPart {
     Local(Service, Box<dyn JournalSink>),
     Remote,
@@ -659,7 +661,7 @@ async fn answer(
     // shard a forwarded request names (answered here or refused: never forwarded again).
     let shards = shared.shards.len();
     let target = match crate::nodes::forwarded_shard(request.headers(), shards) {
-        Err(refused) => return (endpoint, refused),
+        Err(refused) => return (endpoint, error_response(refused)),
         Ok(Some(shard)) if shared.shards[shard].local().is_none() => {
             return (endpoint, crate::nodes::not_owner(shard));
         }
@@ -728,10 +730,8 @@ async fn answer(
                             crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
                                 if kind == crate::shards::FanOut::Report && shared.shards[shard].local().is_none() {
                                     // Another node's part: its figures travel as JSON.
-                                    part.headers_mut().insert(
-                                        crate::nodes::WANT_FIGURES,
-                                        http::HeaderValue::from_static("1"),
-                                    );
+                                    part.headers_mut()
+                                        .insert(crate::nodes::WANT_FIGURES, http::HeaderValue::from_static("1"));
                                 }
                                 shared.ask(shard, part)
                             })

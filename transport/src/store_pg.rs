@@ -6,7 +6,7 @@
 //! versioned migrations in [`MIGRATIONS`] (applied on start, in one transaction, under an
 //! advisory lock; each version recorded once in `schema_migrations`):
 //!
-//! - `shard_owner`: one row per shard (only shard 0 in this slice): the owner's `epoch`,
+//! - `shard_owner`: one row per shard (`store_meta` holds their count, decision 177): the owner's `epoch`,
 //!   the journal `head` (entries appended: the index the next entry gets), the owner's
 //!   name, its lease expiry (renewed by the owner, read by a standby: [`crate::standby`])
 //!   and the journal header (engine configuration with the seed, clock, start time).
@@ -307,7 +307,8 @@ pub fn read_shard_count(url: &str) -> Result<u32, JournalError> {
         if !exists {
             return Ok(1);
         }
-        let row = connection.client.query_opt("SELECT shards FROM store_meta WHERE id = 0", &[]).await.map_err(failed)?;
+        let row =
+            connection.client.query_opt("SELECT shards FROM store_meta WHERE id = 0", &[]).await.map_err(failed)?;
         Ok(row.map_or(1, |row| row.get::<_, i32>(0) as u32))
     })
 }
@@ -773,7 +774,14 @@ impl PgStore {
             Ok(opened) => opened,
             Err(holder) => return Ok(Opened::Leased(holder)),
         };
-        tracing::info!(applied, epoch, owner, shard, entries = recovery.next_index, "took the shard of the PostgreSQL store");
+        tracing::info!(
+            applied,
+            epoch,
+            owner,
+            shard,
+            entries = recovery.next_index,
+            "took the shard of the PostgreSQL store"
+        );
         if recovery.next_index == 0 {
             // A new store (or one whose first append never committed): it starts like a
             // new data dir, from `fresh` (written to the owner row by `set_header`).
@@ -978,7 +986,11 @@ enum Taken {
 /// `respect_lease`, leaves a row whose lease is live (by the database's clock) alone.
 /// The row lock (`FOR UPDATE`) makes two processes starting at once take turns: the
 /// second sees the first's new lease.
-async fn take_shard(client: &mut Client, take: TakeShard<'_>, respect_lease: bool) -> Result<Taken, tokio_postgres::Error> {
+async fn take_shard(
+    client: &mut Client,
+    take: TakeShard<'_>,
+    respect_lease: bool,
+) -> Result<Taken, tokio_postgres::Error> {
     let TakeShard { shard, owner, address, header_json, lease_ms } = take;
     let transaction = client.transaction().await?;
     transaction.batch_execute(&format!("SET LOCAL lock_timeout = {TAKEOVER_LOCK_TIMEOUT_MS}")).await?;
@@ -1072,7 +1084,8 @@ async fn append_batch(
         return Appended::NotCommitted(error);
     }
     // A standby listening on the channel hears of the new head when this commits.
-    let notified = transaction.execute("SELECT pg_notify($1, $2)", &[&journal_channel(shard), &new_head.to_string()]).await;
+    let notified =
+        transaction.execute("SELECT pg_notify($1, $2)", &[&journal_channel(shard), &new_head.to_string()]).await;
     if let Err(error) = notified {
         return Appended::NotCommitted(error);
     }
