@@ -48,6 +48,9 @@ pub const FORWARDS_IN_FLIGHT_MAX: usize = 512;
 /// The largest answer a forward reads (a finance report of many accounts is the
 /// largest answer the API gives).
 pub const FORWARD_RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// A pooled connection to an owner idle this long is closed (below the owner's own
+/// idle timeout, [`crate::edge::IDLE_TIMEOUT`]).
+const POOL_IDLE: Duration = Duration::from_secs(20);
 /// `Retry-After` of the 503s of forwarding.
 pub const RETRY_AFTER_S: u64 = 1;
 /// The request headers a forward carries (the owner checks the credential as for any
@@ -110,7 +113,9 @@ impl Forwarder {
         connector.set_connect_timeout(Some(FORWARD_TIMEOUT));
         connector.set_nodelay(true);
         Forwarder {
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            // Idle connections are dropped before the owner's idle timeout closes them,
+            // so a request is not sent on a connection the owner is closing.
+            client: Client::builder(TokioExecutor::new()).pool_idle_timeout(POOL_IDLE).build(connector),
             locator,
             addresses: Mutex::new(vec![None; shards]),
             in_flight: tokio::sync::Semaphore::new(FORWARDS_IN_FLIGHT_MAX),
