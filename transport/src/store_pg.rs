@@ -704,7 +704,7 @@ impl Drop for PgStore {
             .await
         });
         match released {
-            Ok(Ok(1)) => tracing::info!(epoch, shard, "gave the lease of the shard back"),
+            Ok(Ok(1)) => tracing::info!(epoch, "gave the lease of shard {shard} back"),
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "could not give the lease back; it runs out by itself"),
             Err(_) => tracing::warn!("could not give the lease back in time; it runs out by itself"),
@@ -780,7 +780,7 @@ impl PgStore {
             owner,
             shard,
             entries = recovery.next_index,
-            "took the shard of the PostgreSQL store"
+            "took shard {shard} of the PostgreSQL store"
         );
         if recovery.next_index == 0 {
             // A new store (or one whose first append never committed): it starts like a
