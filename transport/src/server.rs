@@ -682,7 +682,8 @@ async fn answer(
     };
     let Some(link) = link else {
         // Another node's shard: its owner checks the credential, rate and body.
-        let Route::Shard(shard) = target else { unreachable!("a node serves at least one shard itself") };
+        // Only a shard can be remote (`serve_nodes` serves at least one shard itself).
+        let Route::Shard(shard) = target else { return (endpoint, unavailable()) };
         let (parts, body) = request.into_parts();
         let response = match bodies.read(body, MAX_BODY_BYTES).await {
             Err(response) => response,
