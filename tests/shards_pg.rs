@@ -102,6 +102,17 @@ async fn one_process_serves_four_shards_of_a_store_and_refuses_another_count() {
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("made with 4 shard(s)") && said.contains("--shards 2"), "{said}");
+    // A node must own shards of the store, and forward to a plain http:// address.
+    for (flag, value, said_here) in [
+        ("--own-shards", "4", "names shard 4, but the store has 4 shard(s)"),
+        ("--advertise-url", "https://node-a:8443", "must be http://host:port"),
+    ] {
+        let refused =
+            launch(&dir, &url).arg(flag).arg(value).command().stderr(std::process::Stdio::piped()).output().unwrap();
+        assert!(!refused.status.success());
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains(said_here), "{flag} {value}: {said}");
+    }
     let again = launch(&dir, &url).start(false);
     let server = TestServer::attach(again.running.base.clone());
     assert_eq!(server.admin("GET", "/admin/v1/state", None).await.body["state_digest"], live["state_digest"]);
