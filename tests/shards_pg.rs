@@ -187,6 +187,17 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
         assert_eq!(funded.status, 200, "{}", funded.body);
         assert_eq!(funded.body["wallet_balance_usd"], json!(19.99));
         assert_eq!(funded.body["account_balance_remaining"], json!(478.25));
+        // The Idempotency-Key travels with a forward: the same key through the other
+        // node answers the same bytes and moves nothing more.
+        let path = format!("/api/v2/reseller/esim/{iccid}/fund");
+        let idempotency = format!("fund-once-{shard}");
+        let headers = [("content-type", "application/json"), ("idempotency-key", idempotency.as_str())];
+        let body = bytes::Bytes::from(json!({"amount": 1}).to_string());
+        let once = via(1).raw("POST", &path, Some(&key), &headers, body.clone()).await;
+        assert_eq!(once.status, 200, "{}", once.body);
+        assert_eq!(once.body["account_balance_remaining"], json!(477.25), "{}", once.body);
+        let again = via(0).raw("POST", &path, Some(&key), &headers, body).await;
+        assert_eq!((again.status, &again.raw), (200, &once.raw));
         let used = via(0)
             .admin("POST", &format!("/sandbox/v1/esims/{iccid}/usage"), Some(json!({"mb": 500, "country": "DE"})))
             .await;
