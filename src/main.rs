@@ -326,10 +326,12 @@ struct ServeArgs {
     /// DIR/shard-<k>/ and its own owner task; every id names its shard, so requests
     /// route without a lookup. Fixed when the data dir is made (recorded in DIR/shards);
     /// a later start with another count is refused. Default: what the data dir holds (1
-    /// for a new one, which is the unsharded layout). Not with --store yet.
+    /// for a new one, which is the unsharded layout). With `--store`, the count is
+    /// recorded in the store when it is made, and each shard has its own owner row,
+    /// journal and snapshots there.
     #[arg(long, env = "ESIM_SHARDS", value_parser = clap::value_parser!(u32).range(1..=64))]
     shards: Option<u32>,
-    /// With --shards above 1: eSIMs a shard takes from the data dir's global inventory
+    /// With --shards above 1 on the data dir's file journals: eSIMs a shard takes from the data dir's global inventory
     /// pool (DIR/pool) at once; it takes the next block when its own count falls to a
     /// quarter of this (decisions 185-189).
     #[arg(
@@ -339,6 +341,16 @@ struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..=1_000_000_000)
     )]
     pool_block: u64,
+    /// With `--store`: the shards this node takes and serves, e.g. `0,1` (default: every
+    /// shard). A request for another shard is forwarded to its owner, whose address the
+    /// store holds, so clients may call any node.
+    #[arg(long, env = "ESIM_OWN_SHARDS", value_delimiter = ',', num_args = 1..)]
+    own_shards: Option<Vec<u32>>,
+    /// With `--store` and shards: the URL other nodes forward this node's shards'
+    /// requests to, written to each owner row it takes (default: `http://` and the bound
+    /// listen address; set it when listening on 0.0.0.0 or behind a NAT).
+    #[arg(long, env = "ESIM_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// Open connections at most (lowered to fit the descriptor limit, `ulimit -n`); at
     /// the cap, new connections wait in the listen backlog.
     #[arg(
@@ -429,13 +441,20 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // With a store: no lock (the shard's epoch fences a second server, decision 140).
     let mut lock = None;
     match &args.store {
-        Some(_) if args.shards.is_some_and(|shards| shards > 1) => {
-            return Err("--shards above 1 needs the data dir's file journals: shards in a PostgreSQL store are \
-                        the next slice of issue 17"
-                .into())
+        Some(url) => {
+            let shards = store_pg::prepare_shards(url, args.shards).map_err(|e| e.to_string())?;
+            let only_shard_0 = args.own_shards.as_ref().is_none_or(|own| own.iter().all(|&k| k == 0));
+            if shards > 1 || !only_shard_0 {
+                let sharded = Sharded { shards, new: false, clock, fresh, speed };
+                return serve_store_shards(args, sharded, runtime, shutdown);
+            }
         }
-        Some(_) => {}
         None => {
+            if args.own_shards.is_some() || args.advertise_url.is_some() {
+                return Err("--own-shards and --advertise-url need --store: shards of a data dir are all served \
+                            by the process that locks it"
+                    .into());
+            }
             // One process per data dir, for this process's whole life (released however it ends).
             lock = Some(esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?);
             let (shards, new) = esim_transport::shards::shards_to_serve(&args.data_dir, args.shards)?;
@@ -681,6 +700,179 @@ fn serve_sharded(
     })
 }
 
+/// How many times a node waits for another process's live lease on a shard it is to
+/// own before it gives up (each wait: the lease left, at most the longest lease).
+const SHARD_LEASE_WAITS: u32 = 3;
+
+/// Takes shard `shard` of the store for this node, writing `address` to its owner row.
+/// A live lease of another process (a node that just stopped, or one that still serves
+/// it) is waited out a few times; `--take-over` takes it at once.
+fn take_store_shard(
+    url: &str,
+    shard: u32,
+    address: &str,
+    fresh: &SegmentHeader,
+    options: StoreOptions,
+) -> Result<(PgStore, journal::Recovery), String> {
+    let mut waits = 0;
+    loop {
+        let opened = PgStore::open_shard(url, shard as i32, Some(address), fresh, SnapshotPolicy::default(), options)
+            .map_err(|e| e.to_string())?;
+        match opened {
+            Opened::Owner(store, recovery) => return Ok((*store, *recovery)),
+            Opened::Leased(holder) if waits < SHARD_LEASE_WAITS => {
+                waits += 1;
+                let wait_ms = (holder.lease_left_s.max(0.0) * 1000.0) as u64 + 100;
+                tracing::warn!(shard, holder = %holder.owner, wait_ms, "the shard's lease is held by another process: waiting it out");
+                std::thread::sleep(Duration::from_millis(wait_ms.min(*store_pg::LEASE_MS_RANGE.end())));
+            }
+            Opened::Leased(holder) => {
+                return Err(format!(
+                    "shard {shard} of the store is held by {} (epoch {}, lease for {:.1} s more), which keeps \
+                     renewing it: another node serves it. Give this node other shards (--own-shards), or start it \
+                     with --take-over to take the shard anyway",
+                    holder.owner, holder.epoch, holder.lease_left_s
+                ))
+            }
+        }
+    }
+}
+
+/// The shards a node of a `shards`-shard store takes: `--own-shards` (each below the
+/// count, sorted, no repeats), else every shard.
+fn shards_to_own(asked: Option<&[u32]>, shards: u32) -> Result<Vec<u32>, String> {
+    let Some(asked) = asked else { return Ok((0..shards).collect()) };
+    let mut own: Vec<u32> = asked.to_vec();
+    own.sort_unstable();
+    own.dedup();
+    if let Some(bad) = own.iter().find(|&&k| k >= shards) {
+        return Err(format!(
+            "--own-shards names shard {bad}, but the store has {shards} shard(s) (0 to {})",
+            shards - 1
+        ));
+    }
+    if own.is_empty() {
+        return Err("--own-shards names no shard: a node serves at least one".into());
+    }
+    Ok(own)
+}
+
+/// The address other nodes forward to: `--advertise-url`, else the bound address.
+fn advertise_url(asked: Option<&str>, bound: std::net::SocketAddr) -> Result<String, String> {
+    let Some(url) = asked else { return Ok(format!("http://{bound}")) };
+    let authority = url.strip_prefix("http://").map(|rest| rest.trim_end_matches('/')).unwrap_or_default();
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']');
+    if authority.is_empty() || !authority.bytes().all(plain) {
+        return Err(format!(
+            "--advertise-url {url:?} must be http://host:port (nodes forward to each other over plain HTTP on a \
+             private network in this slice)"
+        ));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// `esim serve --store` of a sharded store (decisions 177-181): this node takes the
+/// shards it owns (each as the unsharded store's owner takes shard 0: its own epoch,
+/// lease, journal and snapshots), writes its address to their owner rows, and forwards
+/// requests for the other shards to their owners.
+fn serve_store_shards(
+    args: ServeArgs,
+    sharded: Sharded,
+    runtime: tokio::runtime::Runtime,
+    shutdown: std::pin::Pin<Box<impl std::future::Future<Output = ()>>>,
+) -> Result<(), String> {
+    let Sharded { shards, clock, fresh, speed, .. } = sharded;
+    let url = args.store.clone().expect("called with a store");
+    let own = shards_to_own(args.own_shards.as_deref(), shards)?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(&args.listen))
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let address = advertise_url(args.advertise_url.as_deref(), bound)?;
+    let admin_token = admin_token(&args)?;
+    let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
+    let mut parts = Vec::with_capacity(shards as usize);
+    let mut new_store = true;
+    let mut replayed = (0, 0);
+    for shard in 0..shards {
+        if !own.contains(&shard) {
+            parts.push(server::ShardPart::Remote);
+            continue;
+        }
+        let (mut store, recovery) =
+            take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
+                .map_err(|e| format!("shard {shard}: {e}"))?;
+        replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
+        let (engine, header) = match (recovery.engine, recovery.header) {
+            (Some(engine), Some(mut header)) => {
+                new_store = false;
+                header.first_index = recovery.next_index;
+                if header.clock != clock {
+                    tracing::warn!(
+                        shard,
+                        "this shard ran on the {} clock; it continues on the {} clock",
+                        clock_name(header.clock),
+                        clock_name(clock)
+                    );
+                    header.clock = clock;
+                }
+                (engine, header)
+            }
+            _ => {
+                let header = shard_header(&fresh, shard, shards);
+                (Engine::new(header.config.clone(), header.start), header)
+            }
+        };
+        store.set_header(header).map_err(|e| format!("shard {shard}: {e}"))?;
+        let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
+        parts.push(server::ShardPart::Local(service, Box::new(store)));
+    }
+    fn local(parts: &mut [server::ShardPart]) -> Vec<&mut Service> {
+        parts
+            .iter_mut()
+            .filter_map(|part| match part {
+                server::ShardPart::Local(service, _) => Some(service),
+                server::ShardPart::Remote => None,
+            })
+            .collect()
+    }
+    // Only this node's shards are aligned: another node's are aligned by it, and the next
+    // clock advance brings every shard to one time (decision 171).
+    esim_transport::shards::align_virtual_clocks(local(&mut parts))?;
+    // The demo account lives on shard 0 (decision 169): made by the node that owns it.
+    let demo = match local(&mut parts).into_iter().next() {
+        Some(service) if own.first() == Some(&0) => {
+            let existing =
+                service.engine().accounts().iter().find(|a| a.contact_email == DEMO_EMAIL).map(|a| a.id.clone());
+            match existing {
+                None if args.demo.unwrap_or(new_store) => Some(Demo::Created(create_demo_account(service)?)),
+                None => None,
+                Some(account_id) => (args.demo != Some(false)).then_some(Demo::Exists(account_id)),
+            }
+        }
+        _ => None,
+    };
+    for (shard, part) in parts.iter_mut().enumerate() {
+        if let server::ShardPart::Local(service, journal) = part {
+            journal
+                .append(&service.drain_journal())
+                .map_err(|e| format!("cannot write shard {shard}'s journal: {e}"))?;
+        }
+    }
+    let locator = store_pg::Locator::new(&url).map_err(|e| e.to_string())?;
+    let forwarder = Arc::new(esim_transport::nodes::Forwarder::new(locator, shards as usize));
+    runtime.block_on(async move {
+        println!("listening on http://{bound}");
+        print_demo(demo, bound, &args.data_dir);
+        tracing::info!(
+            shards, own = ?own, advertise = %address, clock = ?clock, speed,
+            from_snapshot = replayed.0, replayed = replayed.1, "service started"
+        );
+        let options = server_options(&args, speed);
+        server::serve_nodes(listener, parts, Some(forwarder), options, shutdown).await.map_err(|e| e.to_string())
+    })
+}
+
 /// The journal header of a new data dir or store: the seed and configuration of this
 /// start (the seed from the OS when none is given).
 fn new_header(args: &ServeArgs, clock: ClockMode) -> SegmentHeader {
@@ -810,8 +1002,8 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
     };
     let started = std::time::Instant::now();
     let source = Source::new(args.data_dir, args.store);
-    if let Some((dir, shards)) = source.sharded()? {
-        return replay_sharded(&dir, shards, until);
+    if let Some(shards) = source.sharded()? {
+        return replay_sharded(&source, shards, until);
     }
     let recovery = source.recover(until)?;
     let elapsed = started.elapsed();
@@ -841,17 +1033,13 @@ fn replay(args: ReplayArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Each shard of a sharded data dir recovered (read-only), in shard order.
-fn recover_shards(dir: &Path, shards: u32, until: Option<Millis>) -> Result<Vec<journal::Recovery>, String> {
+/// Each shard of a sharded data dir or store recovered (read-only), in shard order.
+fn recover_shards(source: &Source, shards: u32, until: Option<Millis>) -> Result<Vec<journal::Recovery>, String> {
     (0..shards)
         .map(|shard| {
-            let recovery = journal::recover(
-                &esim_transport::shards::shard_dir(dir, shard),
-                &RecoverOptions { repair: false, until },
-            )
-            .map_err(|e| format!("shard {shard}: {e}"))?;
+            let recovery = source.recover_shard(shard, until).map_err(|e| format!("shard {shard}: {e}"))?;
             if recovery.engine.is_none() {
-                return Err(format!("shard {shard} of {} holds no journal", dir.display()));
+                return Err(format!("shard {shard} of {} holds no journal", source.name()));
             }
             Ok(recovery)
         })
@@ -860,10 +1048,10 @@ fn recover_shards(dir: &Path, shards: u32, until: Option<Millis>) -> Result<Vec<
 
 /// `esim replay` of a sharded data dir: each shard's digest and summary, then one digest
 /// over all (what `GET /admin/v1/state` shows) and the totals.
-fn replay_sharded(dir: &Path, shards: u32, until: Option<Millis>) -> Result<(), String> {
+fn replay_sharded(source: &Source, shards: u32, until: Option<Millis>) -> Result<(), String> {
     use std::fmt::Write as _;
     let started = std::time::Instant::now();
-    let recoveries = recover_shards(dir, shards, until)?;
+    let recoveries = recover_shards(source, shards, until)?;
     let elapsed = started.elapsed();
     let mut out = String::new();
     let mut digests = Vec::new();
@@ -908,7 +1096,7 @@ fn replay_sharded(dir: &Path, shards: u32, until: Option<Millis>) -> Result<(), 
         if conserved { "yes (every difference is exactly 0, on every shard)" } else { "NO" }
     );
     let _ = writeln!(out, "replay time  {:.3} s", elapsed.as_secs_f64());
-    note_live(dir);
+    source.note_live();
     print_out(&out);
     Ok(())
 }
@@ -929,14 +1117,27 @@ impl Source {
         }
     }
 
-    /// A sharded data dir and its shard count, if this is one.
-    fn sharded(&self) -> Result<Option<(PathBuf, u32)>, String> {
+    /// The shard count of a sharded data dir or store, if this is one.
+    fn sharded(&self) -> Result<Option<u32>, String> {
+        let shards = match self {
+            Source::DataDir(dir) => esim_transport::shards::recorded_shards(dir)?,
+            Source::Store { url, .. } => Some(store_pg::read_shard_count(url).map_err(|e| e.to_string())?),
+        };
+        Ok(shards.filter(|&shards| shards > 1))
+    }
+
+    /// Shard `shard` of a sharded data dir or store, read-only.
+    fn recover_shard(&self, shard: u32, until: Option<Millis>) -> Result<journal::Recovery, String> {
         match self {
-            Source::DataDir(dir) => match esim_transport::shards::recorded_shards(dir)? {
-                Some(shards) if shards > 1 => Ok(Some((dir.clone(), shards))),
-                _ => Ok(None),
-            },
-            Source::Store { .. } => Ok(None),
+            Source::DataDir(dir) => journal::recover(
+                &esim_transport::shards::shard_dir(dir, shard),
+                &RecoverOptions { repair: false, until },
+            )
+            .map_err(|e| e.to_string()),
+            Source::Store { url, .. } => {
+                let (recovery, _) = store_pg::read_only_shard(url, shard as i32, until).map_err(|e| e.to_string())?;
+                Ok(recovery)
+            }
         }
     }
 
@@ -1011,8 +1212,8 @@ fn report_conservation(
     until: Option<&str>,
 ) -> Result<(), String> {
     let period = esim_engine::finance::Period::parse(from, until)?;
-    if let Some((dir, shards)) = source.sharded()? {
-        let recoveries = recover_shards(&dir, shards, None)?;
+    if let Some(shards) = source.sharded()? {
+        let recoveries = recover_shards(&source, shards, None)?;
         let engines: Vec<&Engine> = recoveries.iter().filter_map(|r| r.engine.as_ref()).collect();
         let report = match account {
             // The account's shard shows it as an unsharded service would.
@@ -1031,7 +1232,7 @@ fn report_conservation(
                 esim_transport::shards::combine_reports(generated_at, parts)
             }
         };
-        note_live(&dir);
+        source.note_live();
         print_out(&report.render(format).expect("format checked by clap"));
         return if report.conserved { Ok(()) } else { Err("money is not conserved: see the difference lines".into()) };
     }

@@ -28,6 +28,7 @@ pub mod fence;
 pub mod journal;
 pub mod lock;
 pub mod metrics;
+pub mod nodes;
 pub mod openapi;
 pub mod pool;
 pub mod routes;

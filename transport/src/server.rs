@@ -223,8 +223,11 @@ impl ServerOptions {
 struct Shared {
     admin_token: String,
     mode: ClockMode,
-    /// One per shard (one unless the service is sharded, `crate::shards`).
-    shards: Vec<ShardLink>,
+    /// One per shard (one unless the service is sharded, `crate::shards`): this
+    /// process's owner task, or another node's (`crate::nodes`).
+    shards: Vec<ShardHandle>,
+    /// Sends requests for remote shards to their owners (`None`: every shard is local).
+    forwarder: Option<Arc<crate::nodes::Forwarder>>,
     /// New accounts are placed round-robin from this count (decision 169).
     next_account: AtomicU64,
     /// When this server started (Unix ms): the snapshot age counts from it when the
@@ -248,6 +251,30 @@ struct ShardLink {
     stock_esims: Arc<AtomicU64>,
 }
 
+/// A shard as the connection tasks see it: served here, or by another node.
+enum ShardHandle {
+    Local(ShardLink),
+    Remote,
+}
+
+impl ShardHandle {
+    fn local(&self) -> Option<&ShardLink> {
+        match self {
+            ShardHandle::Local(link) => Some(link),
+            ShardHandle::Remote => None,
+        }
+    }
+}
+
+/// A shard as `serve_nodes` is given it: an engine with its journal, or a shard another
+/// node owns (its requests are forwarded). A handful, made once at start: the size of
+/// the local variant does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum ShardPart {
+    Local(Service, Box<dyn JournalSink>),
+    Remote,
+}
+
 /// What `GET /readyz` reads without asking the owner task (it must stay cheap and
 /// answer even when the owner task is busy).
 #[derive(Default)]
@@ -265,16 +292,26 @@ impl Shared {
     /// service names the shard that is not).
     fn not_ready(&self) -> Option<String> {
         let sharded = self.shards.len() > 1;
-        self.shards.iter().enumerate().find_map(|(shard, link)| {
-            let why = link.not_ready()?;
+        self.shards.iter().enumerate().find_map(|(shard, handle)| {
+            let why = handle.local()?.not_ready()?;
             Some(if sharded { format!("shard {shard}: {why}") } else { why })
         })
     }
 
-    /// Shard k's answer to a request (through its owner task).
+    /// Shard k's answer to a request (through its owner task, or forwarded to the node
+    /// that owns it).
     async fn ask(&self, shard: usize, request: http::Request<Bytes>) -> http::Response<Bytes> {
+        let link = match &self.shards[shard] {
+            ShardHandle::Local(link) => link,
+            ShardHandle::Remote => {
+                return match &self.forwarder {
+                    Some(forwarder) => forwarder.forward(shard, &request).await,
+                    None => unavailable(),
+                }
+            }
+        };
         let (reply, answer) = oneshot::channel();
-        if self.shards[shard].to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
+        if link.to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
             return unavailable();
         }
         answer.await.unwrap_or_else(|_| unavailable())
@@ -332,15 +369,46 @@ pub async fn serve_shards(
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    assert!(!shards.is_empty(), "at least one shard");
+    let parts = shards.into_iter().map(|(service, journal)| ShardPart::Local(service, journal)).collect();
+    serve_nodes(listener, parts, None, options, shutdown).await
+}
+
+/// [`serve_shards`] for a node that owns some of the shards: a request for a
+/// [`ShardPart::Remote`] shard goes to its owner through `forwarder` (`crate::nodes`).
+pub async fn serve_nodes(
+    listener: TcpListener,
+    shards: Vec<ShardPart>,
+    forwarder: Option<Arc<crate::nodes::Forwarder>>,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let Some((first, _)) = shards.iter().find_map(|part| match part {
+        ShardPart::Local(service, journal) => Some((service, journal)),
+        ShardPart::Remote => None,
+    }) else {
+        return Err(std::io::Error::other("a node serves at least one shard itself"));
+    };
     crate::metrics::handle();
     let upkeep = tokio::spawn(crate::metrics::upkeep());
-    let admin_token = shards[0].0.admin_token().to_string();
-    let mode = shards[0].0.clock();
-    let accounts: usize = shards.iter().map(|(service, _)| service.engine().accounts().len()).sum();
+    let admin_token = first.admin_token().to_string();
+    let mode = first.clock();
+    let accounts: usize = shards
+        .iter()
+        .map(|part| match part {
+            ShardPart::Local(service, _) => service.engine().accounts().len(),
+            ShardPart::Remote => 0,
+        })
+        .sum();
     let mut links = Vec::with_capacity(shards.len());
     let mut owners = JoinSet::new();
-    for (mut service, journal) in shards {
+    for part in shards {
+        let (mut service, journal) = match part {
+            ShardPart::Local(service, journal) => (service, journal),
+            ShardPart::Remote => {
+                links.push(ShardHandle::Remote);
+                continue;
+            }
+        };
         // QR codes are drawn by the connection tasks (`answer`), off the owner task.
         service.set_defer_qr(true);
         let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
@@ -362,14 +430,14 @@ pub async fn serve_shards(
         if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
             crate::metrics::snapshot_written(written_ms, false);
         }
-        links.push(ShardLink {
+        links.push(ShardHandle::Local(ShardLink {
             admission: service.admission(),
             clock,
             shown_ms: shown_ms.clone(),
             to_owner,
             readiness: readiness.clone(),
             stock_esims: stock_esims.clone(),
-        });
+        }));
         let state = Owner {
             service,
             journal: Some(journal),
@@ -399,6 +467,7 @@ pub async fn serve_shards(
         admin_token,
         mode,
         shards: links,
+        forwarder,
         next_account: AtomicU64::new(accounts as u64),
         started_unix_ms: real_now_ms(),
         pool: options.pool.as_ref().map(|settings| settings.pool.clone()),
@@ -456,7 +525,7 @@ pub async fn serve_shards(
         }
     }
     drop(acceptor);
-    for link in &shared.shards {
+    for link in shared.shards.iter().filter_map(ShardHandle::local) {
         link.readiness.stopping.store(true, Ordering::Relaxed);
     }
     tracing::info!("shutting down: finishing in-flight requests");
@@ -464,7 +533,7 @@ pub async fn serve_shards(
         tracing::warn!("some connections did not finish in time");
     }
     connections.abort_all();
-    for link in &shared.shards {
+    for link in shared.shards.iter().filter_map(ShardHandle::local) {
         let _ = link.to_owner.send(Message::Stop).await;
     }
     upkeep.abort();
@@ -614,13 +683,41 @@ async fn answer(
         }
         crate::routes::Match::WrongMethod(_) | crate::routes::Match::NotFound => "none",
     };
-    // Which shard (or every one) answers: read from the ids the request names.
-    let target = crate::shards::route(&matched, request.uri().query(), request.headers(), shared.shards.len());
-    let link = &shared.shards[match target {
-        Route::Shard(shard) => shard,
+    // Which shard (or every one) answers: read from the ids the request names, or the
+    // shard a forwarded request names (answered here or refused: never forwarded again).
+    let shards = shared.shards.len();
+    let target = match crate::nodes::forwarded_shard(request.headers(), shards) {
+        Err(refused) => return (endpoint, error_response(refused)),
+        Ok(Some(shard)) if shared.shards[shard].local().is_none() => {
+            return (endpoint, crate::nodes::not_owner(shard));
+        }
+        Ok(Some(shard)) => Route::Shard(shard),
+        Ok(None) => crate::shards::route(&matched, request.uri().query(), request.headers(), shards),
+    };
+    let target = match target {
+        Route::NewAccount if shared.forwarder.is_some() => {
+            // Placed here so that a remote placement is forwarded like any remote shard.
+            Route::Shard((shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize)
+        }
+        other => other,
+    };
+    let link = match target {
+        Route::Shard(shard) => shared.shards[shard].local(),
         // Admin requests: only the admin token is checked, the same on every shard.
-        Route::NewAccount | Route::FanOut(_) => 0,
-    }];
+        Route::NewAccount | Route::FanOut(_) => shared.shards.iter().find_map(ShardHandle::local),
+    };
+    let Some(link) = link else {
+        // Another node's shard: its owner checks the credential, rate and body.
+        // Only a shard can be remote (`serve_nodes` serves at least one shard itself).
+        let Route::Shard(shard) = target else { return (endpoint, unavailable()) };
+        let (parts, body) = request.into_parts();
+        let response = match bodies.read(body, MAX_BODY_BYTES).await {
+            Err(response) => response,
+            Ok(held) => shared.ask(shard, http::Request::from_parts(parts, held.bytes.clone())).await,
+        };
+        tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, forwarded = true, "request");
+        return (endpoint, response);
+    };
     // Credentials and the rate limit from the headers alone: a refused request's body
     // is never read.
     let admitted = link.admission.screen_matched(
@@ -648,7 +745,8 @@ async fn answer(
                 Err(response) => response,
                 Ok(held) => {
                     let request = http::Request::from_parts(parts, held.bytes.clone());
-                    let shards = shared.shards.len();
+                    let figures_asked = request.headers().contains_key(crate::nodes::WANT_FIGURES);
+                    let forwarded_headers = figures_asked.then(|| request.headers().clone());
                     let mut response = match target {
                         Route::Shard(shard) => shared.ask(shard, request).await,
                         Route::NewAccount => {
@@ -656,15 +754,26 @@ async fn answer(
                             shared.ask(shard, request).await
                         }
                         Route::FanOut(kind) => match &shared.pool {
+                            // The pool is a data dir's: every shard is local then.
                             Some(pool) if matches!(kind, FanOut::SetInventory | FanOut::State) => {
                                 pool_fan_out(kind, &request, shared, pool).await
                             }
                             _ => {
-                                crate::shards::fan_out(kind, &request, shards, |shard, part| shared.ask(shard, part))
-                                    .await
+                                crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
+                                    if kind == FanOut::Report && shared.shards[shard].local().is_none() {
+                                        // Another node's part: its figures travel as JSON.
+                                        part.headers_mut()
+                                            .insert(crate::nodes::WANT_FIGURES, http::HeaderValue::from_static("1"));
+                                    }
+                                    shared.ask(shard, part)
+                                })
+                                .await
                             }
                         },
                     };
+                    if let Some(headers) = forwarded_headers {
+                        crate::nodes::figures_for_forward(&headers, &mut response);
+                    }
                     crate::service::draw_deferred_qr(&mut response);
                     response
                 }
@@ -692,7 +801,11 @@ async fn pool_fan_out(
         if let (true, Ok(mut body)) =
             (answer.status().is_success(), serde_json::from_slice::<serde_json::Value>(answer.body()))
         {
-            let blocks: Vec<u64> = shared.shards.iter().map(|link| link.stock_esims.load(Ordering::Relaxed)).collect();
+            let blocks: Vec<u64> = shared
+                .shards
+                .iter()
+                .map(|handle| handle.local().map_or(0, |link| link.stock_esims.load(Ordering::Relaxed)))
+                .collect();
             let in_pool = pool.available();
             body["inventory"] = serde_json::json!({
                 "available": in_pool.saturating_add(blocks.iter().sum::<u64>()),
@@ -721,7 +834,9 @@ async fn pool_fan_out(
         Err(error) => return error_response(ApiError::new(ErrorCode::ServiceUnavailable, error.to_string())),
     }
     let mut blocks = Vec::with_capacity(shards);
-    for link in &shared.shards {
+    for handle in &shared.shards {
+        // A pool is served by one process: every shard is local (decision 185).
+        let Some(link) = handle.local() else { return unavailable() };
         let (reply, answer) = oneshot::channel();
         if link.to_owner.send(Message::SyncPool(reply)).await.is_err() {
             return unavailable();

@@ -6,7 +6,7 @@
 //! versioned migrations in [`MIGRATIONS`] (applied on start, in one transaction, under an
 //! advisory lock; each version recorded once in `schema_migrations`):
 //!
-//! - `shard_owner`: one row per shard (only shard 0 in this slice): the owner's `epoch`,
+//! - `shard_owner`: one row per shard (`store_meta` holds their count, decision 177): the owner's `epoch`,
 //!   the journal `head` (entries appended: the index the next entry gets), the owner's
 //!   name, its lease expiry (renewed by the owner, read by a standby: [`crate::standby`])
 //!   and the journal header (engine configuration with the seed, clock, start time).
@@ -60,6 +60,11 @@ pub const LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = 200..=60_000;
 /// The channel an append's transaction notifies (its payload: the new head), which a
 /// standby listens on.
 pub const JOURNAL_CHANNEL: &str = "esim_journal_0";
+
+/// The channel shard `shard`'s appends notify ([`JOURNAL_CHANNEL`] for shard 0).
+pub fn journal_channel(shard: i32) -> String {
+    format!("esim_journal_{shard}")
+}
 /// A connection attempt gives up after this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every statement of the store's sessions ends after this long (the server cancels it).
@@ -79,9 +84,10 @@ const MIGRATION_LOCK: i64 = 0x6573_696d_0017;
 
 /// The schema, one version at a time: applied in order, each once, never edited after
 /// it shipped (a change is a new version).
-pub const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE shard_owner (
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE shard_owner (
         shard integer PRIMARY KEY,
         epoch bigint NOT NULL,
         head bigint NOT NULL,
@@ -104,7 +110,18 @@ pub const MIGRATIONS: &[(i32, &str)] = &[(
         state bytea NOT NULL,
         PRIMARY KEY (shard, covered)
     );",
-)];
+    ),
+    (
+        2,
+        // Sharding in the store (decision 177): the shard count, fixed when the store is
+        // made, and where each shard's owner takes forwarded requests.
+        "CREATE TABLE store_meta (
+        id integer PRIMARY KEY CHECK (id = 0),
+        shards integer NOT NULL CHECK (shards BETWEEN 1 AND 64)
+    );
+    ALTER TABLE shard_owner ADD COLUMN address text;",
+    ),
+];
 
 fn store_error(what: &str, error: impl std::fmt::Display) -> JournalError {
     JournalError(format!("the PostgreSQL store: {what}: {error}"))
@@ -229,6 +246,98 @@ async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
     Ok(applied)
 }
 
+/// Applies the migrations, then checks the shard count `asked` (`--shards`) against
+/// the one the store was made with, recording it in a new store (`asked`, else 1). A
+/// store made before sharding (owner rows and no count) was made with one shard. Under
+/// the migrations' advisory lock, so two nodes starting a new store at once agree.
+/// Returns the store's count.
+pub fn prepare_shards(url: &str, asked: Option<u32>) -> Result<u32, JournalError> {
+    let config = parse_url(url)?;
+    let io = Io::new()?;
+    io.run(async {
+        let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
+        let applied = migrate(&mut connection.client).await?;
+        tracing::info!(applied, "migrated the PostgreSQL store");
+        let failed = |e: tokio_postgres::Error| store_error("cannot read the shard count", e);
+        let transaction = connection.client.transaction().await.map_err(failed)?;
+        transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(failed)?;
+        let recorded = transaction
+            .query_opt("SELECT shards FROM store_meta WHERE id = 0", &[])
+            .await
+            .map_err(failed)?
+            .map(|row| row.get::<_, i32>(0) as u32);
+        let recorded = match recorded {
+            Some(recorded) => recorded,
+            None => {
+                let owned: i64 =
+                    transaction.query_one("SELECT count(*) FROM shard_owner", &[]).await.map_err(failed)?.get(0);
+                let count = if owned > 0 { 1 } else { asked.unwrap_or(1) };
+                transaction
+                    .execute("INSERT INTO store_meta (id, shards) VALUES (0, $1)", &[&(count as i32)])
+                    .await
+                    .map_err(failed)?;
+                count
+            }
+        };
+        transaction.commit().await.map_err(failed)?;
+        match asked {
+            Some(asked) if asked != recorded => Err(JournalError(format!(
+                "the PostgreSQL store was made with {recorded} shard(s) and cannot be served with --shards {asked}: \
+                 every id it issued names its shard; start with --shards {recorded} (or without --shards)"
+            ))),
+            _ => Ok(recorded),
+        }
+    })
+}
+
+/// The shard count of a store, read without writing (`esim replay --store`): 1 for a
+/// store made before sharding, or an empty database.
+pub fn read_shard_count(url: &str) -> Result<u32, JournalError> {
+    let config = parse_url(url)?;
+    let io = Io::new()?;
+    io.run(async {
+        let connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
+        let failed = |e: tokio_postgres::Error| store_error("cannot read the shard count", e);
+        let exists: bool = connection
+            .client
+            .query_one("SELECT to_regclass('store_meta') IS NOT NULL", &[])
+            .await
+            .map_err(failed)?
+            .get(0);
+        if !exists {
+            return Ok(1);
+        }
+        let row =
+            connection.client.query_opt("SELECT shards FROM store_meta WHERE id = 0", &[]).await.map_err(failed)?;
+        Ok(row.map_or(1, |row| row.get::<_, i32>(0) as u32))
+    })
+}
+
+/// Finds where each shard's owner takes forwarded requests: the `address` its owner
+/// wrote when it took the shard. One short connection per lookup (a node caches the
+/// answer and asks again only when a forward fails).
+#[derive(Clone)]
+pub struct Locator {
+    config: Config,
+}
+
+impl Locator {
+    pub fn new(url: &str) -> Result<Locator, JournalError> {
+        Ok(Locator { config: parse_url(url)? })
+    }
+
+    /// The address of shard `shard`'s owner, if the store names one.
+    pub async fn address(&self, shard: usize) -> Result<Option<String>, String> {
+        let connection = connect(&self.config).await.map_err(|e| e.to_string())?;
+        let row = connection
+            .client
+            .query_opt("SELECT address FROM shard_owner WHERE shard = $1", &[&(shard as i32)])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(row.and_then(|row| row.get::<_, Option<String>>(0)))
+    }
+}
+
 /// Who holds a shard, as the store says.
 #[derive(Clone, Debug)]
 pub struct ShardOwner {
@@ -240,10 +349,15 @@ pub struct ShardOwner {
 }
 
 pub(crate) async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
+    read_shard_owner(client, SHARD).await
+}
+
+/// Who holds shard `shard`, as the store says.
+pub(crate) async fn read_shard_owner(client: &Client, shard: i32) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
     let row = client
         .query_opt(
             "SELECT epoch, head, owner, extract(epoch FROM lease_until - now())::float8 FROM shard_owner WHERE shard = $1",
-            &[&SHARD],
+            &[&shard],
         )
         .await?;
     Ok(row.map(|row| ShardOwner { epoch: row.get(0), head: row.get(1), owner: row.get(2), lease_left_s: row.get(3) }))
@@ -254,6 +368,16 @@ pub(crate) async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, to
 /// the head or `max_entries`.
 pub(crate) async fn load(
     client: &mut Client,
+    until: Option<Millis>,
+    max_entries: Option<u64>,
+) -> Result<Recovery, JournalError> {
+    load_shard(client, SHARD, until, max_entries).await
+}
+
+/// [`load`] of shard `shard`.
+pub(crate) async fn load_shard(
+    client: &mut Client,
+    shard: i32,
     until: Option<Millis>,
     max_entries: Option<u64>,
 ) -> Result<Recovery, JournalError> {
@@ -268,7 +392,7 @@ pub(crate) async fn load(
     let mut recovery =
         Recovery { engine: None, header: None, next_index: 0, replayed: 0, from_snapshot: 0, repaired: Vec::new() };
     let Some(row) = transaction
-        .query_opt("SELECT head, header FROM shard_owner WHERE shard = $1", &[&SHARD])
+        .query_opt("SELECT head, header FROM shard_owner WHERE shard = $1", &[&shard])
         .await
         .map_err(failed)?
     else {
@@ -277,14 +401,14 @@ pub(crate) async fn load(
     let stored_head: i64 = row.get(0);
     let head = max_entries.map_or(stored_head as u64, |max| max.min(stored_head as u64));
     let header: SegmentHeader = serde_json::from_slice(row.get::<_, &[u8]>(1))
-        .map_err(|e| store_error("the journal header of shard 0 cannot be read", e))?;
+        .map_err(|e| store_error(&format!("the journal header of shard {shard} cannot be read"), e))?;
     journal::check_version(&header, "the PostgreSQL store's journal header")?;
     let mut engine = None;
     if until.is_none() {
         let snapshot = transaction
             .query_opt(
                 "SELECT covered, state FROM snapshot WHERE shard = $1 AND covered <= $2 ORDER BY covered DESC LIMIT 1",
-                &[&SHARD, &(head as i64)],
+                &[&shard, &(head as i64)],
             )
             .await
             .map_err(failed)?;
@@ -305,13 +429,13 @@ pub(crate) async fn load(
         let rows = transaction
             .query(
                 "SELECT seq, entry FROM journal WHERE shard = $1 AND seq >= $2 AND seq < $3 ORDER BY seq LIMIT $4",
-                &[&SHARD, &(recovery.next_index as i64), &(head as i64), &LOAD_PAGE_ENTRIES],
+                &[&shard, &(recovery.next_index as i64), &(head as i64), &LOAD_PAGE_ENTRIES],
             )
             .await
             .map_err(failed)?;
         if rows.is_empty() {
             return Err(JournalError(format!(
-                "the PostgreSQL store's journal of shard 0 ends at entry {} but its head is {head}",
+                "the PostgreSQL store's journal of shard {shard} ends at entry {} but its head is {head}",
                 recovery.next_index
             )));
         }
@@ -319,12 +443,12 @@ pub(crate) async fn load(
             let seq: i64 = row.get(0);
             if seq as u64 != recovery.next_index {
                 return Err(JournalError(format!(
-                    "the PostgreSQL store's journal of shard 0 lacks entry {} (the next is {seq})",
+                    "the PostgreSQL store's journal of shard {shard} lacks entry {} (the next is {seq})",
                     recovery.next_index
                 )));
             }
             let entry: JournalEntry = serde_json::from_slice(row.get::<_, &[u8]>(1))
-                .map_err(|e| store_error(&format!("journal entry {seq} of shard 0 cannot be read"), e))?;
+                .map_err(|e| store_error(&format!("journal entry {seq} of shard {shard} cannot be read"), e))?;
             if until.is_some_and(|until| journal::entry_time(&entry) > until) {
                 break 'pages;
             }
@@ -342,6 +466,15 @@ pub(crate) async fn load(
 /// Reads a store without taking its shard (`esim replay --store`, `esim report
 /// --store`): no migration, nothing written. Also says who owns the shard.
 pub fn read_only(url: &str, until: Option<Millis>) -> Result<(Recovery, Option<ShardOwner>), JournalError> {
+    read_only_shard(url, SHARD, until)
+}
+
+/// [`read_only`] of shard `shard`.
+pub fn read_only_shard(
+    url: &str,
+    shard: i32,
+    until: Option<Millis>,
+) -> Result<(Recovery, Option<ShardOwner>), JournalError> {
     let config = parse_url(url)?;
     let io = Io::new()?;
     io.run(async {
@@ -365,8 +498,8 @@ pub fn read_only(url: &str, until: Option<Millis>) -> Result<(Recovery, Option<S
                 None,
             ));
         }
-        let recovery = load(client, until, None).await?;
-        let owner = read_owner(client).await.map_err(|e| store_error("cannot read the shard owner", e))?;
+        let recovery = load_shard(client, shard, until, None).await?;
+        let owner = read_shard_owner(client, shard).await.map_err(|e| store_error("cannot read the shard owner", e))?;
         Ok((recovery, owner))
     })
 }
@@ -415,6 +548,7 @@ impl LeaseState {
 /// the next append (or renewal) finds.
 fn spawn_renewal(
     config: Config,
+    shard: i32,
     epoch: i64,
     lease: Duration,
     state: Arc<LeaseState>,
@@ -450,7 +584,7 @@ fn spawn_renewal(
                         connection = Some(connect(&config).await?);
                     }
                     let client = &connection.as_ref().expect("connected above").client;
-                    client.execute(sql.as_str(), &[&SHARD, &epoch]).await
+                    client.execute(sql.as_str(), &[&shard, &epoch]).await
                 })
                 .await;
                 match attempt {
@@ -461,7 +595,7 @@ fn spawn_renewal(
                     }
                     Ok(Ok(_)) => {
                         let owner = match connection.as_ref() {
-                            Some(c) => read_owner(&c.client).await.ok().flatten(),
+                            Some(c) => read_shard_owner(&c.client, shard).await.ok().flatten(),
                             None => None,
                         };
                         let now = owner.map_or_else(
@@ -469,8 +603,8 @@ fn spawn_renewal(
                             |o| format!("the store now says epoch {}, head {}, owner {:?}", o.epoch, o.head, o.owner),
                         );
                         state.lose(&format!(
-                            "shard 0 of the PostgreSQL store was taken by another process: the lease renewal with epoch \
-                             {epoch} touched no owner row ({now})"
+                            "shard {shard} of the PostgreSQL store was taken by another process: the lease renewal with \
+                             epoch {epoch} touched no owner row ({now})"
                         ));
                         return;
                     }
@@ -528,6 +662,8 @@ impl Default for StoreOptions {
 pub struct PgStore {
     io: Io,
     config: Config,
+    /// The shard this store appends to (0 unless the store is sharded).
+    shard: i32,
     connection: Option<Connection>,
     /// The epoch this process took the shard at.
     epoch: i64,
@@ -553,7 +689,7 @@ impl Drop for PgStore {
         if self.state.lost().is_some() {
             return;
         }
-        let (config, epoch) = (self.config.clone(), self.epoch);
+        let (config, epoch, shard) = (self.config.clone(), self.epoch, self.shard);
         let released = self.io.run(async move {
             tokio::time::timeout(RELEASE_TIMEOUT, async {
                 let connection = connect(&config).await?;
@@ -561,14 +697,14 @@ impl Drop for PgStore {
                     .client
                     .execute(
                         "UPDATE shard_owner SET lease_until = now() WHERE shard = $1 AND epoch = $2",
-                        &[&SHARD, &epoch],
+                        &[&shard, &epoch],
                     )
                     .await
             })
             .await
         });
         match released {
-            Ok(Ok(1)) => tracing::info!(epoch, "gave the lease of shard 0 back"),
+            Ok(Ok(1)) => tracing::info!(epoch, "gave the lease of shard {shard} back"),
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "could not give the lease back; it runs out by itself"),
             Err(_) => tracing::warn!("could not give the lease back in time; it runs out by itself"),
@@ -597,6 +733,20 @@ impl PgStore {
         policy: SnapshotPolicy,
         options: StoreOptions,
     ) -> Result<Opened, JournalError> {
+        PgStore::open_shard(url, SHARD, None, fresh, policy, options)
+    }
+
+    /// [`PgStore::open_with`] of shard `shard` of a sharded store (the caller checked the
+    /// count, [`shard_count`]); `address` (the URL other nodes forward its requests to)
+    /// is written to its owner row when taken.
+    pub fn open_shard(
+        url: &str,
+        shard: i32,
+        address: Option<&str>,
+        fresh: &SegmentHeader,
+        policy: SnapshotPolicy,
+        options: StoreOptions,
+    ) -> Result<Opened, JournalError> {
         let lease_ms = options.lease.as_millis() as u64;
         let config = parse_url_with_lease(url, lease_ms)?;
         let io = Io::new()?;
@@ -605,22 +755,33 @@ impl PgStore {
         let opened = io.run(async {
             let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
             let applied = migrate(&mut connection.client).await?;
-            let taken = take_shard(&mut connection.client, &owner, &header_json, lease_ms, !options.take_over)
-                .await
-                .map_err(|e| store_error("cannot take shard 0", e))?;
+            let taken = take_shard(
+                &mut connection.client,
+                TakeShard { shard, owner: &owner, address, header_json: &header_json, lease_ms },
+                !options.take_over,
+            )
+            .await
+            .map_err(|e| store_error(&format!("cannot take shard {shard}"), e))?;
             let epoch = match taken {
                 Taken::Epoch(epoch) => epoch,
                 Taken::Leased(holder) => return Ok(Err(holder)),
             };
-            let recovery = load(&mut connection.client, None, None).await?;
-            let newest = newest_snapshot_ms(&connection.client).await?;
+            let recovery = load_shard(&mut connection.client, shard, None, None).await?;
+            let newest = newest_snapshot_ms_of(&connection.client, shard).await?;
             Ok::<_, JournalError>(Ok((connection, applied, epoch, recovery, newest)))
         })?;
         let (connection, applied, epoch, mut recovery, newest) = match opened {
             Ok(opened) => opened,
             Err(holder) => return Ok(Opened::Leased(holder)),
         };
-        tracing::info!(applied, epoch, owner, entries = recovery.next_index, "took shard 0 of the PostgreSQL store");
+        tracing::info!(
+            applied,
+            epoch,
+            owner,
+            shard,
+            entries = recovery.next_index,
+            "took shard {shard} of the PostgreSQL store"
+        );
         if recovery.next_index == 0 {
             // A new store (or one whose first append never committed): it starts like a
             // new data dir, from `fresh` (written to the owner row by `set_header`).
@@ -628,7 +789,7 @@ impl PgStore {
             recovery.header = None;
         }
         let header = recovery.header.clone().unwrap_or_else(|| fresh.clone());
-        let mut store = PgStore::resume(config, epoch, header, recovery.next_index, policy, options.lease);
+        let mut store = PgStore::resume_shard(config, shard, epoch, header, recovery.next_index, policy, options.lease);
         store.io = io;
         store.connection = Some(connection);
         store.entries_since_snapshot = recovery.replayed;
@@ -641,6 +802,19 @@ impl PgStore {
     pub(crate) fn resume(
         config: Config,
         epoch: i64,
+        header: SegmentHeader,
+        next_index: u64,
+        policy: SnapshotPolicy,
+        lease: Duration,
+    ) -> PgStore {
+        PgStore::resume_shard(config, SHARD, epoch, header, next_index, policy, lease)
+    }
+
+    /// [`PgStore::resume`] of shard `shard`.
+    fn resume_shard(
+        config: Config,
+        shard: i32,
+        epoch: i64,
         mut header: SegmentHeader,
         next_index: u64,
         policy: SnapshotPolicy,
@@ -648,10 +822,11 @@ impl PgStore {
     ) -> PgStore {
         header.first_index = next_index;
         let state = Arc::new(LeaseState { lost: Mutex::new(None), stop: AtomicBool::new(false) });
-        let renewal = spawn_renewal(config.clone(), epoch, lease, state.clone());
+        let renewal = spawn_renewal(config.clone(), shard, epoch, lease, state.clone());
         PgStore {
             io: Io::new().expect("a current-thread runtime starts"),
             config,
+            shard,
             connection: None,
             epoch,
             header,
@@ -680,18 +855,18 @@ impl PgStore {
     /// mode) in the owner row, if this process still owns the shard.
     pub fn set_header(&mut self, header: SegmentHeader) -> Result<(), JournalError> {
         let json = serde_json::to_vec(&header).map_err(|e| store_error("cannot encode the header", e))?;
-        let epoch = self.epoch;
+        let (epoch, shard) = (self.epoch, self.shard);
         self.connect_again().map_err(|e| store_error("cannot connect", e))?;
         let connection = self.connection.as_mut().expect("connected");
         let updated = self
             .io
             .run(connection.client.execute(
                 "UPDATE shard_owner SET header = $3 WHERE shard = $1 AND epoch = $2",
-                &[&SHARD, &epoch, &json],
+                &[&shard, &epoch, &json],
             ))
             .map_err(|e| store_error("cannot write the header", e))?;
         if updated != 1 {
-            return Err(JournalError("shard 0 of the PostgreSQL store was taken by another process".into()));
+            return Err(JournalError(format!("shard {shard} of the PostgreSQL store was taken by another process")));
         }
         self.header = header;
         Ok(())
@@ -722,7 +897,7 @@ impl PgStore {
     /// Learns whether the batch at `old_head` committed after its `COMMIT` failed: ends
     /// the old session (so its outcome is final), then reads the row at `old_head`.
     fn resolve(&mut self, old_head: i64, old_pid: i32) -> Result<bool, String> {
-        let (config, epoch) = (self.config.clone(), self.epoch);
+        let (config, epoch, shard) = (self.config.clone(), self.epoch, self.shard);
         let resolved = self.io.run(async move {
             let began = Instant::now();
             let mut last_error = String::from("no attempt");
@@ -745,7 +920,7 @@ impl PgStore {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     let row = client
-                        .query_opt("SELECT epoch FROM journal WHERE shard = $1 AND seq = $2", &[&SHARD, &old_head])
+                        .query_opt("SELECT epoch FROM journal WHERE shard = $1 AND seq = $2", &[&shard, &old_head])
                         .await
                         .map_err(|e| e.to_string())?;
                     let written_by = row.map(|row| row.get::<_, i64>(0));
@@ -773,15 +948,30 @@ pub(crate) fn owner_name() -> String {
 
 /// When the newest snapshot of shard 0 was written (Unix ms), if there is one.
 pub(crate) async fn newest_snapshot_ms(client: &Client) -> Result<Option<i64>, JournalError> {
+    newest_snapshot_ms_of(client, SHARD).await
+}
+
+/// [`newest_snapshot_ms`] of shard `shard`.
+async fn newest_snapshot_ms_of(client: &Client, shard: i32) -> Result<Option<i64>, JournalError> {
     Ok(client
         .query_opt(
             "SELECT (extract(epoch FROM written_at) * 1000)::bigint FROM snapshot WHERE shard = $1 \
              ORDER BY covered DESC LIMIT 1",
-            &[&SHARD],
+            &[&shard],
         )
         .await
         .map_err(|e| store_error("cannot read the snapshots", e))?
         .map(|row| row.get(0)))
+}
+
+/// What [`take_shard`] writes to the owner row.
+struct TakeShard<'a> {
+    shard: i32,
+    owner: &'a str,
+    /// Where other nodes forward this shard's requests (`None`: no node forwards here).
+    address: Option<&'a str>,
+    header_json: &'a [u8],
+    lease_ms: u64,
 }
 
 /// What [`take_shard`] did.
@@ -798,11 +988,10 @@ enum Taken {
 /// second sees the first's new lease.
 async fn take_shard(
     client: &mut Client,
-    owner: &str,
-    header_json: &[u8],
-    lease_ms: u64,
+    take: TakeShard<'_>,
     respect_lease: bool,
 ) -> Result<Taken, tokio_postgres::Error> {
+    let TakeShard { shard, owner, address, header_json, lease_ms } = take;
     let transaction = client.transaction().await?;
     transaction.batch_execute(&format!("SET LOCAL lock_timeout = {TAKEOVER_LOCK_TIMEOUT_MS}")).await?;
     let lease = format!("now() + interval '{lease_ms} milliseconds'");
@@ -810,7 +999,7 @@ async fn take_shard(
         .query_opt(
             "SELECT epoch, head, owner, extract(epoch FROM lease_until - now())::float8 FROM shard_owner \
              WHERE shard = $1 FOR UPDATE",
-            &[&SHARD],
+            &[&shard],
         )
         .await?;
     let epoch = match row {
@@ -818,10 +1007,10 @@ async fn take_shard(
             transaction
                 .execute(
                     &format!(
-                        "INSERT INTO shard_owner (shard, epoch, head, owner, lease_until, header) \
-                         VALUES ($1, 1, 0, $2, {lease}, $3)"
+                        "INSERT INTO shard_owner (shard, epoch, head, owner, lease_until, header, address) \
+                         VALUES ($1, 1, 0, $2, {lease}, $3, $4)"
                     ),
-                    &[&SHARD, &owner, &header_json],
+                    &[&shard, &owner, &header_json, &address],
                 )
                 .await?;
             1
@@ -836,8 +1025,11 @@ async fn take_shard(
             let epoch = holder.epoch + 1;
             transaction
                 .execute(
-                    &format!("UPDATE shard_owner SET epoch = $2, owner = $3, lease_until = {lease} WHERE shard = $1"),
-                    &[&SHARD, &epoch, &owner],
+                    &format!(
+                        "UPDATE shard_owner SET epoch = $2, owner = $3, lease_until = {lease}, address = $4 \
+                         WHERE shard = $1"
+                    ),
+                    &[&shard, &epoch, &owner, &address],
                 )
                 .await?;
             epoch
@@ -851,6 +1043,7 @@ async fn take_shard(
 #[allow(clippy::too_many_arguments)]
 async fn append_batch(
     client: &mut Client,
+    shard: i32,
     lease_ms: u64,
     epoch: i64,
     old_head: i64,
@@ -869,7 +1062,7 @@ async fn append_batch(
                 "UPDATE shard_owner SET head = $4, lease_until = now() + interval '{lease_ms} milliseconds' \
                  WHERE shard = $1 AND epoch = $2 AND head = $3"
             ),
-            &[&SHARD, &epoch, &old_head, &new_head],
+            &[&shard, &epoch, &old_head, &new_head],
         )
         .await;
     match updated {
@@ -877,21 +1070,22 @@ async fn append_batch(
         Ok(1) => {}
         Ok(_) => {
             let _ = transaction.rollback().await;
-            return Appended::Fenced(read_owner(client).await.ok().flatten());
+            return Appended::Fenced(read_shard_owner(client, shard).await.ok().flatten());
         }
     }
     let inserted = transaction
         .execute(
             "INSERT INTO journal (shard, seq, epoch, at_ms, entry) \
              SELECT $1, t.seq, $2, t.at_ms, t.entry FROM unnest($3::bigint[], $4::bigint[], $5::bytea[]) AS t(seq, at_ms, entry)",
-            &[&SHARD, &epoch, &seqs, &ats, &payloads],
+            &[&shard, &epoch, &seqs, &ats, &payloads],
         )
         .await;
     if let Err(error) = inserted {
         return Appended::NotCommitted(error);
     }
     // A standby listening on the channel hears of the new head when this commits.
-    let notified = transaction.execute("SELECT pg_notify($1, $2)", &[&JOURNAL_CHANNEL, &new_head.to_string()]).await;
+    let notified =
+        transaction.execute("SELECT pg_notify($1, $2)", &[&journal_channel(shard), &new_head.to_string()]).await;
     if let Err(error) = notified {
         return Appended::NotCommitted(error);
     }
@@ -917,14 +1111,14 @@ impl JournalSink for PgStore {
         let payloads: Vec<Vec<u8>> =
             entries.iter().map(|entry| serde_json::to_vec(entry).expect("an entry serializes")).collect();
         let bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
-        let (epoch, lease) = (self.epoch, self.lease);
+        let (epoch, lease, shard) = (self.epoch, self.lease, self.shard);
         let began = Instant::now();
         self.connect_again()?;
         let connection = self.connection.as_mut().expect("connected");
         let old_pid = connection.backend_pid;
         let client = &mut connection.client;
         let lease_ms = lease.as_millis() as u64;
-        let appended = self.io.run(append_batch(client, lease_ms, epoch, old_head, &seqs, &ats, &payloads));
+        let appended = self.io.run(append_batch(client, shard, lease_ms, epoch, old_head, &seqs, &ats, &payloads));
         let committed = match appended {
             Appended::Committed => true,
             Appended::Fenced(owner) => {
@@ -936,7 +1130,7 @@ impl JournalSink for PgStore {
                     None => "the owner row could not be read".into(),
                 };
                 return Err(self.lose(format!(
-                    "shard 0 of the PostgreSQL store was taken by another process: the append at head {old_head} \
+                    "shard {shard} of the PostgreSQL store was taken by another process: the append at head {old_head} \
                      with epoch {epoch} touched no owner row ({now})"
                 )));
             }
@@ -977,7 +1171,7 @@ impl JournalSink for PgStore {
         if took > lease {
             return Err(self.lose(format!(
                 "the append at head {old_head} took {} ms, longer than the lease of {} ms: another process may own \
-                 shard 0 now; restart the service to continue from what is durable",
+                 shard {shard} now; restart the service to continue from what is durable",
                 took.as_millis(),
                 lease.as_millis()
             )));
@@ -1004,7 +1198,7 @@ impl JournalSink for PgStore {
                 self.next_index
             )));
         }
-        let epoch = self.epoch;
+        let (epoch, shard) = (self.epoch, self.shard);
         self.connect_again()?;
         let client = &mut self.connection.as_mut().expect("connected").client;
         let written = self.io.run(async {
@@ -1013,12 +1207,12 @@ impl JournalSink for PgStore {
                 .execute(
                     "INSERT INTO snapshot (shard, covered, state) SELECT $1, $2, $3 \
                      WHERE EXISTS (SELECT 1 FROM shard_owner WHERE shard = $1 AND epoch = $4) ON CONFLICT DO NOTHING",
-                    &[&SHARD, &(covered as i64), &snapshot.bytes(), &epoch],
+                    &[&shard, &(covered as i64), &snapshot.bytes(), &epoch],
                 )
                 .await?;
             // Older snapshots are dropped; the entries they cover are kept (decision 141).
             transaction
-                .execute("DELETE FROM snapshot WHERE shard = $1 AND covered < $2", &[&SHARD, &(covered as i64)])
+                .execute("DELETE FROM snapshot WHERE shard = $1 AND covered < $2", &[&shard, &(covered as i64)])
                 .await?;
             transaction.commit().await?;
             Ok::<_, tokio_postgres::Error>(inserted)
@@ -1036,10 +1230,10 @@ impl JournalSink for PgStore {
     }
 
     fn reload(&mut self) -> Result<Engine, String> {
-        let next_index = self.next_index;
+        let (next_index, shard) = (self.next_index, self.shard);
         self.connect_again().map_err(|e| format!("the PostgreSQL store: {e}"))?;
         let client = &mut self.connection.as_mut().expect("connected").client;
-        let recovery = self.io.run(load(client, None, Some(next_index))).map_err(|e| e.0)?;
+        let recovery = self.io.run(load_shard(client, shard, None, Some(next_index))).map_err(|e| e.0)?;
         if recovery.next_index != next_index {
             return Err(format!("the store holds {} entries but {next_index} were acknowledged", recovery.next_index));
         }
@@ -1061,7 +1255,8 @@ impl JournalSink for PgStore {
             return Err(io::Error::other(why));
         }
         self.connect_again()?;
-        let owner = self.io.run(read_owner(&self.connection.as_ref().expect("connected").client));
+        let shard = self.shard;
+        let owner = self.io.run(read_shard_owner(&self.connection.as_ref().expect("connected").client, shard));
         let owner = match owner {
             Ok(owner) => owner,
             Err(error) => {
@@ -1080,10 +1275,10 @@ impl JournalSink for PgStore {
                 Ok(())
             }
             Some(owner) => Err(self.lose(format!(
-                "shard 0 of the PostgreSQL store moved on: epoch {} head {} (this process: epoch {} head {})",
+                "shard {shard} of the PostgreSQL store moved on: epoch {} head {} (this process: epoch {} head {})",
                 owner.epoch, owner.head, self.epoch, self.next_index
             ))),
-            None => Err(self.lose("shard 0 of the PostgreSQL store has no owner row".into())),
+            None => Err(self.lose(format!("shard {shard} of the PostgreSQL store has no owner row"))),
         }
     }
 
