@@ -892,9 +892,7 @@ impl Group {
 
 /// The append in flight on the blocking pool, and the group it makes durable.
 struct Appending {
-    /// The journal back, the append's outcome, and the answers it did not send (all of
-    /// them when it failed).
-    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>, Vec<Answer>)>,
+    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>)>,
     group: Group,
 }
 
@@ -963,9 +961,8 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
         let accepting = !stopping && owner.pending.requests() < PENDING_MAX;
         tokio::select! {
             joined = async { (&mut owner.appending.as_mut().expect("guarded").task).await }, if owner.appending.is_some() => {
-                let (journal, appended, answers) = joined.expect("a journal append does not panic");
-                let mut group = owner.appending.take().expect("guarded").group;
-                group.answers = answers;
+                let (journal, appended) = joined.expect("a journal append does not panic");
+                let group = owner.appending.take().expect("guarded").group;
                 owner.journal = Some(journal);
                 owner.appended(group, appended);
             }
@@ -1217,21 +1214,9 @@ impl Owner {
             self.appended(group, appended);
             return;
         }
-        // Once durable, the group's answers leave from the thread that synced it, without
-        // waiting for the owner thread to wake (its deliveries wait for the owner, which
-        // also learns of a failure and then answers them again from the durable state).
-        let answers = std::mem::take(&mut group.answers);
-        let (shown_ms, shown) = (self.shown_ms.clone(), self.service.shown_now().0);
         let task = tokio::task::spawn_blocking(move || {
             let appended = work(journal.as_mut());
-            if appended.is_err() {
-                return (journal, appended, answers);
-            }
-            shown_ms.fetch_max(shown, Ordering::Relaxed);
-            for answer in answers {
-                let _ = answer.reply.send(answer.response);
-            }
-            (journal, appended, Vec::new())
+            (journal, appended)
         });
         self.appending = Some(Appending { task, group });
     }
