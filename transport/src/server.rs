@@ -452,16 +452,7 @@ pub async fn serve_nodes(
             stock: options.pool.clone().map(ShardStock::new),
             stock_esims,
         };
-        // The owner task runs on a thread of its own (a current-thread runtime): woken by
-        // its inbox or its journal append, it runs at once instead of waiting in a worker's
-        // queue behind the connection tasks, which is where a durable answer's time went.
-        owners.spawn_blocking(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a current-thread runtime for the owner task");
-            runtime.block_on(owner_task(state, inbox));
-        });
+        owners.spawn(owner_task(state, inbox));
     }
     let shared = Arc::new(Shared {
         admin_token,
