@@ -597,19 +597,34 @@ struct Sharded {
     speed: u32,
 }
 
-/// Shard k's header on a new sharded data dir: the start's seed plus k (each shard its
-/// own streams), its index and the count, and no eSIM of its own: the initial inventory
-/// is in the global pool, from which it takes its first block at start (decision 187);
-/// the same start time, so every shard's clock starts together (decision 170).
-fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32) -> SegmentHeader {
+/// Shard k's header on a new sharded data dir or store: the start's seed plus k (each
+/// shard its own streams), its index and the count, and its eSIMs (`stock`: none in a
+/// data dir, whose shards take blocks from the global pool, decision 187); the same start time, so every shard's clock starts together (decision 170).
+fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32, stock: ShardStockAtStart) -> SegmentHeader {
+    let initial_inventory = match stock {
+        ShardStockAtStart::FromPool => 0,
+        ShardStockAtStart::Split => {
+            esim_transport::shards::split_inventory(fresh.config.initial_inventory, shards as usize)[shard as usize]
+        }
+    };
     let config = EngineConfig {
         seed: fresh.config.seed.wrapping_add(u64::from(shard)),
         shard,
         shard_count: shards,
-        initial_inventory: 0,
+        initial_inventory,
         ..fresh.config.clone()
     };
     SegmentHeader { config, ..fresh.clone() }
+}
+
+/// Where a new shard's eSIMs come from.
+#[derive(Clone, Copy)]
+enum ShardStockAtStart {
+    /// A data dir's shards: none of their own, blocks from the global pool (decision 187).
+    FromPool,
+    /// A PostgreSQL store's shards: a share of the initial inventory each (decision 171;
+    /// the pool in the store is not built yet).
+    Split,
 }
 
 /// `esim serve` on a sharded data dir (the data dir is locked): each shard recovered
@@ -661,7 +676,7 @@ fn serve_sharded(
                 (engine, header)
             }
             _ => {
-                let header = shard_header(&fresh, shard, shards);
+                let header = shard_header(&fresh, shard, shards, ShardStockAtStart::FromPool);
                 (Engine::new(header.config.clone(), header.start), header)
             }
         };
@@ -799,9 +814,14 @@ fn serve_store_shards(
             parts.push(server::ShardPart::Remote);
             continue;
         }
-        let (mut store, recovery) =
-            take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
-                .map_err(|e| format!("shard {shard}: {e}"))?;
+        let (mut store, recovery) = take_store_shard(
+            &url,
+            shard,
+            &address,
+            &shard_header(&fresh, shard, shards, ShardStockAtStart::Split),
+            options,
+        )
+        .map_err(|e| format!("shard {shard}: {e}"))?;
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
         let (engine, header) = match (recovery.engine, recovery.header) {
             (Some(engine), Some(mut header)) => {
@@ -819,7 +839,7 @@ fn serve_store_shards(
                 (engine, header)
             }
             _ => {
-                let header = shard_header(&fresh, shard, shards);
+                let header = shard_header(&fresh, shard, shards, ShardStockAtStart::Split);
                 (Engine::new(header.config.clone(), header.start), header)
             }
         };
