@@ -808,13 +808,13 @@ async fn pool_fan_out(
                     Some(link) => blocks.push(link.stock_esims.load(Ordering::Relaxed)),
                     None => match remote_block(shared, shard, request).await {
                         Ok(block) => blocks.push(block),
-                        Err(refused) => return refused,
+                        Err(refused) => return *refused,
                     },
                 }
             }
             // Other nodes take from a store's pool too: read it as it is now.
             if let Err(refused) = refresh_pool(pool).await {
-                return refused;
+                return *refused;
             }
             let in_pool = pool.available();
             body["inventory"] = serde_json::json!({
@@ -851,28 +851,33 @@ async fn pool_fan_out(
         };
         match block {
             Ok(block) => blocks.push(block),
-            Err(refused) => return refused,
+            Err(refused) => return *refused,
         }
     }
     let body = serde_json::json!({ "available": available, "pool": pool.available(), "shards": blocks });
     crate::api::json_response(200, serde_json::to_vec(&body).expect("json"))
 }
 
+/// An answer a pool helper stops with (boxed: it is large beside the figure).
+type Refused = Box<http::Response<Bytes>>;
+
 /// Reads the pool again (a store's row, which other nodes change), off the runtime.
-async fn refresh_pool(pool: &Arc<dyn InventoryPool>) -> Result<(), http::Response<Bytes>> {
+async fn refresh_pool(pool: &Arc<dyn InventoryPool>) -> Result<(), Refused> {
     let reader = pool.clone();
     match tokio::task::spawn_blocking(move || reader.refresh()).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(crate::nodes::unavailable(format!("the inventory pool cannot be read ({error})"))),
-        Err(error) => Err(crate::nodes::unavailable(error.to_string())),
+        Ok(Err(error)) => {
+            Err(Box::new(crate::nodes::unavailable(format!("the inventory pool cannot be read ({error})"))))
+        }
+        Err(error) => Err(Box::new(crate::nodes::unavailable(error.to_string()))),
     }
 }
 
 /// A local shard's block once it has zeroed one of an older pool generation.
-async fn local_block(link: &ShardLink) -> Result<u64, http::Response<Bytes>> {
+async fn local_block(link: &ShardLink) -> Result<u64, Refused> {
     let (reply, answer) = oneshot::channel();
     if link.to_owner.send(Message::SyncPool(reply)).await.is_err() {
-        return Err(unavailable());
+        return Err(Box::new(unavailable()));
     }
     let answer = answer.await.unwrap_or_else(|_| unavailable());
     block_of(answer)
@@ -880,11 +885,7 @@ async fn local_block(link: &ShardLink) -> Result<u64, http::Response<Bytes>> {
 
 /// A remote shard's block, asked of its owner node (a forwarded `PUT
 /// /admin/v1/inventory` marked [`crate::nodes::POOL_SYNC`], with the admin's credential).
-async fn remote_block(
-    shared: &Shared,
-    shard: usize,
-    request: &http::Request<Bytes>,
-) -> Result<u64, http::Response<Bytes>> {
+async fn remote_block(shared: &Shared, shard: usize, request: &http::Request<Bytes>) -> Result<u64, Refused> {
     let mut part = http::Request::builder()
         .method(http::Method::PUT)
         .uri("/admin/v1/inventory")
@@ -898,13 +899,13 @@ async fn remote_block(
 }
 
 /// The `shard_esims` of a shard's pool-sync answer (any other answer is passed on).
-fn block_of(answer: http::Response<Bytes>) -> Result<u64, http::Response<Bytes>> {
+fn block_of(answer: http::Response<Bytes>) -> Result<u64, Refused> {
     let block = serde_json::from_slice::<serde_json::Value>(answer.body())
         .ok()
         .and_then(|body| body.get("shard_esims")?.as_u64());
     match block {
         Some(block) if answer.status().is_success() => Ok(block),
-        _ => Err(answer),
+        _ => Err(Box::new(answer)),
     }
 }
 
@@ -913,11 +914,11 @@ fn block_of(answer: http::Response<Bytes>) -> Result<u64, http::Response<Bytes>>
 async fn sync_shard_pool(shared: &Shared, shard: usize, pool: &Arc<dyn InventoryPool>) -> http::Response<Bytes> {
     let Some(link) = shared.shards[shard].local() else { return crate::nodes::not_owner(shard) };
     if let Err(refused) = refresh_pool(pool).await {
-        return refused;
+        return *refused;
     }
     match local_block(link).await {
         Ok(block) => crate::api::json_response(200, serde_json::json!({ "shard_esims": block }).to_string()),
-        Err(refused) => refused,
+        Err(refused) => *refused,
     }
 }
 
