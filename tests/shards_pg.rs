@@ -382,7 +382,8 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
 
 /// The pool's row in PostgreSQL (decisions 190-191): takes from two connections (as two
 /// nodes' would be) at once never grant more than the row held, each grant is what the
-/// row lost, and a set starts a new generation both connections see.
+/// row lost, a set starts a new generation both connections see, and a sharded store
+/// without the row gets an empty one.
 #[test]
 fn concurrent_takes_from_two_connections_never_grant_more_than_the_pool_held() {
     use esim_transport::pool::InventoryPool;
@@ -420,6 +421,11 @@ fn concurrent_takes_from_two_connections_never_grant_more_than_the_pool_held() {
     let grant = pools[1].take(3).unwrap();
     assert_eq!((grant.count, grant.generation), (3, 1));
     assert_eq!(pools[0].take(3).unwrap().count, 2, "the last block is what is left");
+    // A store sharded before the pool's migration has no row: it gets an empty pool
+    // (its shards keep what they hold, decision 190), never the initial inventory again.
+    cluster.psql("DELETE FROM inventory_pool");
+    assert_eq!(prepare_shards(&url, Some(4), 100).unwrap(), 4);
+    assert_eq!(cluster.psql("SELECT available, generation FROM inventory_pool"), "0|0");
 }
 
 /// The admin state's inventory once no block is on its way (two reads 100 ms apart agree).
@@ -460,7 +466,7 @@ async fn provision_until_empty(server: &TestServer, key: &str, shard: usize, icc
 
 /// The global pool over 2 nodes (decisions 190-193): blocks of 3, an inventory of 20 set
 /// through one node; the state's inventory is the same through both; a node restart
-/// keeps pool + blocks exact; every eSIM is provisioned once, from accounts on every
+/// (graceful, and after SIGKILL) keeps pool + blocks exact; every eSIM is provisioned once, from accounts on every
 /// shard through either node, before NO_ESIMS_AVAILABLE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
@@ -528,6 +534,17 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
     assert_eq!(figures_after["available"], json!(12), "{figures_after}");
     assert_eq!(settled_inventory(&a).await, figures_after);
     assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), pool_before, "a restart takes no block");
+
+    // Node A killed (no block on its way: each shard holds 1 of 3) and started again
+    // (waiting out its old lease): its shards' blocks are journaled, nothing is taken again.
+    let mut started_a = started_a;
+    started_a.running.child.kill().unwrap();
+    started_a.running.child.wait().unwrap();
+    let (started_a, a) = start(&dir_a, "0,1");
+    let figures_killed = settled_inventory(&a).await;
+    assert_eq!(figures_killed, figures_after, "SIGKILL keeps pool and blocks exact");
+    assert_eq!(settled_inventory(&b).await, figures_killed);
+    assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), pool_before);
 
     // Every eSIM left, from whichever shard, through either node.
     let mut provisioned = 0;
