@@ -13,6 +13,8 @@
 //! - `journal`: `(shard, seq)` primary key, the epoch that wrote it, its service time
 //!   (`at_ms`) and the entry payload.
 //! - `snapshot`: `(shard, covered)` primary key, when it was written, its bytes.
+//! - `inventory_pool` (a sharded store): the global eSIM pool the shards take blocks
+//!   from, one row ([`PgPool`], decisions 190-192).
 //!
 //! # Appending: group commit and fencing in one transaction
 //!
