@@ -738,8 +738,11 @@ async fn answer(
                     let request = http::Request::from_parts(parts, held.bytes.clone());
                     let figures_asked = request.headers().contains_key(crate::nodes::WANT_FIGURES);
                     let forwarded_headers = figures_asked.then(|| request.headers().clone());
+                    // Only the admin's inventory route carries a pool sync (decision 192).
                     let pool_sync = request.headers().contains_key(crate::nodes::POOL_SYNC)
-                        && request.headers().contains_key(crate::nodes::FORWARDED_SHARD);
+                        && request.headers().contains_key(crate::nodes::FORWARDED_SHARD)
+                        && request.method() == http::Method::PUT
+                        && request.uri().path() == "/admin/v1/inventory";
                     let mut response = match (target, &shared.pool) {
                         // Another node's pool fan-out asks this node's shard (decision 192).
                         (Route::Shard(shard), Some(pool)) if pool_sync => sync_shard_pool(shared, shard, pool).await,
