@@ -331,9 +331,10 @@ struct ServeArgs {
     /// journal and snapshots there.
     #[arg(long, env = "ESIM_SHARDS", value_parser = clap::value_parser!(u32).range(1..=64))]
     shards: Option<u32>,
-    /// With --shards above 1 on the data dir's file journals: eSIMs a shard takes from the data dir's global inventory
-    /// pool (DIR/pool) at once; it takes the next block when its own count falls to a
-    /// quarter of this (decisions 185-189).
+    /// With --shards above 1: eSIMs a shard takes from the global inventory pool at once
+    /// (DIR/pool on the data dir's file journals, the `inventory_pool` row of a
+    /// `--store`); it takes the next block when its own count falls to a quarter of this
+    /// (decisions 185-191).
     #[arg(
         long,
         env = "ESIM_POOL_BLOCK",
@@ -442,7 +443,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut lock = None;
     match &args.store {
         Some(url) => {
-            let shards = store_pg::prepare_shards(url, args.shards).map_err(|e| e.to_string())?;
+            let shards = store_pg::prepare_shards(url, args.shards, fresh.config.initial_inventory)
+                .map_err(|e| e.to_string())?;
             let only_shard_0 = args.own_shards.as_ref().is_none_or(|own| own.iter().all(|&k| k == 0));
             if shards > 1 || !only_shard_0 {
                 let sharded = Sharded { shards, new: false, clock, fresh, speed };
@@ -881,6 +883,10 @@ fn serve_store_shards(
     }
     let locator = store_pg::Locator::new(&url).map_err(|e| e.to_string())?;
     let forwarder = Arc::new(esim_transport::nodes::Forwarder::new(locator, shards as usize));
+    // The global eSIM pool is the store's row, shared by every node (decisions 190-191):
+    // this node's shards start at 0 (new) and take their first block at start.
+    let pool: Arc<dyn esim_transport::pool::InventoryPool> =
+        Arc::new(store_pg::PgPool::open(&url).map_err(|e| format!("the inventory pool: {e}"))?);
     runtime.block_on(async move {
         println!("listening on http://{bound}");
         print_demo(demo, bound, &args.data_dir);
@@ -888,7 +894,8 @@ fn serve_store_shards(
             shards, own = ?own, advertise = %address, clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
-        let options = server_options(&args, speed);
+        let mut options = server_options(&args, speed);
+        options.pool = Some(esim_transport::pool::PoolSettings { pool, block_esims: args.pool_block });
         server::serve_nodes(listener, parts, Some(forwarder), options, shutdown).await.map_err(|e| e.to_string())
     })
 }

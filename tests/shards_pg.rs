@@ -379,3 +379,189 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
     remove_data_dir(&dir_a);
     remove_data_dir(&dir_b);
 }
+
+/// The pool's row in PostgreSQL (decisions 190-191): takes from two connections (as two
+/// nodes' would be) at once never grant more than the row held, each grant is what the
+/// row lost, a set starts a new generation both connections see, and a sharded store
+/// without the row gets an empty one.
+#[test]
+fn concurrent_takes_from_two_connections_never_grant_more_than_the_pool_held() {
+    use esim_transport::pool::InventoryPool;
+    use esim_transport::store_pg::{prepare_shards, PgPool};
+    let cluster = Cluster::start("pool-takes");
+    let url = cluster.url();
+    assert_eq!(prepare_shards(&url, Some(4), 100).unwrap(), 4);
+    assert_eq!(cluster.psql("SELECT available, generation FROM inventory_pool"), "100|0");
+    // Prepared again (another node starting): the row is kept, not made anew.
+    assert_eq!(prepare_shards(&url, None, 999).unwrap(), 4);
+    let pools = [std::sync::Arc::new(PgPool::open(&url).unwrap()), std::sync::Arc::new(PgPool::open(&url).unwrap())];
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let pool = pools[i % 2].clone();
+            std::thread::spawn(move || {
+                let mut taken = 0;
+                loop {
+                    let grant = pool.take(7).unwrap();
+                    assert!(grant.count <= 7, "{grant:?}");
+                    if grant.count == 0 {
+                        return taken;
+                    }
+                    taken += grant.count;
+                }
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, 100, "every eSIM of the pool granted once, none twice");
+    assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), "0");
+    assert_eq!(pools[0].set(5).unwrap(), 1);
+    assert_eq!((pools[1].available(), pools[1].generation()), (0, 0), "what the other connection last read");
+    pools[1].refresh().unwrap();
+    assert_eq!((pools[1].available(), pools[1].generation()), (5, 1));
+    let grant = pools[1].take(3).unwrap();
+    assert_eq!((grant.count, grant.generation), (3, 1));
+    assert_eq!(pools[0].take(3).unwrap().count, 2, "the last block is what is left");
+    // A store sharded before the pool's migration has no row: it gets an empty pool
+    // (its shards keep what they hold, decision 190), never the initial inventory again.
+    cluster.psql("DELETE FROM inventory_pool");
+    assert_eq!(prepare_shards(&url, Some(4), 100).unwrap(), 4);
+    assert_eq!(cluster.psql("SELECT available, generation FROM inventory_pool"), "0|0");
+}
+
+/// The admin state's inventory once no block is on its way (two reads 100 ms apart agree).
+async fn settled_inventory(server: &TestServer) -> Value {
+    let mut figures = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let later = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
+        if later == figures {
+            break;
+        }
+        figures = later;
+    }
+    figures
+}
+
+/// Provisions from `key` through `server` until 503; the refusal must be the spec's
+/// `NO_ESIMS_AVAILABLE`, every ICCID new and on the key's shard.
+async fn provision_until_empty(server: &TestServer, key: &str, shard: usize, iccids: &mut BTreeSet<String>) -> u64 {
+    let mut count = 0;
+    loop {
+        let answer = server.api("POST", "/esim/provision", key, Some(json!({}))).await;
+        if answer.status != 201 {
+            assert_eq!(
+                (answer.status, answer.body["code"].clone()),
+                (503, json!("NO_ESIMS_AVAILABLE")),
+                "{}",
+                answer.body
+            );
+            return count;
+        }
+        let iccid = answer.body["iccid"].as_str().unwrap().to_string();
+        assert_eq!(shard_of_iccid(&iccid, SHARDS), shard);
+        assert!(iccids.insert(iccid), "an ICCID issued twice");
+        count += 1;
+    }
+}
+
+/// The global pool over 2 nodes (decisions 190-193): blocks of 3, an inventory of 20 set
+/// through one node; the state's inventory is the same through both; a node restart
+/// (graceful, and after SIGKILL) keeps pool + blocks exact; every eSIM is provisioned once, from accounts on every
+/// shard through either node, before NO_ESIMS_AVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
+    let cluster = Cluster::start("pool-two");
+    let url = cluster.url();
+    let (dir_a, dir_b) = (work_dir("pool-a"), work_dir("pool-b"));
+    let start = |dir: &std::path::Path, own: &str| {
+        let started = launch(dir, &url)
+            .arg("--shards")
+            .arg("4")
+            .arg("--own-shards")
+            .arg(own)
+            .arg("--pool-block")
+            .arg("3")
+            .start(false);
+        let server = TestServer::attach(started.running.base.clone());
+        (started, server)
+    };
+    let (started_a, a) = start(&dir_a, "0,1");
+    let (started_b, b) = start(&dir_b, "2,3");
+    // A new store: the whole initial inventory in the pool, each shard a block of it.
+    let figures = settled_inventory(&a).await;
+    assert_eq!(figures["available"], json!(100_000), "{figures}");
+    assert_eq!(figures["shards"], json!([3, 3, 3, 3]), "each shard took its first block at start");
+    assert_eq!(settled_inventory(&b).await, figures, "the same through either node");
+
+    // Accounts through A and B in turn (each node places round-robin): one kept per shard.
+    let mut keys = Vec::new();
+    for i in 0..2 * SHARDS {
+        let (account_id, key) = [&a, &b][i % 2].account(100.0).await;
+        let shard = shard_of_account_id(&account_id, SHARDS);
+        if keys.iter().all(|(placed, _)| *placed != shard) {
+            keys.push((shard, key));
+        }
+    }
+    keys.sort();
+    assert_eq!(keys.iter().map(|(shard, _)| *shard).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // Set through node B: the pool row holds 20 and every shard's old block is gone.
+    let set = b.admin("PUT", "/admin/v1/inventory", Some(json!({"available": 20}))).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.body["available"], json!(20));
+    let figures = settled_inventory(&a).await;
+    assert_eq!(figures["available"], json!(20), "{figures}");
+    assert_eq!(settled_inventory(&b).await, figures);
+
+    // Two provisionings per shard, through the node that does not own it.
+    let mut iccids = BTreeSet::new();
+    for (shard, key) in &keys {
+        for _ in 0..2 {
+            let iccid = [&a, &b][(shard / 2 + 1) % 2].provision(key, None).await;
+            assert_eq!(shard_of_iccid(&iccid, SHARDS), *shard);
+            assert!(iccids.insert(iccid));
+        }
+    }
+    let figures = settled_inventory(&a).await;
+    assert_eq!(figures["available"], json!(12), "{figures}");
+    assert_eq!(settled_inventory(&b).await, figures);
+    let pool_before = cluster.psql("SELECT available FROM inventory_pool");
+
+    // Node B restarts: its shards keep their blocks, the pool keeps its row, nothing
+    // is granted twice.
+    started_b.stop();
+    let (started_b, b) = start(&dir_b, "2,3");
+    let figures_after = settled_inventory(&b).await;
+    assert_eq!(figures_after["available"], json!(12), "{figures_after}");
+    assert_eq!(settled_inventory(&a).await, figures_after);
+    assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), pool_before, "a restart takes no block");
+
+    // Node A killed (no block on its way: each shard holds 1 of 3) and started again
+    // (waiting out its old lease): its shards' blocks are journaled, nothing is taken again.
+    let mut started_a = started_a;
+    started_a.running.child.kill().unwrap();
+    started_a.running.child.wait().unwrap();
+    let (started_a, a) = start(&dir_a, "0,1");
+    let figures_killed = settled_inventory(&a).await;
+    assert_eq!(figures_killed, figures_after, "SIGKILL keeps pool and blocks exact");
+    assert_eq!(settled_inventory(&b).await, figures_killed);
+    assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), pool_before);
+
+    // Every eSIM left, from whichever shard, through either node.
+    let mut provisioned = 0;
+    for round in 0..2 {
+        for (shard, key) in &keys {
+            provisioned += provision_until_empty([&a, &b][(shard + round) % 2], key, *shard, &mut iccids).await;
+        }
+    }
+    assert_eq!(provisioned, 12, "every eSIM of the pool once");
+    assert_eq!(iccids.len(), 20);
+    let figures = settled_inventory(&a).await;
+    assert_eq!((figures["available"].clone(), figures["pool"].clone()), (json!(0), json!(0)), "{figures}");
+    assert_eq!(settled_inventory(&b).await, figures);
+    let live = settled_state(&a).await;
+    started_a.stop();
+    started_b.stop();
+    assert_replay_matches(&url, &live);
+    remove_data_dir(&dir_a);
+    remove_data_dir(&dir_b);
+}

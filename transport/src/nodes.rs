@@ -39,6 +39,10 @@ pub const NOT_OWNER: &str = "esim-not-owner";
 pub const WANT_FIGURES: &str = "esim-want-figures";
 /// On an answer whose body is the report's figures as JSON (asked by [`WANT_FIGURES`]).
 pub const FIGURES: &str = "esim-finance-figures";
+/// On a forwarded `PUT /admin/v1/inventory` from another node's pool fan-out: the owner
+/// reads the store's pool row again and has the shard zero a block of an older pool
+/// generation (its local `SyncPool`), answering `{"shard_esims": N}` (decision 192).
+pub const POOL_SYNC: &str = "esim-pool-sync";
 /// One forward (connect, send, whole answer read) ends after this long: 503.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reading an owner's address from the store ends after this long: 503.
@@ -55,8 +59,8 @@ const POOL_IDLE: Duration = Duration::from_secs(20);
 pub const RETRY_AFTER_S: u64 = 1;
 /// The request headers a forward carries (the owner checks the credential as for any
 /// request; the others decide the answer).
-const FORWARDED_HEADERS: [&str; 6] =
-    ["authorization", "idempotency-key", "content-type", "accept", crate::server::REQUEST_ID, WANT_FIGURES];
+const FORWARDED_HEADERS: [&str; 7] =
+    ["authorization", "idempotency-key", "content-type", "accept", crate::server::REQUEST_ID, WANT_FIGURES, POOL_SYNC];
 /// Answer headers that belong to one connection, never copied from the owner's answer.
 const HOP_BY_HOP: [&str; 4] = ["connection", "content-length", "transfer-encoding", "keep-alive"];
 

@@ -67,6 +67,11 @@ pub trait InventoryPool: Send + Sync {
     fn available(&self) -> u64;
     /// The generation of the last [`InventoryPool::set`] (lock-free).
     fn generation(&self) -> u64;
+    /// Reads the pool again where other processes change it too (a PostgreSQL store's
+    /// row, shared by its nodes); a file pool is this process's alone: nothing to do.
+    fn refresh(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The pool's record.

@@ -738,28 +738,40 @@ async fn answer(
                     let request = http::Request::from_parts(parts, held.bytes.clone());
                     let figures_asked = request.headers().contains_key(crate::nodes::WANT_FIGURES);
                     let forwarded_headers = figures_asked.then(|| request.headers().clone());
-                    let mut response = match target {
-                        Route::Shard(shard) => shared.ask(shard, request).await,
-                        Route::NewAccount => {
-                            let shard = (shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize;
-                            shared.ask(shard, request).await
-                        }
-                        Route::FanOut(kind) => match &shared.pool {
-                            // The pool is a data dir's: every shard is local then.
-                            Some(pool) if matches!(kind, FanOut::SetInventory | FanOut::State) => {
-                                pool_fan_out(kind, &request, shared, pool).await
+                    // Only the admin's inventory route carries a pool sync (decision 192).
+                    let pool_sync = request.headers().contains_key(crate::nodes::POOL_SYNC)
+                        && request.headers().contains_key(crate::nodes::FORWARDED_SHARD)
+                        && request.method() == http::Method::PUT
+                        && request.uri().path() == "/admin/v1/inventory";
+                    let mut response = match (target, &shared.pool) {
+                        // Another node's pool fan-out asks this node's shard (decision 192).
+                        (Route::Shard(shard), Some(pool)) if pool_sync => sync_shard_pool(shared, shard, pool).await,
+                        _ => match target {
+                            Route::Shard(shard) => shared.ask(shard, request).await,
+                            Route::NewAccount => {
+                                let shard =
+                                    (shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize;
+                                shared.ask(shard, request).await
                             }
-                            _ => {
-                                crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
-                                    if kind == FanOut::Report && shared.shards[shard].local().is_none() {
-                                        // Another node's part: its figures travel as JSON.
-                                        part.headers_mut()
-                                            .insert(crate::nodes::WANT_FIGURES, http::HeaderValue::from_static("1"));
-                                    }
-                                    shared.ask(shard, part)
-                                })
-                                .await
-                            }
+                            Route::FanOut(kind) => match &shared.pool {
+                                // The pool: a data dir's (every shard local) or a store's row (remote shards through their owners).
+                                Some(pool) if matches!(kind, FanOut::SetInventory | FanOut::State) => {
+                                    pool_fan_out(kind, &request, shared, pool).await
+                                }
+                                _ => {
+                                    crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
+                                        if kind == FanOut::Report && shared.shards[shard].local().is_none() {
+                                            // Another node's part: its figures travel as JSON.
+                                            part.headers_mut().insert(
+                                                crate::nodes::WANT_FIGURES,
+                                                http::HeaderValue::from_static("1"),
+                                            );
+                                        }
+                                        shared.ask(shard, part)
+                                    })
+                                    .await
+                                }
+                            },
                         },
                     };
                     if let Some(headers) = forwarded_headers {
@@ -776,9 +788,10 @@ async fn answer(
     (endpoint, response)
 }
 
-/// The admin requests about the global pool (decision 188): `PUT /admin/v1/inventory`
-/// sets the pool (durably, off the owner tasks) and then has every shard zero its old
-/// block; `GET /admin/v1/state` shows the pool and each shard's block beside the digests.
+/// The admin requests about the global pool (decisions 188, 192): `PUT
+/// /admin/v1/inventory` sets the pool (durably, off the owner tasks) and then has every
+/// shard zero its old block (a remote shard through its owner node); `GET
+/// /admin/v1/state` shows the pool and each shard's block beside the digests.
 async fn pool_fan_out(
     kind: FanOut,
     request: &http::Request<Bytes>,
@@ -792,11 +805,20 @@ async fn pool_fan_out(
         if let (true, Ok(mut body)) =
             (answer.status().is_success(), serde_json::from_slice::<serde_json::Value>(answer.body()))
         {
-            let blocks: Vec<u64> = shared
-                .shards
-                .iter()
-                .map(|handle| handle.local().map_or(0, |link| link.stock_esims.load(Ordering::Relaxed)))
-                .collect();
+            let mut blocks = Vec::with_capacity(shards);
+            for (shard, handle) in shared.shards.iter().enumerate() {
+                match handle.local() {
+                    Some(link) => blocks.push(link.stock_esims.load(Ordering::Relaxed)),
+                    None => match remote_block(shared, shard, request).await {
+                        Ok(block) => blocks.push(block),
+                        Err(refused) => return *refused,
+                    },
+                }
+            }
+            // Other nodes take from a store's pool too: read it as it is now.
+            if let Err(refused) = refresh_pool(pool).await {
+                return *refused;
+            }
             let in_pool = pool.available();
             body["inventory"] = serde_json::json!({
                 "available": in_pool.saturating_add(blocks.iter().sum::<u64>()),
@@ -825,24 +847,82 @@ async fn pool_fan_out(
         Err(error) => return error_response(ApiError::new(ErrorCode::ServiceUnavailable, error.to_string())),
     }
     let mut blocks = Vec::with_capacity(shards);
-    for handle in &shared.shards {
-        // A pool is served by one process: every shard is local (decision 185).
-        let Some(link) = handle.local() else { return unavailable() };
-        let (reply, answer) = oneshot::channel();
-        if link.to_owner.send(Message::SyncPool(reply)).await.is_err() {
-            return unavailable();
-        }
-        let answer = answer.await.unwrap_or_else(|_| unavailable());
-        let block = serde_json::from_slice::<serde_json::Value>(answer.body())
-            .ok()
-            .and_then(|body| body.get("shard_esims")?.as_u64());
+    for (shard, handle) in shared.shards.iter().enumerate() {
+        let block = match handle.local() {
+            Some(link) => local_block(link).await,
+            None => remote_block(shared, shard, request).await,
+        };
         match block {
-            Some(block) if answer.status().is_success() => blocks.push(block),
-            _ => return answer,
+            Ok(block) => blocks.push(block),
+            Err(refused) => return *refused,
         }
     }
     let body = serde_json::json!({ "available": available, "pool": pool.available(), "shards": blocks });
     crate::api::json_response(200, serde_json::to_vec(&body).expect("json"))
+}
+
+/// An answer a pool helper stops with (boxed: it is large beside the figure).
+type Refused = Box<http::Response<Bytes>>;
+
+/// Reads the pool again (a store's row, which other nodes change), off the runtime.
+async fn refresh_pool(pool: &Arc<dyn InventoryPool>) -> Result<(), Refused> {
+    let reader = pool.clone();
+    match tokio::task::spawn_blocking(move || reader.refresh()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => {
+            Err(Box::new(crate::nodes::unavailable(format!("the inventory pool cannot be read ({error})"))))
+        }
+        Err(error) => Err(Box::new(crate::nodes::unavailable(error.to_string()))),
+    }
+}
+
+/// A local shard's block once it has zeroed one of an older pool generation.
+async fn local_block(link: &ShardLink) -> Result<u64, Refused> {
+    let (reply, answer) = oneshot::channel();
+    if link.to_owner.send(Message::SyncPool(reply)).await.is_err() {
+        return Err(Box::new(unavailable()));
+    }
+    let answer = answer.await.unwrap_or_else(|_| unavailable());
+    block_of(answer)
+}
+
+/// A remote shard's block, asked of its owner node (a forwarded `PUT
+/// /admin/v1/inventory` marked [`crate::nodes::POOL_SYNC`], with the admin's credential).
+async fn remote_block(shared: &Shared, shard: usize, request: &http::Request<Bytes>) -> Result<u64, Refused> {
+    let mut part = http::Request::builder()
+        .method(http::Method::PUT)
+        .uri("/admin/v1/inventory")
+        .header(crate::nodes::POOL_SYNC, "1")
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(credential) = request.headers().get(http::header::AUTHORIZATION) {
+        part = part.header(http::header::AUTHORIZATION, credential.clone());
+    }
+    let part = part.body(Bytes::from_static(b"{}")).expect("a valid request");
+    block_of(shared.ask(shard, part).await)
+}
+
+/// The `shard_esims` of a shard's pool-sync answer (any other answer is passed on).
+fn block_of(answer: http::Response<Bytes>) -> Result<u64, Refused> {
+    let block = serde_json::from_slice::<serde_json::Value>(answer.body())
+        .ok()
+        .and_then(|body| body.get("shard_esims")?.as_u64());
+    match block {
+        Some(block) if answer.status().is_success() => Ok(block),
+        _ => Err(Box::new(answer)),
+    }
+}
+
+/// This node's answer to another node's pool sync for its shard `shard`: the store's
+/// pool read again (so the shard sees a new generation), then the shard's local sync.
+async fn sync_shard_pool(shared: &Shared, shard: usize, pool: &Arc<dyn InventoryPool>) -> http::Response<Bytes> {
+    let Some(link) = shared.shards[shard].local() else { return crate::nodes::not_owner(shard) };
+    if let Err(refused) = refresh_pool(pool).await {
+        return *refused;
+    }
+    match local_block(link).await {
+        Ok(block) => crate::api::json_response(200, serde_json::json!({ "shard_esims": block }).to_string()),
+        Err(refused) => *refused,
+    }
 }
 
 fn unavailable() -> http::Response<Bytes> {

@@ -13,6 +13,8 @@
 //! - `journal`: `(shard, seq)` primary key, the epoch that wrote it, its service time
 //!   (`at_ms`) and the entry payload.
 //! - `snapshot`: `(shard, covered)` primary key, when it was written, its bytes.
+//! - `inventory_pool` (a sharded store): the global eSIM pool the shards take blocks
+//!   from, one row ([`PgPool`], decisions 190-192).
 //!
 //! # Appending: group commit and fencing in one transaction
 //!
@@ -120,6 +122,17 @@ pub const MIGRATIONS: &[(i32, &str)] = &[
         shards integer NOT NULL CHECK (shards BETWEEN 1 AND 64)
     );
     ALTER TABLE shard_owner ADD COLUMN address text;",
+    ),
+    (
+        3,
+        // The global eSIM pool of a sharded store (decisions 185, 190): one row, made
+        // with the shard count of a new store (`prepare_shards`).
+        "CREATE TABLE inventory_pool (
+        id integer PRIMARY KEY CHECK (id = 0),
+        available bigint NOT NULL CHECK (available >= 0),
+        generation bigint NOT NULL CHECK (generation >= 0),
+        last_take bigint NOT NULL DEFAULT 0
+    );",
     ),
 ];
 
@@ -251,7 +264,11 @@ async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
 /// store made before sharding (owner rows and no count) was made with one shard. Under
 /// the migrations' advisory lock, so two nodes starting a new store at once agree.
 /// Returns the store's count.
-pub fn prepare_shards(url: &str, asked: Option<u32>) -> Result<u32, JournalError> {
+///
+/// A sharded store gets its global eSIM pool row here, in the same transaction: a new
+/// store with the whole `initial_pool`, a store sharded before the pool existed with 0
+/// (its shards keep the eSIMs they hold; decision 190).
+pub fn prepare_shards(url: &str, asked: Option<u32>, initial_pool: u64) -> Result<u32, JournalError> {
     let config = parse_url(url)?;
     let io = Io::new()?;
     io.run(async {
@@ -266,8 +283,8 @@ pub fn prepare_shards(url: &str, asked: Option<u32>) -> Result<u32, JournalError
             .await
             .map_err(failed)?
             .map(|row| row.get::<_, i32>(0) as u32);
-        let recorded = match recorded {
-            Some(recorded) => recorded,
+        let (recorded, new) = match recorded {
+            Some(recorded) => (recorded, false),
             None => {
                 let owned: i64 =
                     transaction.query_one("SELECT count(*) FROM shard_owner", &[]).await.map_err(failed)?.get(0);
@@ -276,9 +293,21 @@ pub fn prepare_shards(url: &str, asked: Option<u32>) -> Result<u32, JournalError
                     .execute("INSERT INTO store_meta (id, shards) VALUES (0, $1)", &[&(count as i32)])
                     .await
                     .map_err(failed)?;
-                count
+                (count, owned == 0)
             }
         };
+        if recorded > 1 {
+            let available = if new { initial_pool } else { 0 };
+            let available = i64::try_from(available).map_err(|e| store_error("the initial pool", e))?;
+            transaction
+                .execute(
+                    "INSERT INTO inventory_pool (id, available, generation) VALUES (0, $1, 0) \
+                     ON CONFLICT (id) DO NOTHING",
+                    &[&available],
+                )
+                .await
+                .map_err(failed)?;
+        }
         transaction.commit().await.map_err(failed)?;
         match asked {
             Some(asked) if asked != recorded => Err(JournalError(format!(
@@ -1284,5 +1313,133 @@ impl JournalSink for PgStore {
 
     fn newest_snapshot_unix_ms(&self) -> Option<i64> {
         self.newest_snapshot_unix_ms
+    }
+}
+
+/// The global eSIM pool of a sharded store (issue 17; decisions 185, 190, 191): the one
+/// row of `inventory_pool`, shared by every node of the store. A take is one statement,
+/// `UPDATE inventory_pool SET available = available - least(available, $k) ...
+/// RETURNING`, so takes from any number of connections (nodes) never grant more than
+/// the row held: PostgreSQL serializes the row's updates.
+///
+/// The trait's calls are synchronous (the shards call them on tokio's blocking pool):
+/// they run on a small runtime of the pool's own, one at a time in this process, on one
+/// connection made again after an error. [`InventoryPool::available`] and
+/// [`InventoryPool::generation`] are what this process last read: other nodes' takes
+/// make `available` high (a take then finds less, and corrects it), and their `set` is
+/// seen at the next take or [`InventoryPool::refresh`] (the forwarded pool sync does one).
+pub struct PgPool {
+    config: Config,
+    io: Io,
+    /// The connection (`None` after an error: made again by the next call).
+    connection: Mutex<Option<Connection>>,
+    available: std::sync::atomic::AtomicU64,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+/// How long one call on the pool may take at most, connecting included: a stuck
+/// database costs a shard one refill attempt, retried after `TAKE_RETRY_INTERVAL`.
+pub const POOL_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl PgPool {
+    /// The pool of the store at `url`, whose row `prepare_shards` made (an error names
+    /// what is missing when it did not).
+    pub fn open(url: &str) -> Result<PgPool, JournalError> {
+        let pool = PgPool {
+            config: parse_url(url)?,
+            io: Io::new()?,
+            connection: Mutex::new(None),
+            available: std::sync::atomic::AtomicU64::new(0),
+            generation: std::sync::atomic::AtomicU64::new(0),
+        };
+        crate::pool::InventoryPool::refresh(&pool).map_err(|e| JournalError(e.to_string()))?;
+        Ok(pool)
+    }
+
+    /// Runs one statement returning `available, generation, ...` on the pool's
+    /// connection, bounded by [`POOL_CALL_TIMEOUT`], and keeps the two figures.
+    fn call(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> io::Result<Option<tokio_postgres::Row>> {
+        let mut slot = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        let config = &self.config;
+        // The connection leaves the slot for the call (the guard stays on this thread)
+        // and goes back only when the call succeeded.
+        let mut connection = slot.take();
+        let outcome = self.io.run(async {
+            let work = async {
+                if connection.is_none() {
+                    connection =
+                        Some(connect(config).await.map_err(|e| io::Error::other(store_error("cannot connect", e)))?);
+                }
+                let client = &connection.as_ref().expect("just made").client;
+                client.query_opt(sql, params).await.map_err(|e| io::Error::other(store_error("the inventory pool", e)))
+            };
+            match tokio::time::timeout(POOL_CALL_TIMEOUT, work).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the PostgreSQL store: the inventory pool did not answer within {POOL_CALL_TIMEOUT:?}"),
+                )),
+            }
+        });
+        // A broken or stuck connection is not used again.
+        let row = outcome?;
+        *slot = connection;
+        let Some(row) = row else { return Ok(None) };
+        let (available, generation): (i64, i64) = (row.get(0), row.get(1));
+        self.available.store(available.max(0) as u64, Ordering::Release);
+        self.generation.fetch_max(generation.max(0) as u64, Ordering::AcqRel);
+        Ok(Some(row))
+    }
+
+    fn missing() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "the PostgreSQL store has no inventory_pool row: it is made when a sharded store is prepared \
+             (esim serve --store URL --shards N)",
+        )
+    }
+}
+
+impl crate::pool::InventoryPool for PgPool {
+    fn take(&self, count: u64) -> io::Result<crate::pool::Grant> {
+        let count = i64::try_from(count).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SET's right-hand sides read the row as it was: `last_take` is what this
+        // update took, returned with the row as it is now.
+        let row = self.call(
+            "UPDATE inventory_pool SET available = available - least(available, $1), \
+             last_take = least(available, $1) WHERE id = 0 RETURNING available, generation, last_take",
+            &[&count],
+        )?;
+        let row = row.ok_or_else(PgPool::missing)?;
+        let granted: i64 = row.get(2);
+        Ok(crate::pool::Grant { count: granted.max(0) as u64, generation: row.get::<_, i64>(1).max(0) as u64 })
+    }
+
+    fn set(&self, available: u64) -> io::Result<u64> {
+        let available = i64::try_from(available).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let figures = self.call(
+            "UPDATE inventory_pool SET available = $1, generation = generation + 1 WHERE id = 0 \
+             RETURNING available, generation",
+            &[&available],
+        )?;
+        figures.map(|row| row.get::<_, i64>(1).max(0) as u64).ok_or_else(PgPool::missing)
+    }
+
+    fn available(&self) -> u64 {
+        self.available.load(Ordering::Acquire)
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn refresh(&self) -> io::Result<()> {
+        self.call("SELECT available, generation FROM inventory_pool WHERE id = 0", &[])?
+            .map(|_| ())
+            .ok_or_else(PgPool::missing)
     }
 }
