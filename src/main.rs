@@ -511,27 +511,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let new_data_dir = recovery.engine.is_none();
     let admin_token = admin_token(&args)?;
-    let (engine, header) = match (recovery.engine, recovery.header) {
-        (Some(engine), Some(mut header)) => {
-            header.first_index = recovery.next_index;
-            if header.clock != clock {
-                // Allowed (every journal entry carries its own service time), but rarely
-                // meant: a virtual clock is usually far ahead of the wall clock, and then
-                // service time stands still until the wall clock catches up.
-                tracing::warn!(
-                    from = clock_name(header.clock),
-                    to = clock_name(clock),
-                    "this data dir ran on the {} clock; it continues on the {} clock from service time {}",
-                    clock_name(header.clock),
-                    clock_name(clock),
-                    engine.now()
-                );
-                header.clock = clock;
-            }
-            (engine, header)
-        }
-        _ => (Engine::new(fresh.config.clone(), fresh.start), fresh),
-    };
+    let (engine, header, _) =
+        continue_or_start((recovery.engine, recovery.header), recovery.next_index, clock, "this data dir", || fresh);
     let replayed = (recovery.from_snapshot, recovery.replayed);
     let mut journal: Box<dyn JournalSink> = match store {
         Some(mut store) => {
@@ -600,33 +581,18 @@ struct Sharded {
 }
 
 /// Shard k's header on a new sharded data dir or store: the start's seed plus k (each
-/// shard its own streams), its index and the count, and its eSIMs (`stock`: none in a
-/// data dir, whose shards take blocks from the global pool, decision 187); the same start time, so every shard's clock starts together (decision 170).
-fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32, stock: ShardStockAtStart) -> SegmentHeader {
-    let initial_inventory = match stock {
-        ShardStockAtStart::FromPool => 0,
-        ShardStockAtStart::Split => {
-            esim_transport::shards::split_inventory(fresh.config.initial_inventory, shards as usize)[shard as usize]
-        }
-    };
+/// shard its own streams), its index and the count, and no eSIM of its own: the initial
+/// inventory is in the global pool (the data dir's or the store's), from which it takes
+/// its first block at start (decisions 187, 190); the same start time, so every shard's clock starts together (decision 170).
+fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32) -> SegmentHeader {
     let config = EngineConfig {
         seed: fresh.config.seed.wrapping_add(u64::from(shard)),
         shard,
         shard_count: shards,
-        initial_inventory,
+        initial_inventory: 0,
         ..fresh.config.clone()
     };
     SegmentHeader { config, ..fresh.clone() }
-}
-
-/// Where a new shard's eSIMs come from.
-#[derive(Clone, Copy)]
-enum ShardStockAtStart {
-    /// A data dir's shards: none of their own, blocks from the global pool (decision 187).
-    FromPool,
-    /// A PostgreSQL store's shards: a share of the initial inventory each (decision 171;
-    /// the pool in the store is not built yet).
-    Split,
 }
 
 /// `esim serve` on a sharded data dir (the data dir is locked): each shard recovered
@@ -662,26 +628,14 @@ fn serve_sharded(
             tracing::warn!(shard, "recovery: {note}");
         }
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
-        let (engine, header) = match (recovery.engine, recovery.header) {
-            (Some(engine), Some(mut header)) => {
-                new_data_dir = false;
-                header.first_index = recovery.next_index;
-                if header.clock != clock {
-                    tracing::warn!(
-                        shard,
-                        "this shard ran on the {} clock; it continues on the {} clock",
-                        clock_name(header.clock),
-                        clock_name(clock)
-                    );
-                    header.clock = clock;
-                }
-                (engine, header)
-            }
-            _ => {
-                let header = shard_header(&fresh, shard, shards, ShardStockAtStart::FromPool);
-                (Engine::new(header.config.clone(), header.start), header)
-            }
-        };
+        let (engine, header, new) = continue_or_start(
+            (recovery.engine, recovery.header),
+            recovery.next_index,
+            clock,
+            &format!("shard {shard}"),
+            || shard_header(&fresh, shard, shards),
+        );
+        new_data_dir &= new;
         let journal = FileJournal::open(&dir, header, SnapshotPolicy::default())
             .map_err(|e| format!("cannot open the journal in {}: {e}", dir.display()))?;
         let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
@@ -816,35 +770,18 @@ fn serve_store_shards(
             parts.push(server::ShardPart::Remote);
             continue;
         }
-        let (mut store, recovery) = take_store_shard(
-            &url,
-            shard,
-            &address,
-            &shard_header(&fresh, shard, shards, ShardStockAtStart::Split),
-            options,
-        )
-        .map_err(|e| format!("shard {shard}: {e}"))?;
+        let (mut store, recovery) =
+            take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
+                .map_err(|e| format!("shard {shard}: {e}"))?;
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
-        let (engine, header) = match (recovery.engine, recovery.header) {
-            (Some(engine), Some(mut header)) => {
-                new_store = false;
-                header.first_index = recovery.next_index;
-                if header.clock != clock {
-                    tracing::warn!(
-                        shard,
-                        "this shard ran on the {} clock; it continues on the {} clock",
-                        clock_name(header.clock),
-                        clock_name(clock)
-                    );
-                    header.clock = clock;
-                }
-                (engine, header)
-            }
-            _ => {
-                let header = shard_header(&fresh, shard, shards, ShardStockAtStart::Split);
-                (Engine::new(header.config.clone(), header.start), header)
-            }
-        };
+        let (engine, header, new) = continue_or_start(
+            (recovery.engine, recovery.header),
+            recovery.next_index,
+            clock,
+            &format!("shard {shard}"),
+            || shard_header(&fresh, shard, shards),
+        );
+        new_store &= new;
         store.set_header(header).map_err(|e| format!("shard {shard}: {e}"))?;
         let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
         parts.push(server::ShardPart::Local(service, Box::new(store)));
@@ -986,6 +923,42 @@ fn server_options(args: &ServeArgs, speed: u32) -> ServerOptions {
     let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
     options.edge.connections_max = args.max_connections;
     options
+}
+
+/// The engine and journal header a start continues from: what was recovered (`what`:
+/// "this data dir", "shard 2"), on this start's clock, or a new one from `new`; and
+/// whether it is new.
+fn continue_or_start(
+    recovered: (Option<Engine>, Option<SegmentHeader>),
+    next_index: u64,
+    clock: ClockMode,
+    what: &str,
+    new: impl FnOnce() -> SegmentHeader,
+) -> (Engine, SegmentHeader, bool) {
+    match recovered {
+        (Some(engine), Some(mut header)) => {
+            header.first_index = next_index;
+            if header.clock != clock {
+                // Allowed (every journal entry carries its own service time), but rarely
+                // meant: a virtual clock is usually far ahead of the wall clock, and then
+                // service time stands still until the wall clock catches up.
+                tracing::warn!(
+                    from = clock_name(header.clock),
+                    to = clock_name(clock),
+                    "{what} ran on the {} clock; it continues on the {} clock from service time {}",
+                    clock_name(header.clock),
+                    clock_name(clock),
+                    engine.now()
+                );
+                header.clock = clock;
+            }
+            (engine, header, false)
+        }
+        _ => {
+            let header = new();
+            (Engine::new(header.config.clone(), header.start), header, true)
+        }
+    }
 }
 
 fn clock_name(clock: ClockMode) -> &'static str {
