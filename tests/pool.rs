@@ -30,22 +30,6 @@ fn start(dir: &std::path::Path) -> (Started, TestServer) {
     (started, server)
 }
 
-/// The admin state's inventory figures once no block is on its way: two reads 100 ms
-/// apart agree (a shard takes its next block off its owner task, so a single read may
-/// catch a block taken from the pool and not yet granted).
-async fn settled_inventory(server: &TestServer) -> Value {
-    let mut figures = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
-    for _ in 0..100 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let later = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
-        if later == figures {
-            break;
-        }
-        figures = later;
-    }
-    figures
-}
-
 fn available(figures: &Value) -> u64 {
     let pool = figures["pool"].as_u64().expect("the pool is shown");
     let blocks: u64 =
@@ -84,7 +68,7 @@ async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_
     // A new data dir: the whole initial inventory in the pool, each shard a block of it.
     let mode = std::fs::metadata(dir.join("pool")).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
-    let figures = settled_inventory(&server).await;
+    let figures = server.settled_inventory().await;
     assert_eq!(available(&figures), 100_000, "{figures}");
     assert_eq!(figures["shards"], json!([3, 3, 3, 3]), "each shard took its first block at start");
 
@@ -99,7 +83,7 @@ async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_
     // The operator sets 20: the pool holds 20 and the shards' old blocks are gone.
     let set = server.admin("PUT", "/admin/v1/inventory", Some(json!({"available": 20}))).await;
     assert_eq!((set.status, set.body["available"].clone()), (200, json!(20)), "{}", set.body);
-    assert_eq!(available(&settled_inventory(&server).await), 20);
+    assert_eq!(available(&server.settled_inventory().await), 20);
     let bad = server.admin("PUT", "/admin/v1/inventory", Some(json!({"available": -1}))).await;
     assert_eq!((bad.status, bad.body["code"].clone()), (400, json!("VALIDATION_ERROR")), "{}", bad.body);
 
@@ -116,12 +100,12 @@ async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_
         assert!(iccids.insert(iccid.expect("every provisioning answered 201")));
     }
     let mut provisioned = 6;
-    assert_eq!(available(&settled_inventory(&server).await) + provisioned, 20);
+    assert_eq!(available(&server.settled_inventory().await) + provisioned, 20);
 
     // A graceful restart keeps pool + blocks exact.
     unsafe_free_sigterm(&mut started.running.child);
     let (mut started, server) = start(&dir);
-    assert_eq!(available(&settled_inventory(&server).await) + provisioned, 20, "nothing lost nor granted twice");
+    assert_eq!(available(&server.settled_inventory().await) + provisioned, 20, "nothing lost nor granted twice");
 
     // SIGKILL while shards take blocks: at most one block per shard is lost (taken from
     // the pool, its grant not yet journaled), none granted twice.
@@ -132,7 +116,7 @@ async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_
     started.running.child.kill().unwrap();
     started.running.child.wait().unwrap();
     let (mut started, server) = start(&dir);
-    let left = available(&settled_inventory(&server).await);
+    let left = available(&server.settled_inventory().await);
     assert!(left + provisioned <= 20, "granted twice: {left} left after {provisioned}");
     assert!(left + provisioned + SHARDS as u64 * BLOCK_ESIMS >= 20, "more than a block per shard lost: {left}");
 
@@ -143,18 +127,18 @@ async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_
         drained += provision_until_empty(&server, key, &mut iccids).await;
     }
     assert_eq!(drained, left, "every eSIM of pool and blocks provisioned");
-    assert_eq!(settled_inventory(&server).await, json!({"available": 0, "pool": 0, "shards": [0, 0, 0, 0]}));
+    assert_eq!(server.settled_inventory().await, json!({"available": 0, "pool": 0, "shards": [0, 0, 0, 0]}));
     assert_eq!(iccids.len() as u64, provisioned + drained, "ICCIDs unique");
 
     // A data dir sharded before the pool (no DIR/pool): it starts with an empty pool and
     // its shards keep their own stock (here the blocks of a new set).
     let set = server.admin("PUT", "/admin/v1/inventory", Some(json!({"available": 9}))).await;
     assert_eq!(set.status, 200, "{}", set.body);
-    let before = settled_inventory(&server).await;
+    let before = server.settled_inventory().await;
     unsafe_free_sigterm(&mut started.running.child);
     std::fs::remove_file(dir.join("pool")).unwrap();
     let (mut started, server) = start(&dir);
-    let after = settled_inventory(&server).await;
+    let after = server.settled_inventory().await;
     assert_eq!(after["pool"], json!(0), "{after}");
     assert_eq!(after["shards"], before["shards"], "the shards keep their stock");
     unsafe_free_sigterm(&mut started.running.child);

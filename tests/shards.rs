@@ -256,7 +256,7 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
     assert_eq!(figures, json!({"available": 0, "pool": 0, "shards": [0, 0, 0, 0]}));
 
     // A restart recovers every shard's digest; `esim replay` shows each and the same total.
-    let live = settled_state(&server).await;
+    let live = server.settled_state().await;
     unsafe_free_sigterm(&mut started.running.child);
     let replay = std::process::Command::new(env!("CARGO_BIN_EXE_esim"))
         .args(["replay", "--data-dir"])
@@ -311,7 +311,7 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
             .await;
         assert_eq!(topped.status, 201, "{}", topped.body);
     }
-    let acknowledged = settled_state(&server).await;
+    let acknowledged = server.settled_state().await;
     assert_ne!(acknowledged["state_digest"], again["state_digest"]);
     started.running.child.kill().unwrap();
     started.running.child.wait().unwrap();
@@ -320,20 +320,4 @@ async fn four_shards_in_one_process_serve_every_flow_conserve_money_and_recover(
     assert_eq!(recovered["shards"], acknowledged["shards"], "every shard recovered after SIGKILL");
     unsafe_free_sigterm(&mut started.running.child);
     remove_data_dir(&dir);
-}
-
-/// `GET /admin/v1/state` once webhook delivery outcomes (journaled commands too) are all
-/// in: two reads 100 ms apart agree, so what is compared is exactly what was
-/// acknowledged (an outcome landing after a single read changed a shard's digest).
-async fn settled_state(server: &TestServer) -> Value {
-    let mut state = server.admin("GET", "/admin/v1/state", None).await.body;
-    for _ in 0..100 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let later = server.admin("GET", "/admin/v1/state", None).await.body;
-        if later == state {
-            break;
-        }
-        state = later;
-    }
-    state
 }

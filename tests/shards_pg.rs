@@ -34,21 +34,6 @@ fn node(dir: &std::path::Path, url: &str, own: Option<&str>) -> (Started, TestSe
     (started, server)
 }
 
-/// `GET /admin/v1/state` once webhook delivery outcomes (journaled) are all in: two
-/// reads 100 ms apart agree.
-async fn settled_state(server: &TestServer) -> Value {
-    let mut state = server.admin("GET", "/admin/v1/state", None).await.body;
-    for _ in 0..100 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let later = server.admin("GET", "/admin/v1/state", None).await.body;
-        if later == state {
-            break;
-        }
-        state = later;
-    }
-    state
-}
-
 /// `esim replay --store` says each shard's digest and the combined one of `live`.
 fn assert_replay_matches(url: &str, live: &Value) {
     let replay = esim_cli(&["replay", "--store", url]);
@@ -88,7 +73,7 @@ async fn one_process_serves_four_shards_of_a_store_and_refuses_another_count() {
         let rows = cluster.psql(&format!("SELECT count(*) FROM journal WHERE shard = {shard}"));
         assert!(rows.parse::<u64>().unwrap() > 0, "shard {shard} has entries");
     }
-    let live = settled_state(&server).await;
+    let live = server.settled_state().await;
     started.stop();
     assert_replay_matches(&url, &live);
     let report = esim_cli(&["report", "conservation", "--store", &url, "--format", "csv"]);
@@ -345,7 +330,7 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
 
     // The state is the same through both nodes, and each shard's digest is what
     // `esim replay --store` rebuilds from the store.
-    let live = settled_state(&a).await;
+    let live = a.settled_state().await;
     assert_eq!(live, b.admin("GET", "/admin/v1/state", None).await.body);
     assert_replay_matches(&url, &live);
 
@@ -372,7 +357,7 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
     // B again: it takes its shards back (waiting out its old lease) and serves them.
     let (started_b, b) = node(&dir_b, &url, Some("2,3"));
     assert_eq!(a.api("GET", "/account", &tenant_b.key, None).await.status, 200, "A reads B's new address");
-    let after = settled_state(&b).await;
+    let after = b.settled_state().await;
     assert_eq!(after["state_digest"], live["state_digest"], "nothing acknowledged was lost");
     started_a.stop();
     started_b.stop();
@@ -428,20 +413,6 @@ fn concurrent_takes_from_two_connections_never_grant_more_than_the_pool_held() {
     assert_eq!(cluster.psql("SELECT available, generation FROM inventory_pool"), "0|0");
 }
 
-/// The admin state's inventory once no block is on its way (two reads 100 ms apart agree).
-async fn settled_inventory(server: &TestServer) -> Value {
-    let mut figures = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
-    for _ in 0..100 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let later = server.admin("GET", "/admin/v1/state", None).await.body["inventory"].clone();
-        if later == figures {
-            break;
-        }
-        figures = later;
-    }
-    figures
-}
-
 /// Provisions from `key` through `server` until 503; the refusal must be the spec's
 /// `NO_ESIMS_AVAILABLE`, every ICCID new and on the key's shard.
 async fn provision_until_empty(server: &TestServer, key: &str, shard: usize, iccids: &mut BTreeSet<String>) -> u64 {
@@ -488,10 +459,10 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
     let (started_a, a) = start(&dir_a, "0,1");
     let (started_b, b) = start(&dir_b, "2,3");
     // A new store: the whole initial inventory in the pool, each shard a block of it.
-    let figures = settled_inventory(&a).await;
+    let figures = a.settled_inventory().await;
     assert_eq!(figures["available"], json!(100_000), "{figures}");
     assert_eq!(figures["shards"], json!([3, 3, 3, 3]), "each shard took its first block at start");
-    assert_eq!(settled_inventory(&b).await, figures, "the same through either node");
+    assert_eq!(b.settled_inventory().await, figures, "the same through either node");
 
     // Accounts through A and B in turn (each node places round-robin): one kept per shard.
     let mut keys = Vec::new();
@@ -508,9 +479,9 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
     let set = b.admin("PUT", "/admin/v1/inventory", Some(json!({"available": 20}))).await;
     assert_eq!(set.status, 200, "{}", set.body);
     assert_eq!(set.body["available"], json!(20));
-    let figures = settled_inventory(&a).await;
+    let figures = a.settled_inventory().await;
     assert_eq!(figures["available"], json!(20), "{figures}");
-    assert_eq!(settled_inventory(&b).await, figures);
+    assert_eq!(b.settled_inventory().await, figures);
 
     // Two provisionings per shard, through the node that does not own it.
     let mut iccids = BTreeSet::new();
@@ -521,18 +492,18 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
             assert!(iccids.insert(iccid));
         }
     }
-    let figures = settled_inventory(&a).await;
+    let figures = a.settled_inventory().await;
     assert_eq!(figures["available"], json!(12), "{figures}");
-    assert_eq!(settled_inventory(&b).await, figures);
+    assert_eq!(b.settled_inventory().await, figures);
     let pool_before = cluster.psql("SELECT available FROM inventory_pool");
 
     // Node B restarts: its shards keep their blocks, the pool keeps its row, nothing
     // is granted twice.
     started_b.stop();
     let (started_b, b) = start(&dir_b, "2,3");
-    let figures_after = settled_inventory(&b).await;
+    let figures_after = b.settled_inventory().await;
     assert_eq!(figures_after["available"], json!(12), "{figures_after}");
-    assert_eq!(settled_inventory(&a).await, figures_after);
+    assert_eq!(a.settled_inventory().await, figures_after);
     assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), pool_before, "a restart takes no block");
 
     // Node A killed (no block on its way: each shard holds 1 of 3) and started again
@@ -541,9 +512,9 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
     started_a.running.child.kill().unwrap();
     started_a.running.child.wait().unwrap();
     let (started_a, a) = start(&dir_a, "0,1");
-    let figures_killed = settled_inventory(&a).await;
+    let figures_killed = a.settled_inventory().await;
     assert_eq!(figures_killed, figures_after, "SIGKILL keeps pool and blocks exact");
-    assert_eq!(settled_inventory(&b).await, figures_killed);
+    assert_eq!(b.settled_inventory().await, figures_killed);
     assert_eq!(cluster.psql("SELECT available FROM inventory_pool"), pool_before);
 
     // Every eSIM left, from whichever shard, through either node.
@@ -555,10 +526,10 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
     }
     assert_eq!(provisioned, 12, "every eSIM of the pool once");
     assert_eq!(iccids.len(), 20);
-    let figures = settled_inventory(&a).await;
+    let figures = a.settled_inventory().await;
     assert_eq!((figures["available"].clone(), figures["pool"].clone()), (json!(0), json!(0)), "{figures}");
-    assert_eq!(settled_inventory(&b).await, figures);
-    let live = settled_state(&a).await;
+    assert_eq!(b.settled_inventory().await, figures);
+    let live = a.settled_state().await;
     started_a.stop();
     started_b.stop();
     assert_replay_matches(&url, &live);

@@ -134,6 +134,32 @@ impl TestServer {
         assert_eq!(reply.status, 200, "{}", reply.body);
     }
 
+    /// `GET /admin/v1/state` once it has settled: two reads 100 ms apart agree. Webhook
+    /// delivery outcomes and a pool's blocks are journaled off the request path, so a
+    /// single read may catch them half way and differ from what was acknowledged.
+    pub async fn settled_state(&self) -> Value {
+        self.settled(|state| state).await
+    }
+
+    /// The admin state's inventory figures (pool and blocks) once no block is on its way.
+    pub async fn settled_inventory(&self) -> Value {
+        self.settled(|state| state["inventory"].clone()).await
+    }
+
+    /// `part` of the admin state once two reads of it 100 ms apart agree (at most 10 s).
+    async fn settled(&self, part: impl Fn(Value) -> Value) -> Value {
+        let mut seen = part(self.admin("GET", "/admin/v1/state", None).await.body);
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let later = part(self.admin("GET", "/admin/v1/state", None).await.body);
+            if later == seen {
+                break;
+            }
+            seen = later;
+        }
+        seen
+    }
+
     pub async fn digest(&self) -> String {
         self.admin("GET", "/admin/v1/state", None).await.body["state_digest"].as_str().unwrap().to_string()
     }
