@@ -39,26 +39,6 @@ fn available(figures: &Value) -> u64 {
     pool + blocks
 }
 
-/// Provisions from `key` until the shard answers 503; every refusal must be the spec's
-/// `NO_ESIMS_AVAILABLE` and every ICCID new.
-async fn provision_until_empty(server: &TestServer, key: &str, iccids: &mut BTreeSet<String>) -> u64 {
-    let mut count = 0;
-    loop {
-        let answer = server.api("POST", "/esim/provision", key, Some(json!({}))).await;
-        if answer.status != 201 {
-            assert_eq!(
-                (answer.status, answer.body["code"].clone()),
-                (503, json!("NO_ESIMS_AVAILABLE")),
-                "{}",
-                answer.body
-            );
-            return count;
-        }
-        assert!(iccids.insert(answer.body["iccid"].as_str().unwrap().to_string()), "an ICCID issued twice");
-        count += 1;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_keep_it_exact() {
     let dir = std::env::temp_dir().join(format!("esim-pool-{}", std::process::id()));
@@ -124,7 +104,7 @@ async fn every_esim_of_the_pool_is_provisioned_once_from_any_shard_and_restarts_
     // answers NO_ESIMS_AVAILABLE.
     let mut drained = 0;
     for key in &keys {
-        drained += provision_until_empty(&server, key, &mut iccids).await;
+        drained += server.provision_until_empty(key, &mut iccids, |_| {}).await;
     }
     assert_eq!(drained, left, "every eSIM of pool and blocks provisioned");
     assert_eq!(server.settled_inventory().await, json!({"available": 0, "pool": 0, "shards": [0, 0, 0, 0]}));

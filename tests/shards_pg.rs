@@ -413,28 +413,6 @@ fn concurrent_takes_from_two_connections_never_grant_more_than_the_pool_held() {
     assert_eq!(cluster.psql("SELECT available, generation FROM inventory_pool"), "0|0");
 }
 
-/// Provisions from `key` through `server` until 503; the refusal must be the spec's
-/// `NO_ESIMS_AVAILABLE`, every ICCID new and on the key's shard.
-async fn provision_until_empty(server: &TestServer, key: &str, shard: usize, iccids: &mut BTreeSet<String>) -> u64 {
-    let mut count = 0;
-    loop {
-        let answer = server.api("POST", "/esim/provision", key, Some(json!({}))).await;
-        if answer.status != 201 {
-            assert_eq!(
-                (answer.status, answer.body["code"].clone()),
-                (503, json!("NO_ESIMS_AVAILABLE")),
-                "{}",
-                answer.body
-            );
-            return count;
-        }
-        let iccid = answer.body["iccid"].as_str().unwrap().to_string();
-        assert_eq!(shard_of_iccid(&iccid, SHARDS), shard);
-        assert!(iccids.insert(iccid), "an ICCID issued twice");
-        count += 1;
-    }
-}
-
 /// The global pool over 2 nodes (decisions 190-193): blocks of 3, an inventory of 20 set
 /// through one node; the state's inventory is the same through both; a node restart
 /// (graceful, and after SIGKILL) keeps pool + blocks exact; every eSIM is provisioned once, from accounts on every
@@ -521,7 +499,9 @@ async fn the_store_pool_serves_every_shard_of_both_nodes_exactly() {
     let mut provisioned = 0;
     for round in 0..2 {
         for (shard, key) in &keys {
-            provisioned += provision_until_empty([&a, &b][(shard + round) % 2], key, *shard, &mut iccids).await;
+            provisioned += [&a, &b][(shard + round) % 2]
+                .provision_until_empty(key, &mut iccids, |iccid| assert_eq!(shard_of_iccid(iccid, SHARDS), *shard))
+                .await;
         }
     }
     assert_eq!(provisioned, 12, "every eSIM of the pool once");

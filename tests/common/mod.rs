@@ -160,6 +160,34 @@ impl TestServer {
         seen
     }
 
+    /// Provisions from `key` until the service answers 503, which must be the spec's
+    /// `NO_ESIMS_AVAILABLE`; every ICCID must be new to `iccids` and pass `check`. How
+    /// many were provisioned.
+    pub async fn provision_until_empty(
+        &self,
+        key: &str,
+        iccids: &mut std::collections::BTreeSet<String>,
+        check: impl Fn(&str),
+    ) -> u64 {
+        let mut count = 0;
+        loop {
+            let answer = self.api("POST", "/esim/provision", key, Some(json!({}))).await;
+            if answer.status != 201 {
+                assert_eq!(
+                    (answer.status, answer.body["code"].clone()),
+                    (503, json!("NO_ESIMS_AVAILABLE")),
+                    "{}",
+                    answer.body
+                );
+                return count;
+            }
+            let iccid = answer.body["iccid"].as_str().unwrap().to_string();
+            check(&iccid);
+            assert!(iccids.insert(iccid), "an ICCID issued twice");
+            count += 1;
+        }
+    }
+
     pub async fn digest(&self) -> String {
         self.admin("GET", "/admin/v1/state", None).await.body["state_digest"].as_str().unwrap().to_string()
     }
