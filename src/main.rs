@@ -347,6 +347,13 @@ struct ServeArgs {
     /// store holds, so clients may call any node.
     #[arg(long, env = "ESIM_OWN_SHARDS", value_delimiter = ',', num_args = 1..)]
     own_shards: Option<Vec<u32>>,
+    /// With `--store` and shards: the shards this node follows as their hot standby, e.g.
+    /// `2,3`: it keeps each one's engine current from the store's journal, forwards its
+    /// requests to its owner meanwhile, and takes the shard over once the owner's lease
+    /// runs out (the owner died or stalled), serving it from then on. None of them may be
+    /// in `--own-shards`; without `--own-shards` the node owns no shard at start.
+    #[arg(long, env = "ESIM_STANDBY_SHARDS", value_delimiter = ',', num_args = 1..)]
+    standby_shards: Option<Vec<u32>>,
     /// With `--store` and shards: the URL other nodes forward this node's shards'
     /// requests to, written to each owner row it takes (default: `http://` and the bound
     /// listen address; set it when listening on 0.0.0.0 or behind a NAT).
@@ -446,15 +453,15 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             let shards = store_pg::prepare_shards(url, args.shards, fresh.config.initial_inventory)
                 .map_err(|e| e.to_string())?;
             let only_shard_0 = args.own_shards.as_ref().is_none_or(|own| own.iter().all(|&k| k == 0));
-            if shards > 1 || !only_shard_0 {
+            if shards > 1 || !only_shard_0 || args.standby_shards.is_some() {
                 let sharded = Sharded { shards, new: false, clock, fresh, speed };
                 return serve_store_shards(args, sharded, runtime, shutdown);
             }
         }
         None => {
-            if args.own_shards.is_some() || args.advertise_url.is_some() {
-                return Err("--own-shards and --advertise-url need --store: shards of a data dir are all served \
-                            by the process that locks it"
+            if args.own_shards.is_some() || args.advertise_url.is_some() || args.standby_shards.is_some() {
+                return Err("--own-shards, --standby-shards and --advertise-url need --store: shards of a data \
+                            dir are all served by the process that locks it"
                     .into());
             }
             // One process per data dir, for this process's whole life (released however it ends).
@@ -754,7 +761,20 @@ fn serve_store_shards(
 ) -> Result<(), String> {
     let Sharded { shards, clock, fresh, speed, .. } = sharded;
     let url = args.store.clone().expect("called with a store");
-    let own = shards_to_own(args.own_shards.as_deref(), shards)?;
+    let standby = match &args.standby_shards {
+        Some(asked) => shards_to_own(Some(asked), shards)?,
+        None => Vec::new(),
+    };
+    // A standby node without --own-shards owns none at start (decision 199).
+    let own = match (&args.own_shards, standby.is_empty()) {
+        (None, false) => Vec::new(),
+        (asked, _) => shards_to_own(asked.as_deref(), shards)?,
+    };
+    if let Some(both) = own.iter().find(|k| standby.contains(k)) {
+        return Err(format!(
+            "shard {both} is in both --own-shards and --standby-shards: a node owns a shard or follows it"
+        ));
+    }
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(&args.listen))
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -824,17 +844,97 @@ fn serve_store_shards(
     // this node's shards start at 0 (new) and take their first block at start.
     let pool: Arc<dyn esim_transport::pool::InventoryPool> =
         Arc::new(store_pg::PgPool::open(&url).map_err(|e| format!("the inventory pool: {e}"))?);
+    let args = Arc::new(args);
     runtime.block_on(async move {
         println!("listening on http://{bound}");
         print_demo(demo, bound, &args.data_dir);
         tracing::info!(
-            shards, own = ?own, advertise = %address, clock = ?clock, speed,
+            shards, own = ?own, standby = ?standby, advertise = %address, clock = ?clock, speed,
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
+        let (adopt, adopted) = tokio::sync::mpsc::channel(shards as usize);
+        for &shard in &standby {
+            let follow = StandbyShard {
+                args: args.clone(),
+                url: url.clone(),
+                shard,
+                shards,
+                address: address.clone(),
+                options,
+                fresh: fresh.clone(),
+                clock,
+                admin_token: admin_token.clone(),
+            };
+            tokio::spawn(follow.run(adopt.clone()));
+        }
         let mut options = server_options(&args, speed);
         options.pool = Some(esim_transport::pool::PoolSettings { pool, block_esims: args.pool_block });
-        server::serve_nodes(listener, parts, Some(forwarder), options, shutdown).await.map_err(|e| e.to_string())
+        let node = server::NodeOptions { forwarder, adopted, admin_token, mode: clock };
+        server::serve_nodes(listener, parts, Some(node), options, shutdown).await.map_err(|e| e.to_string())
     })
+}
+
+/// One shard a node of a sharded store follows as its hot standby (`--standby-shards`).
+struct StandbyShard {
+    args: Arc<ServeArgs>,
+    url: String,
+    shard: u32,
+    shards: u32,
+    address: String,
+    options: StoreOptions,
+    fresh: SegmentHeader,
+    clock: ClockMode,
+    admin_token: String,
+}
+
+impl StandbyShard {
+    /// Follows the shard until its owner's lease runs out, takes it over, and hands its
+    /// engine and store to the serving node (`adopt`). A standby that fails says why and
+    /// ends: the node goes on serving its other shards and forwarding this one.
+    async fn run(self, adopt: tokio::sync::mpsc::Sender<server::AdoptedShard>) {
+        let shard = self.shard;
+        tracing::info!(shard, "following shard {shard} as its hot standby");
+        let mut never = std::pin::pin!(std::future::pending::<()>());
+        let followed =
+            standby::follow_shard(&self.url, shard, &self.address, SnapshotPolicy::default(), self.options, &mut never)
+                .await;
+        let (store, recovery) = match followed {
+            Ok(Some(taken)) => taken,
+            Ok(None) => return,
+            Err(why) => {
+                tracing::error!(shard, %why, "the hot standby of shard {shard} failed: it is no longer followed");
+                return;
+            }
+        };
+        // Setting the header writes the store (blocking): off the runtime's threads.
+        let made = tokio::task::spawn_blocking(move || self.serve_taken(store, recovery)).await;
+        match made {
+            Ok(Ok(adopted)) => {
+                if adopt.send(adopted).await.is_err() {
+                    tracing::warn!(shard, "the node stopped before serving the shard it took over");
+                }
+            }
+            Ok(Err(why)) => tracing::error!(shard, %why, "took shard {shard} over but cannot serve it"),
+            Err(error) => tracing::error!(shard, %error, "took shard {shard} over but cannot serve it"),
+        }
+    }
+
+    /// The service of a shard taken over, as a start of its node would make it.
+    fn serve_taken(self, mut store: PgStore, recovery: journal::Recovery) -> Result<server::AdoptedShard, String> {
+        let StandbyShard { args, shard, shards, fresh, clock, admin_token, .. } = self;
+        let (engine, header, _) = continue_or_start(
+            (recovery.engine, recovery.header),
+            recovery.next_index,
+            clock,
+            &format!("shard {shard}"),
+            || shard_header(&fresh, shard, shards),
+        );
+        store.set_header(header).map_err(|e| e.to_string())?;
+        let mut service = start_service(&args, engine, admin_token, clock, (shard, shards))?;
+        let mut journal: Box<dyn JournalSink> = Box::new(store);
+        journal.append(&service.drain_journal()).map_err(|e| format!("cannot write shard {shard}'s journal: {e}"))?;
+        Ok(server::AdoptedShard { shard: shard as usize, service, journal })
+    }
 }
 
 /// The journal header of a new data dir or store: the seed and configuration of this

@@ -16,10 +16,10 @@ use esim_transport::nodes::{FORWARDED_SHARD, NOT_OWNER};
 use esim_transport::shards::{
     shard_of_account_id, shard_of_api_key, shard_of_event_id, shard_of_iccid, shard_of_uuid, shard_of_webhook_id,
 };
-use pg::{dec, esim_cli, launch, work_dir, Cluster};
+use pg::{assert_replay_matches, dec, esim_cli, launch, work_dir, Cluster};
 use process::{remove_data_dir, Started};
 use rust_decimal::Decimal;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeSet;
 
 const SHARDS: usize = 4;
@@ -32,20 +32,6 @@ fn node(dir: &std::path::Path, url: &str, own: Option<&str>) -> (Started, TestSe
     let started = launch.start(false);
     let server = TestServer::attach(started.running.base.clone());
     (started, server)
-}
-
-/// `esim replay --store` says each shard's digest and the combined one of `live`.
-fn assert_replay_matches(url: &str, live: &Value) {
-    let replay = esim_cli(&["replay", "--store", url]);
-    let text = String::from_utf8_lossy(&replay.stdout).to_string();
-    assert!(replay.status.success(), "{text}{}", String::from_utf8_lossy(&replay.stderr));
-    assert!(text.contains("shards       4"), "{text}");
-    assert!(text.contains(&format!("state_digest {}", live["state_digest"].as_str().unwrap())), "{live}\n{text}");
-    for (shard, part) in live["shards"].as_array().unwrap().iter().enumerate() {
-        let line = format!("shard {shard}      {}", part["state_digest"].as_str().unwrap());
-        assert!(text.contains(&line), "{line} in\n{text}");
-    }
-    assert!(text.contains("conserved    yes"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

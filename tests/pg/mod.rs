@@ -236,3 +236,18 @@ pub fn replayed_digest(url: &str) -> String {
     assert!(text.contains("conserved    yes"), "{text}");
     text.lines().find_map(|l| l.strip_prefix("state_digest ")).expect("a digest line").to_string()
 }
+
+/// `esim replay --store` of a 4-shard store says each shard's digest and the combined
+/// one of `live` (a node's settled `/admin/v1/state`), and that money is conserved.
+pub fn assert_replay_matches(url: &str, live: &Value) {
+    let replay = esim_cli(&["replay", "--store", url]);
+    let text = String::from_utf8_lossy(&replay.stdout).to_string();
+    assert!(replay.status.success(), "{text}{}", String::from_utf8_lossy(&replay.stderr));
+    assert!(text.contains("shards       4"), "{text}");
+    assert!(text.contains(&format!("state_digest {}", live["state_digest"].as_str().unwrap())), "{live}\n{text}");
+    for (shard, part) in live["shards"].as_array().unwrap().iter().enumerate() {
+        let line = format!("shard {shard}      {}", part["state_digest"].as_str().unwrap());
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
+    assert!(text.contains("conserved    yes"), "{text}");
+}

@@ -251,19 +251,13 @@ struct ShardLink {
     stock_esims: Arc<AtomicU64>,
 }
 
-/// A shard as the connection tasks see it: served here, or by another node.
-enum ShardHandle {
-    Local(ShardLink),
-    Remote,
-}
-
-impl ShardHandle {
-    fn local(&self) -> Option<&ShardLink> {
-        match self {
-            ShardHandle::Local(link) => Some(link),
-            ShardHandle::Remote => None,
-        }
-    }
+/// A shard as the connection tasks see it: served here once its link is set (at start,
+/// or when this node takes the shard over as its hot standby), else by another node.
+/// A link is set once and never taken back: a shard this node loses to another (its
+/// journal fenced) stays set, marked lost in its readiness, and is forwarded from then on.
+#[derive(Default)]
+struct ShardHandle {
+    link: std::sync::OnceLock<ShardLink>,
 }
 
 /// A shard as `serve_nodes` is given it: an engine with its journal, or a shard another
@@ -285,15 +279,34 @@ struct Readiness {
     stopping: AtomicBool,
     /// Why changes are refused (the journal does not take writes), while they are.
     refusing: Mutex<Option<String>>,
+    /// Another process took the shard's journal over (its epoch fenced this one): a
+    /// node with a forwarder sends the shard's requests to the new owner.
+    lost: AtomicBool,
 }
 
 impl Shared {
-    /// Why the service is not ready, or `None` when it is: every shard is (a sharded
-    /// service names the shard that is not).
+    /// Shard `shard`'s link when this node serves it: set, and not lost to another node
+    /// (a lost shard of a node with a forwarder is served by its new owner; without a
+    /// forwarder it stays here, refusing changes and serving reads).
+    fn local(&self, shard: usize) -> Option<&ShardLink> {
+        let link = self.shards[shard].link.get()?;
+        if self.forwarder.is_some() && link.readiness.lost.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(link)
+    }
+
+    /// The shards this node serves now, with their index.
+    fn locals(&self) -> impl Iterator<Item = (usize, &ShardLink)> {
+        (0..self.shards.len()).filter_map(|shard| Some((shard, self.local(shard)?)))
+    }
+
+    /// Why the service is not ready, or `None` when it is: every shard it serves is (a
+    /// sharded service names the shard that is not).
     fn not_ready(&self) -> Option<String> {
         let sharded = self.shards.len() > 1;
-        self.shards.iter().enumerate().find_map(|(shard, handle)| {
-            let why = handle.local()?.not_ready()?;
+        self.locals().find_map(|(shard, link)| {
+            let why = link.not_ready()?;
             Some(if sharded { format!("shard {shard}: {why}") } else { why })
         })
     }
@@ -301,14 +314,11 @@ impl Shared {
     /// Shard k's answer to a request (through its owner task, or forwarded to the node
     /// that owns it).
     async fn ask(&self, shard: usize, request: http::Request<Bytes>) -> http::Response<Bytes> {
-        let link = match &self.shards[shard] {
-            ShardHandle::Local(link) => link,
-            ShardHandle::Remote => {
-                return match &self.forwarder {
-                    Some(forwarder) => forwarder.forward(shard, &request).await,
-                    None => unavailable(),
-                }
-            }
+        let Some(link) = self.local(shard) else {
+            return match &self.forwarder {
+                Some(forwarder) => forwarder.forward(shard, &request).await,
+                None => unavailable(),
+            };
         };
         let (reply, answer) = oneshot::channel();
         if link.to_owner.send(Message::Request(Box::new(request), reply)).await.is_err() {
@@ -373,25 +383,103 @@ pub async fn serve_shards(
     serve_nodes(listener, parts, None, options, shutdown).await
 }
 
+/// Starts the owner task of one shard: the link the connection tasks use, and the task
+/// (spawned by the caller), whose start hands in-flight webhook deliveries out again.
+fn start_owner(
+    mut service: Service,
+    journal: Box<dyn JournalSink>,
+    options: &ServerOptions,
+) -> (ShardLink, impl Future<Output = ()> + Send + 'static) {
+    // QR codes are drawn by the connection tasks (`answer`), off the owner task.
+    service.set_defer_qr(true);
+    let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
+    let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
+    let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
+    let outcomes = to_owner.clone();
+    let dispatcher = Dispatcher::start(
+        sender,
+        Box::new(move |delivery_id, result, duration_ms| {
+            let outcomes = outcomes.clone();
+            Box::pin(async move {
+                let _ = outcomes.send(Message::Delivered(delivery_id, result, duration_ms)).await;
+            })
+        }),
+    );
+    let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
+    let readiness = Arc::new(Readiness::default());
+    let stock_esims = Arc::new(AtomicU64::new(service.engine().inventory()));
+    if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
+        crate::metrics::snapshot_written(written_ms, false);
+    }
+    let link = ShardLink {
+        admission: service.admission(),
+        clock,
+        shown_ms: shown_ms.clone(),
+        to_owner,
+        readiness: readiness.clone(),
+        stock_esims: stock_esims.clone(),
+    };
+    let state = Owner {
+        service,
+        journal: Some(journal),
+        appending: None,
+        pending: Group::default(),
+        clock,
+        dispatcher,
+        shown_ms,
+        waiting_tests: BTreeMap::new(),
+        readiness,
+        stale: false,
+        stock: options.pool.clone().map(ShardStock::new),
+        stock_esims,
+    };
+    (link, owner_task(state, inbox))
+}
+
+/// What a node of a sharded store adds to [`serve_shards`] (`crate::nodes`).
+pub struct NodeOptions {
+    /// Sends requests for shards this node does not serve to their owners.
+    pub forwarder: Arc<crate::nodes::Forwarder>,
+    /// Shards this node took over as their hot standby while serving (`crate::standby`):
+    /// each is served here from then on.
+    pub adopted: mpsc::Receiver<AdoptedShard>,
+    /// The admin token and clock mode (a node may start serving no shard itself).
+    pub admin_token: String,
+    pub mode: ClockMode,
+}
+
+/// A shard this node took over: its index, engine and journal.
+pub struct AdoptedShard {
+    pub shard: usize,
+    pub service: Service,
+    pub journal: Box<dyn JournalSink>,
+}
+
 /// [`serve_shards`] for a node that owns some of the shards: a request for a
-/// [`ShardPart::Remote`] shard goes to its owner through `forwarder` (`crate::nodes`).
+/// [`ShardPart::Remote`] shard goes to its owner through the node's forwarder
+/// (`crate::nodes`), until the node adopts the shard.
 pub async fn serve_nodes(
     listener: TcpListener,
     shards: Vec<ShardPart>,
-    forwarder: Option<Arc<crate::nodes::Forwarder>>,
+    node: Option<NodeOptions>,
     options: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let Some((first, _)) = shards.iter().find_map(|part| match part {
-        ShardPart::Local(service, journal) => Some((service, journal)),
+    let first = shards.iter().find_map(|part| match part {
+        ShardPart::Local(service, _) => Some(service),
         ShardPart::Remote => None,
-    }) else {
-        return Err(std::io::Error::other("a node serves at least one shard itself"));
+    });
+    let (admin_token, mode) = match (first, &node) {
+        (Some(first), _) => (first.admin_token().to_string(), first.clock()),
+        (None, Some(node)) => (node.admin_token.clone(), node.mode),
+        (None, None) => return Err(std::io::Error::other("a service serves at least one shard itself")),
+    };
+    let (forwarder, mut adopted) = match node {
+        Some(NodeOptions { forwarder, adopted, .. }) => (Some(forwarder), Some(adopted)),
+        None => (None, None),
     };
     crate::metrics::handle();
     let upkeep = tokio::spawn(crate::metrics::upkeep());
-    let admin_token = first.admin_token().to_string();
-    let mode = first.clock();
     let accounts: usize = shards
         .iter()
         .map(|part| match part {
@@ -402,57 +490,13 @@ pub async fn serve_nodes(
     let mut links = Vec::with_capacity(shards.len());
     let mut owners = JoinSet::new();
     for part in shards {
-        let (mut service, journal) = match part {
-            ShardPart::Local(service, journal) => (service, journal),
-            ShardPart::Remote => {
-                links.push(ShardHandle::Remote);
-                continue;
-            }
-        };
-        // QR codes are drawn by the connection tasks (`answer`), off the owner task.
-        service.set_defer_qr(true);
-        let (to_owner, inbox) = mpsc::channel(QUEUE_DEPTH);
-        let clock = WallClock::new(service.now(Millis(real_now_ms())).max(service.engine().now()), options.speed);
-        let sender = Sender::new(options.allow_insecure_webhooks, service.secrets().sealing_key());
-        let outcomes = to_owner.clone();
-        let dispatcher = Dispatcher::start(
-            sender,
-            Box::new(move |delivery_id, result, duration_ms| {
-                let outcomes = outcomes.clone();
-                Box::pin(async move {
-                    let _ = outcomes.send(Message::Delivered(delivery_id, result, duration_ms)).await;
-                })
-            }),
-        );
-        let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
-        let readiness = Arc::new(Readiness::default());
-        let stock_esims = Arc::new(AtomicU64::new(service.engine().inventory()));
-        if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
-            crate::metrics::snapshot_written(written_ms, false);
+        let handle = ShardHandle::default();
+        if let ShardPart::Local(service, journal) = part {
+            let (link, owner) = start_owner(service, journal, &options);
+            owners.spawn(owner);
+            let _ = handle.link.set(link);
         }
-        links.push(ShardHandle::Local(ShardLink {
-            admission: service.admission(),
-            clock,
-            shown_ms: shown_ms.clone(),
-            to_owner,
-            readiness: readiness.clone(),
-            stock_esims: stock_esims.clone(),
-        }));
-        let state = Owner {
-            service,
-            journal: Some(journal),
-            appending: None,
-            pending: Group::default(),
-            clock,
-            dispatcher,
-            shown_ms,
-            waiting_tests: BTreeMap::new(),
-            readiness,
-            stale: false,
-            stock: options.pool.clone().map(ShardStock::new),
-            stock_esims,
-        };
-        owners.spawn(owner_task(state, inbox));
+        links.push(handle);
     }
     let shared = Arc::new(Shared {
         admin_token,
@@ -479,7 +523,7 @@ pub async fn serve_nodes(
         .initial_stream_window_size(edge::HTTP2_WINDOW_BYTES)
         .initial_connection_window_size(edge::HTTP2_WINDOW_BYTES)
         .max_header_list_size(edge::HTTP2_HEADER_LIST_MAX_BYTES);
-    let limits = options.edge;
+    let limits = options.edge.clone();
     let bodies = BodyReader::new(&limits);
     let mut acceptor = edge::Acceptor::new(listener, limits.connections_max);
     tokio::pin!(shutdown);
@@ -502,6 +546,18 @@ pub async fn serve_nodes(
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            Some(adopted) = next_adopted(&mut adopted) => {
+                let AdoptedShard { shard, service, journal } = adopted;
+                let (link, owner) = start_owner(service, journal, &options);
+                match shared.shards.get(shard).map(|handle| handle.link.set(link)) {
+                    Some(Ok(())) => {
+                        owners.spawn(owner);
+                        tracing::info!(shard, "serving a shard taken over from its owner");
+                    }
+                    // Never: a standby follows only shards this node does not serve.
+                    _ => tracing::error!(shard, "a shard was taken over that this node serves already: ignored"),
+                }
+            }
             Some(ended) = owners.join_next() => {
                 let why = match ended {
                     Err(error) if error.is_panic() => "the engine's owner task panicked (a bug)".to_string(),
@@ -516,7 +572,7 @@ pub async fn serve_nodes(
         }
     }
     drop(acceptor);
-    for link in shared.shards.iter().filter_map(ShardHandle::local) {
+    for link in shared.shards.iter().filter_map(|handle| handle.link.get()) {
         link.readiness.stopping.store(true, Ordering::Relaxed);
     }
     tracing::info!("shutting down: finishing in-flight requests");
@@ -524,7 +580,7 @@ pub async fn serve_nodes(
         tracing::warn!("some connections did not finish in time");
     }
     connections.abort_all();
-    for link in shared.shards.iter().filter_map(ShardHandle::local) {
+    for link in shared.shards.iter().filter_map(|handle| handle.link.get()) {
         let _ = link.to_owner.send(Message::Stop).await;
     }
     upkeep.abort();
@@ -532,6 +588,14 @@ pub async fn serve_nodes(
         ended.map_err(std::io::Error::other)?;
     }
     Ok(())
+}
+
+/// The next shard a node took over (never, for a service that adopts none).
+async fn next_adopted(adopted: &mut Option<mpsc::Receiver<AdoptedShard>>) -> Option<AdoptedShard> {
+    match adopted {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// One request: its id and span, the answer, its metrics and its log line.
@@ -679,7 +743,7 @@ async fn answer(
     let shards = shared.shards.len();
     let target = match crate::nodes::forwarded_shard(request.headers(), shards) {
         Err(refused) => return (endpoint, error_response(refused)),
-        Ok(Some(shard)) if shared.shards[shard].local().is_none() => {
+        Ok(Some(shard)) if shared.local(shard).is_none() => {
             return (endpoint, crate::nodes::not_owner(shard));
         }
         Ok(Some(shard)) => Route::Shard(shard),
@@ -693,9 +757,9 @@ async fn answer(
         other => other,
     };
     let link = match target {
-        Route::Shard(shard) => shared.shards[shard].local(),
+        Route::Shard(shard) => shared.local(shard),
         // Admin requests: only the admin token is checked, the same on every shard.
-        Route::NewAccount | Route::FanOut(_) => shared.shards.iter().find_map(ShardHandle::local),
+        Route::NewAccount | Route::FanOut(_) => shared.locals().next().map(|(_, link)| link),
     };
     let Some(link) = link else {
         // Another node's shard: its owner checks the credential, rate and body.
@@ -760,7 +824,7 @@ async fn answer(
                                 }
                                 _ => {
                                     crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
-                                        if kind == FanOut::Report && shared.shards[shard].local().is_none() {
+                                        if kind == FanOut::Report && shared.local(shard).is_none() {
                                             // Another node's part: its figures travel as JSON.
                                             part.headers_mut().insert(
                                                 crate::nodes::WANT_FIGURES,
@@ -806,8 +870,8 @@ async fn pool_fan_out(
             (answer.status().is_success(), serde_json::from_slice::<serde_json::Value>(answer.body()))
         {
             let mut blocks = Vec::with_capacity(shards);
-            for (shard, handle) in shared.shards.iter().enumerate() {
-                match handle.local() {
+            for shard in 0..shards {
+                match shared.local(shard) {
                     Some(link) => blocks.push(link.stock_esims.load(Ordering::Relaxed)),
                     None => match remote_block(shared, shard, request).await {
                         Ok(block) => blocks.push(block),
@@ -847,8 +911,8 @@ async fn pool_fan_out(
         Err(error) => return error_response(ApiError::new(ErrorCode::ServiceUnavailable, error.to_string())),
     }
     let mut blocks = Vec::with_capacity(shards);
-    for (shard, handle) in shared.shards.iter().enumerate() {
-        let block = match handle.local() {
+    for shard in 0..shards {
+        let block = match shared.local(shard) {
             Some(link) => local_block(link).await,
             None => remote_block(shared, shard, request).await,
         };
@@ -915,7 +979,7 @@ fn block_of(answer: http::Response<Bytes>) -> Result<u64, Refused> {
 /// This node's answer to another node's pool sync for its shard `shard`: the store's
 /// pool read again (so the shard sees a new generation), then the shard's local sync.
 async fn sync_shard_pool(shared: &Shared, shard: usize, pool: &Arc<dyn InventoryPool>) -> http::Response<Bytes> {
-    let Some(link) = shared.shards[shard].local() else { return crate::nodes::not_owner(shard) };
+    let Some(link) = shared.local(shard) else { return crate::nodes::not_owner(shard) };
     if let Err(refused) = refresh_pool(pool).await {
         return *refused;
     }
@@ -1231,6 +1295,7 @@ impl Owner {
     /// append was in flight (the next append would fail the same way).
     fn refuse_if_fenced(&mut self) {
         let Some(why) = self.journal.as_ref().and_then(|journal| journal.fenced()) else { return };
+        self.readiness.lost.store(true, Ordering::Relaxed);
         if self.service.refusing_changes().is_none() {
             tracing::error!(%why, "the journal was taken over: answering 503 to changes");
             self.refuse_changes(Some(format!(
@@ -1318,7 +1383,10 @@ impl Owner {
     fn append_failed(&mut self, failed: Group, error: std::io::Error) {
         let journal = self.journal.as_mut().expect("the append returned the journal");
         let reason = match (journal.fenced(), journal.wedged()) {
-            (Some(why), _) => format!("this process no longer owns the journal ({why}); restart it to serve changes"),
+            (Some(why), _) => {
+                self.readiness.lost.store(true, Ordering::Relaxed);
+                format!("this process no longer owns the journal ({why}); restart it to serve changes")
+            }
             (None, Some(why)) => format!(
                 "the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"
             ),

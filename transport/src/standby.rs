@@ -1,4 +1,4 @@
-//! The hot standby of a PostgreSQL store (issue 17, second slice; decisions 146-153).
+//! The hot standby of a PostgreSQL store (issue 17; decisions 146-153, 199-201).
 //!
 //! `esim serve --store URL` started while another process holds shard 0 with a live
 //! lease becomes a standby ([`follow`]):
@@ -7,7 +7,7 @@
 //!   `SERVICE_UNAVAILABLE` with `Retry-After` and `Connection: close` (a client tries the
 //!   other node, with the same `Idempotency-Key`); `GET /healthz` is 200, `GET /readyz`
 //!   503 with the reason (standby, whom it follows, how far it is).
-//! - It follows the journal: it LISTENs on [`JOURNAL_CHANNEL`], which every append's
+//! - It follows the journal: it LISTENs on the shard's channel, which every append's
 //!   transaction notifies, and polls every [`POLL_INTERVAL_MAX`] (or a quarter of the
 //!   lease, when shorter) in case a notification is missed. New entries go through
 //!   [`JournalEntry::replay`], the path recovery uses, so its state digest equals
@@ -20,13 +20,18 @@
 //!   owner task, whose start hands in-flight webhook deliveries out again with their
 //!   event ids (the engine's restart path).
 //!
+//! A node of a sharded store follows the shards of `--standby-shards` the same way
+//! ([`follow_shard`]), one follower each, while it serves its own shards and forwards
+//! the followed ones to their owners; a shard it takes over gets this node's address in
+//! its owner row and is handed to the running server (`server::AdoptedShard`).
+//!
 //! Safety never rests on timing: the epoch compare in each append's transaction decides
 //! who may append; the lease only decides when a standby may try.
 
 use crate::api::error_response;
 use crate::journal::{JournalError, Recovery, SegmentHeader, SnapshotPolicy};
 use crate::service::JournalEntry;
-use crate::store_pg::{self, PgStore, ShardOwner, StoreOptions, JOURNAL_CHANNEL, SHARD};
+use crate::store_pg::{self, PgStore, ShardOwner, StoreOptions, SHARD};
 use bytes::Bytes;
 use esim_engine::{ApiError, Engine, ErrorCode};
 use http_body_util::Full;
@@ -64,9 +69,10 @@ pub struct Takeover {
     pub recovery: Recovery,
 }
 
-/// The follower's view of the journal.
+/// The follower's view of one shard's journal.
 struct Follower {
     config: Config,
+    shard: i32,
     client: Option<Client>,
     notified: mpsc::Receiver<()>,
     engine: Option<Engine>,
@@ -77,9 +83,10 @@ struct Follower {
     replayed: u64,
 }
 
-/// A connection that LISTENs on [`JOURNAL_CHANNEL`]; each notification puts a wake-up
-/// in the returned queue (dropped when the queue is full: one wake-up reads them all).
-async fn connect_listening(config: &Config) -> Result<(Client, mpsc::Receiver<()>), tokio_postgres::Error> {
+/// A connection that LISTENs on shard `shard`'s channel ([`store_pg::journal_channel`]);
+/// each notification puts a wake-up in the returned queue (dropped when the queue is
+/// full: one wake-up reads them all).
+async fn connect_listening(config: &Config, shard: i32) -> Result<(Client, mpsc::Receiver<()>), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
     let (wake, notified) = mpsc::channel(NOTIFY_QUEUE);
     tokio::spawn(async move {
@@ -96,7 +103,7 @@ async fn connect_listening(config: &Config) -> Result<(Client, mpsc::Receiver<()
             }
         }
     });
-    client.batch_execute(&format!("LISTEN {JOURNAL_CHANNEL}")).await?;
+    client.batch_execute(&format!("LISTEN {}", store_pg::journal_channel(shard))).await?;
     Ok((client, notified))
 }
 
@@ -110,9 +117,9 @@ impl Follower {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             self.client = None;
             let (mut client, notified) =
-                connect_listening(&self.config).await.map_err(|e| store_error("cannot connect", e))?;
+                connect_listening(&self.config, self.shard).await.map_err(|e| store_error("cannot connect", e))?;
             if self.engine.is_none() {
-                let recovery = store_pg::load(&mut client, None, None).await.map_err(|e| e.0)?;
+                let recovery = store_pg::load_shard(&mut client, self.shard, None, None).await.map_err(|e| e.0)?;
                 self.engine = recovery.engine;
                 self.header = recovery.header;
                 self.next_index = recovery.next_index;
@@ -137,7 +144,7 @@ impl Follower {
             let rows = client
                 .query(
                     "SELECT seq, entry FROM journal WHERE shard = $1 AND seq >= $2 AND seq < $3 ORDER BY seq LIMIT $4",
-                    &[&SHARD, &(self.next_index as i64), &limit, &PAGE_ENTRIES],
+                    &[&self.shard, &(self.next_index as i64), &limit, &PAGE_ENTRIES],
                 )
                 .await
                 .map_err(|e| store_error("cannot read the journal", e))?;
@@ -147,12 +154,13 @@ impl Follower {
                 if seq as u64 != self.next_index {
                     // Committed batches become visible whole and in order: a gap is damage.
                     return Err(format!(
-                        "the PostgreSQL store's journal of shard 0 lacks entry {} (the next is {seq})",
-                        self.next_index
+                        "the PostgreSQL store's journal of shard {} lacks entry {} (the next is {seq})",
+                        self.shard, self.next_index
                     ));
                 }
-                let entry: JournalEntry = serde_json::from_slice(row.get::<_, &[u8]>(1))
-                    .map_err(|e| store_error(&format!("journal entry {seq} of shard 0 cannot be read"), e))?;
+                let entry: JournalEntry = serde_json::from_slice(row.get::<_, &[u8]>(1)).map_err(|e| {
+                    store_error(&format!("journal entry {seq} of shard {} cannot be read", self.shard), e)
+                })?;
                 entry.replay(engine);
                 self.next_index += 1;
                 self.replayed += 1;
@@ -166,28 +174,38 @@ impl Follower {
 
     /// Who holds the shard now.
     async fn owner(&mut self) -> Result<ShardOwner, String> {
+        let shard = self.shard;
         let client = self.connected().await?;
-        store_pg::read_owner(client)
+        store_pg::read_shard_owner(client, shard)
             .await
             .map_err(|e| store_error("cannot read the shard owner", e))?
-            .ok_or_else(|| "the PostgreSQL store has no owner row for shard 0".to_string())
+            .ok_or_else(|| format!("the PostgreSQL store has no owner row for shard {shard}"))
     }
 
     /// The conditional takeover: the epoch after `seen` with this process's lease, only
     /// if the row still has epoch `seen` and its lease has run out by the database's
-    /// clock ([`crate::fence::may_take_over`], evaluated by the database). `Some((epoch,
-    /// head))` when this process took the shard.
-    async fn take_over(&mut self, seen: i64, me: &str, lease: Duration) -> Result<Option<(i64, i64)>, String> {
+    /// clock ([`crate::fence::may_take_over`], evaluated by the database); `address` (a
+    /// node's, where other nodes forward the shard's requests) replaces the row's when
+    /// given. `Some((epoch, head))` when this process took the shard.
+    async fn take_over(
+        &mut self,
+        seen: i64,
+        me: &str,
+        address: Option<&str>,
+        lease: Duration,
+    ) -> Result<Option<(i64, i64)>, String> {
+        let shard = self.shard;
         let client = self.connected().await?;
         let sql = format!(
-            "UPDATE shard_owner SET epoch = epoch + 1, owner = $3, lease_until = now() + interval '{} milliseconds' \
-             WHERE shard = $1 AND epoch = $2 AND lease_until < now() RETURNING epoch, head",
+            "UPDATE shard_owner SET epoch = epoch + 1, owner = $3, lease_until = now() + interval '{} milliseconds', \
+             address = COALESCE($4, address) WHERE shard = $1 AND epoch = $2 AND lease_until < now() \
+             RETURNING epoch, head",
             lease.as_millis()
         );
         let attempt = async {
             let transaction = client.transaction().await?;
             transaction.batch_execute(&format!("SET LOCAL lock_timeout = {}", lease.as_millis().max(1))).await?;
-            let row = transaction.query_opt(sql.as_str(), &[&SHARD, &seen, &me]).await?;
+            let row = transaction.query_opt(sql.as_str(), &[&shard, &seen, &me, &address]).await?;
             transaction.commit().await?;
             Ok::<_, tokio_postgres::Error>(row.map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1))))
         };
@@ -285,30 +303,65 @@ pub async fn follow(
     holder: ShardOwner,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Result<Option<Takeover>, JournalError> {
-    let lease = options.lease;
-    let config = store_pg::parse_url_with_lease(url, lease.as_millis() as u64)?;
-    let me = store_pg::owner_name();
-    let describe = |owner: &ShardOwner, applied: u64| {
-        format!(
-            "standby: following shard 0 of the PostgreSQL store, held by {} (epoch {}, lease for {:.1} s more); \
-             {applied} of {} entries applied; takes over when the lease runs out",
-            owner.owner,
-            owner.epoch,
-            owner.lease_left_s.max(0.0),
-            owner.head
-        )
-    };
-    let status = Arc::new(Mutex::new(describe(&holder, 0)));
+    let status = Arc::new(Mutex::new(describe(SHARD, &holder, 0)));
     let (stop_answering, stop) = oneshot::channel();
     let answering = tokio::spawn(answer_as_standby(listener, status.clone(), stop));
     tracing::info!(
         owner = %holder.owner, epoch = holder.epoch, head = holder.head, lease_left_s = holder.lease_left_s,
         "another process holds shard 0 with a live lease: this process is a standby (API requests answered 503)"
     );
+    let taken = follow_until_taken(url, SHARD, None, policy, options, shutdown, status).await;
+    let _ = stop_answering.send(());
+    let listener = answering.await.map_err(|e| JournalError(format!("the standby's listener task failed: {e}")))?;
+    Ok(taken?.map(|(store, recovery)| Takeover { listener, store, recovery }))
+}
 
+/// Follows shard `shard` of a sharded store for a node that serves other shards (and
+/// forwards this one to its owner meanwhile) until it takes the shard over, writing
+/// `address` as the shard's owner address; or until `shutdown` (then `None`).
+pub async fn follow_shard(
+    url: &str,
+    shard: u32,
+    address: &str,
+    policy: SnapshotPolicy,
+    options: StoreOptions,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> Result<Option<(PgStore, Recovery)>, JournalError> {
+    let status = Arc::new(Mutex::new(String::new()));
+    follow_until_taken(url, shard as i32, Some(address), policy, options, shutdown, status).await
+}
+
+/// A standby's status line (its `/readyz` message).
+fn describe(shard: i32, owner: &ShardOwner, applied: u64) -> String {
+    format!(
+        "standby: following shard {shard} of the PostgreSQL store, held by {} (epoch {}, lease for {:.1} s more); \
+         {applied} of {} entries applied; takes over when the lease runs out",
+        owner.owner,
+        owner.epoch,
+        owner.lease_left_s.max(0.0),
+        owner.head
+    )
+}
+
+/// The follower of shard `shard`: keeps its engine current and, once the owner's lease
+/// has run out, takes the shard (with `address` as its owner address, when given) and
+/// catches up to the head. `None` on `shutdown`. `status` gets the follower's progress.
+async fn follow_until_taken(
+    url: &str,
+    shard: i32,
+    address: Option<&str>,
+    policy: SnapshotPolicy,
+    options: StoreOptions,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+    status: Arc<Mutex<String>>,
+) -> Result<Option<(PgStore, Recovery)>, JournalError> {
+    let lease = options.lease;
+    let config = store_pg::parse_url_with_lease(url, lease.as_millis() as u64)?;
+    let me = store_pg::owner_name();
     let (_, notified) = mpsc::channel(1);
     let mut follower = Follower {
         config: config.clone(),
+        shard,
         client: None,
         notified,
         engine: None,
@@ -324,11 +377,7 @@ pub async fn follow(
     loop {
         if !first {
             tokio::select! {
-                _ = &mut *shutdown => {
-                    let _ = stop_answering.send(());
-                    let _ = answering.await;
-                    return Ok(None);
-                }
+                _ = &mut *shutdown => return Ok(None),
                 Some(()) = follower.notified.recv() => while follower.notified.try_recv().is_ok() {},
                 _ = tokio::time::sleep(poll) => {}
             }
@@ -341,54 +390,53 @@ pub async fn follow(
         let owner = match looked.await {
             Ok(owner) => owner,
             Err(why) => {
-                tracing::warn!(%why, "the standby cannot read the store; trying again");
+                tracing::warn!(shard, %why, "the standby cannot read the store; trying again");
                 follower.client = None;
                 tokio::time::sleep(RECONNECT_DELAY).await;
                 continue;
             }
         };
-        *status.lock().unwrap_or_else(|p| p.into_inner()) = describe(&owner, follower.next_index);
+        *status.lock().unwrap_or_else(|p| p.into_inner()) = describe(shard, &owner, follower.next_index);
         if owner.lease_left_s > 0.0 {
             expired_seen = None;
             continue;
         }
         let began = *expired_seen.get_or_insert_with(Instant::now);
-        let taken = match follower.take_over(owner.epoch, &me, lease).await {
+        let taken = match follower.take_over(owner.epoch, &me, address, lease).await {
             Ok(Some(taken)) => taken,
             Ok(None) => continue,
             Err(why) => {
-                tracing::warn!(%why, "the takeover attempt failed; following on");
+                tracing::warn!(shard, %why, "the takeover attempt failed; following on");
                 continue;
             }
         };
         let (epoch, head) = taken;
         // The lease renewal starts at once, before the catch-up.
         let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
-        let mut store = PgStore::resume(config.clone(), epoch, header, head as u64, policy, lease);
+        let mut store = PgStore::resume_shard(config.clone(), shard, epoch, header, head as u64, policy, lease);
         let caught_up = loop {
             match follower.catch_up(Some(head as u64)).await {
                 Ok(_) if follower.next_index == head as u64 => break Ok(()),
                 Ok(_) => break Err(format!("the journal ends at {} below its head {head}", follower.next_index)),
                 Err(why) if began.elapsed() < lease * 4 => {
-                    tracing::warn!(%why, "catching up after the takeover; trying again");
+                    tracing::warn!(shard, %why, "catching up after the takeover; trying again");
                     follower.client = None;
                     tokio::time::sleep(RECONNECT_DELAY).await;
                 }
                 Err(why) => break Err(why),
             }
         };
-        caught_up.map_err(|why| JournalError(format!("took shard 0 at epoch {epoch} but cannot catch up: {why}")))?;
+        caught_up
+            .map_err(|why| JournalError(format!("took shard {shard} at epoch {epoch} but cannot catch up: {why}")))?;
         let newest = match follower.connected().await {
-            Ok(client) => store_pg::newest_snapshot_ms(client).await.unwrap_or(None),
+            Ok(client) => store_pg::newest_snapshot_ms_of(client, shard).await.unwrap_or(None),
             Err(_) => None,
         };
         store.set_snapshot_progress(follower.replayed, newest);
-        let _ = stop_answering.send(());
-        let listener = answering.await.map_err(|e| JournalError(format!("the standby's listener task failed: {e}")))?;
         let took_ms = began.elapsed().as_millis() as u64;
         tracing::info!(
-            epoch, head, took_ms, previous_owner = %owner.owner, previous_epoch = owner.epoch,
-            "took shard 0 over: the owner's lease had run out; serving from the same listener"
+            shard, epoch, head, took_ms, previous_owner = %owner.owner, previous_epoch = owner.epoch,
+            "took shard {shard} over: the owner's lease had run out"
         );
         let mut recovery = Recovery {
             engine: follower.engine.take(),
@@ -403,7 +451,7 @@ pub async fn follow(
             recovery.engine = None;
             recovery.header = None;
         }
-        return Ok(Some(Takeover { listener, store, recovery }));
+        return Ok(Some((store, recovery)));
     }
 }
 

@@ -377,10 +377,6 @@ pub struct ShardOwner {
     pub lease_left_s: f64,
 }
 
-pub(crate) async fn read_owner(client: &Client) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
-    read_shard_owner(client, SHARD).await
-}
-
 /// Who holds shard `shard`, as the store says.
 pub(crate) async fn read_shard_owner(client: &Client, shard: i32) -> Result<Option<ShardOwner>, tokio_postgres::Error> {
     let row = client
@@ -392,18 +388,9 @@ pub(crate) async fn read_shard_owner(client: &Client, shard: i32) -> Result<Opti
     Ok(row.map(|row| ShardOwner { epoch: row.get(0), head: row.get(1), owner: row.get(2), lease_left_s: row.get(3) }))
 }
 
-/// Rebuilds the state of shard 0 in one consistent read: the newest snapshot (none when
-/// `until` is given: every entry is kept, decision 141), then the entries after it, up to
-/// the head or `max_entries`.
-pub(crate) async fn load(
-    client: &mut Client,
-    until: Option<Millis>,
-    max_entries: Option<u64>,
-) -> Result<Recovery, JournalError> {
-    load_shard(client, SHARD, until, max_entries).await
-}
-
-/// [`load`] of shard `shard`.
+/// Rebuilds the state of shard `shard` in one consistent read: the newest snapshot
+/// (none when `until` is given: every entry is kept, decision 141), then the entries
+/// after it, up to the head or `max_entries`.
 pub(crate) async fn load_shard(
     client: &mut Client,
     shard: i32,
@@ -826,21 +813,9 @@ impl PgStore {
         Ok(Opened::Owner(Box::new(store), Box::new(recovery)))
     }
 
-    /// The store of a process that holds shard 0 at `epoch` with `next_index` entries
-    /// applied (a standby that took it over): the lease renewal starts now.
-    pub(crate) fn resume(
-        config: Config,
-        epoch: i64,
-        header: SegmentHeader,
-        next_index: u64,
-        policy: SnapshotPolicy,
-        lease: Duration,
-    ) -> PgStore {
-        PgStore::resume_shard(config, SHARD, epoch, header, next_index, policy, lease)
-    }
-
-    /// [`PgStore::resume`] of shard `shard`.
-    fn resume_shard(
+    /// The store of a process that holds shard `shard` at `epoch` with `next_index`
+    /// entries applied (a standby that took it over): the lease renewal starts now.
+    pub(crate) fn resume_shard(
         config: Config,
         shard: i32,
         epoch: i64,
@@ -975,13 +950,8 @@ pub(crate) fn owner_name() -> String {
     format!("pid {} on {}", std::process::id(), if host.is_empty() { "unknown host" } else { &host })
 }
 
-/// When the newest snapshot of shard 0 was written (Unix ms), if there is one.
-pub(crate) async fn newest_snapshot_ms(client: &Client) -> Result<Option<i64>, JournalError> {
-    newest_snapshot_ms_of(client, SHARD).await
-}
-
-/// [`newest_snapshot_ms`] of shard `shard`.
-async fn newest_snapshot_ms_of(client: &Client, shard: i32) -> Result<Option<i64>, JournalError> {
+/// When the newest snapshot of shard `shard` was written (Unix ms), if there is one.
+pub(crate) async fn newest_snapshot_ms_of(client: &Client, shard: i32) -> Result<Option<i64>, JournalError> {
     Ok(client
         .query_opt(
             "SELECT (extract(epoch FROM written_at) * 1000)::bigint FROM snapshot WHERE shard = $1 \
