@@ -635,13 +635,7 @@ fn serve_sharded(
             tracing::warn!(shard, "recovery: {note}");
         }
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
-        let (engine, header, new) = continue_or_start(
-            (recovery.engine, recovery.header),
-            recovery.next_index,
-            clock,
-            &format!("shard {shard}"),
-            || shard_header(&fresh, shard, shards),
-        );
+        let (engine, header, new) = continue_or_start_shard(recovery, clock, &fresh, (shard, shards));
         new_data_dir &= new;
         let journal = FileJournal::open(&dir, header, SnapshotPolicy::default())
             .map_err(|e| format!("cannot open the journal in {}: {e}", dir.display()))?;
@@ -794,13 +788,7 @@ fn serve_store_shards(
             take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
                 .map_err(|e| format!("shard {shard}: {e}"))?;
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
-        let (engine, header, new) = continue_or_start(
-            (recovery.engine, recovery.header),
-            recovery.next_index,
-            clock,
-            &format!("shard {shard}"),
-            || shard_header(&fresh, shard, shards),
-        );
+        let (engine, header, new) = continue_or_start_shard(recovery, clock, &fresh, (shard, shards));
         new_store &= new;
         store.set_header(header).map_err(|e| format!("shard {shard}: {e}"))?;
         let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
@@ -922,13 +910,7 @@ impl StandbyShard {
     /// The service of a shard taken over, as a start of its node would make it.
     fn serve_taken(self, mut store: PgStore, recovery: journal::Recovery) -> Result<server::AdoptedShard, String> {
         let StandbyShard { args, shard, shards, fresh, clock, admin_token, .. } = self;
-        let (engine, header, _) = continue_or_start(
-            (recovery.engine, recovery.header),
-            recovery.next_index,
-            clock,
-            &format!("shard {shard}"),
-            || shard_header(&fresh, shard, shards),
-        );
+        let (engine, header, _) = continue_or_start_shard(recovery, clock, &fresh, (shard, shards));
         store.set_header(header).map_err(|e| e.to_string())?;
         let mut service = start_service(&args, engine, admin_token, clock, (shard, shards))?;
         let mut journal: Box<dyn JournalSink> = Box::new(store);
@@ -1023,6 +1005,19 @@ fn server_options(args: &ServeArgs, speed: u32) -> ServerOptions {
     let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
     options.edge.connections_max = args.max_connections;
     options
+}
+
+/// [`continue_or_start`] of shard `shard` of `shards`: a new one starts from
+/// [`shard_header`] of this start's header.
+fn continue_or_start_shard(
+    recovery: journal::Recovery,
+    clock: ClockMode,
+    fresh: &SegmentHeader,
+    (shard, shards): (u32, u32),
+) -> (Engine, SegmentHeader, bool) {
+    continue_or_start((recovery.engine, recovery.header), recovery.next_index, clock, &format!("shard {shard}"), || {
+        shard_header(fresh, shard, shards)
+    })
 }
 
 /// The engine and journal header a start continues from: what was recovered (`what`:

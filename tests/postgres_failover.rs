@@ -17,7 +17,7 @@ mod common;
 mod failover;
 mod pg;
 mod process;
-use failover::{check_books, log_of, remove_dirs, signal, start_node, wait_standby, work, Books, Node};
+use failover::{check_books, log_of, remove_dirs, replay_acked, signal, start_node, wait_standby, work, Books, Node};
 use pg::{dec, replayed_digest, wait_ready, work_dir, Cluster};
 use process::{call, key_file, HttpClient};
 
@@ -116,21 +116,7 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
             let when = format!("round {round}");
             check_books(&server, key, &books, fee, &when).await;
             // Idempotent replays of this round's writes answer the same, and apply nothing.
-            for acked in &books.acked[*start..] {
-                let reply = call(
-                    &client,
-                    &server.base,
-                    "POST",
-                    &format!("/api/v2/reseller{}", acked.path),
-                    key,
-                    Some(acked.body.clone()),
-                    Some(&acked.idempotency_key),
-                )
-                .await
-                .expect("the owner answers");
-                assert_eq!((reply.0, &reply.1), (acked.status, &acked.answer), "{when}: replay of {acked:?}");
-                round_ops += 1;
-            }
+            round_ops += replay_acked(&client, &server.base, key, &books.acked[*start..], &when).await;
             check_books(&server, key, &books, fee, &format!("{when}, after the replays")).await;
         }
         assert!(round_ops >= WORKERS, "round {round}: the clients really worked ({round_ops} writes)");

@@ -17,11 +17,11 @@ mod pg;
 mod process;
 
 use common::TestServer;
-use failover::{check_books, log_of, remove_dirs, signal, start_node_with, work, write, Books, Node};
+use failover::{check_books, log_of, remove_dirs, replay_acked, signal, start_node_with, work, write, Books, Node};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use pg::{assert_replay_matches, dec, wait_ready, work_dir, Cluster};
-use process::{call, key_file, HttpClient};
+use process::{key_file, HttpClient};
 use rust_decimal::Decimal;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -183,21 +183,7 @@ async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing
         let mut round_ops = 0;
         for ((shard, key, books), start) in accounts.iter().zip(&round_start) {
             let books = books.lock().unwrap().clone();
-            for acked in &books.acked[*start..] {
-                let reply = call(
-                    &client,
-                    &a.base,
-                    "POST",
-                    &format!("/api/v2/reseller{}", acked.path),
-                    key,
-                    Some(acked.body.clone()),
-                    Some(&acked.idempotency_key),
-                )
-                .await
-                .expect("A answers");
-                assert_eq!((reply.0, &reply.1), (acked.status, &acked.answer), "{when}: replay of {acked:?}");
-                round_ops += 1;
-            }
+            round_ops += replay_acked(&client, &a.base, key, &books.acked[*start..], &when).await;
             check_books(&a, key, &books, fee, &format!("{when}, shard {shard}, after the replays")).await;
         }
         assert!(round_ops >= SHARDS, "{when}: the clients really worked ({round_ops} writes)");

@@ -219,3 +219,23 @@ pub fn signal(pid: u32, name: &str) {
     let status = std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();
     assert!(status.success(), "kill -{name} {pid}");
 }
+
+/// Sends every write of `acked` again to `base` with its Idempotency-Key: each must
+/// answer what it answered the first time (status and body). Returns how many.
+pub async fn replay_acked(client: &HttpClient, base: &str, key: &str, acked: &[Acked], when: &str) -> usize {
+    for write in acked {
+        let reply = call(
+            client,
+            base,
+            "POST",
+            &format!("/api/v2/reseller{}", write.path),
+            key,
+            Some(write.body.clone()),
+            Some(&write.idempotency_key),
+        )
+        .await
+        .unwrap_or_else(|| panic!("{when}: {base} answers"));
+        assert_eq!((reply.0, &reply.1), (write.status, &write.answer), "{when}: replay of {write:?}");
+    }
+    acked.len()
+}
