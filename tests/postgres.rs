@@ -326,21 +326,29 @@ fn snapshots_and_fencing_through_the_trait() {
         let _ = engine.handle(at, command.clone());
         pending.push(JournalEntry::Command { at, command });
         if pending.len() == 5 {
-            let snapshot = store.snapshot(&engine, pending.len() as u64);
-            store.append(&pending).unwrap();
-            if let Some(snapshot) = snapshot {
-                store.write_snapshot(snapshot.unwrap()).unwrap();
+            // The owner task is never asked to encode the state (decision 202).
+            assert!(store.snapshot(&engine, pending.len() as u64).is_none());
+            if step == 19 {
+                store.wait_snapshot();
             }
+            store.append(&pending).unwrap();
             pending.clear();
+            if step == 19 {
+                // A snapshot is made off the appending thread, from the store: covering
+                // the 20 durable entries.
+                store.wait_snapshot();
+                assert_eq!(cluster.psql("SELECT covered FROM snapshot"), "20");
+            }
         }
     }
     assert_eq!(cluster.psql("SELECT head FROM shard_owner"), "25");
-    assert_eq!(cluster.psql("SELECT covered FROM snapshot"), "20", "only the newest snapshot is kept");
+    store.wait_snapshot();
+    assert_eq!(cluster.psql("SELECT covered FROM snapshot"), "25", "only the newest snapshot is kept");
     assert_eq!(cluster.psql("SELECT count(*) FROM journal"), "25", "entries covered by it are kept");
 
     // A second owner takes the shard: the first appends nothing more.
     let (second, recovery) = PgStore::open(&url, &header(8), policy).unwrap();
-    assert_eq!((recovery.from_snapshot, recovery.replayed, recovery.next_index), (20, 5, 25));
+    assert_eq!((recovery.from_snapshot, recovery.replayed, recovery.next_index), (25, 0, 25));
     assert_eq!(recovery.engine.as_ref().unwrap().state_digest(), engine.state_digest());
     assert_eq!(recovery.header.as_ref().unwrap().config.seed, 7, "the store keeps its header");
     assert_eq!(second.epoch(), store.epoch() + 1);

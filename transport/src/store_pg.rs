@@ -40,13 +40,13 @@
 //! runtime of the store's own, on the caller's thread (or a scoped thread when the caller
 //! is inside tokio), because the server calls the [`JournalSink`] synchronously.
 
-use crate::journal::{self, EncodedSnapshot, JournalError, Recovery, SegmentHeader, SnapshotPolicy};
+use crate::journal::{self, JournalError, Recovery, SegmentHeader, SnapshotPolicy};
 use crate::server::JournalSink;
 use crate::service::JournalEntry;
 use esim_engine::{Engine, Millis};
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::{Client, Config, IsolationLevel, NoTls};
@@ -674,7 +674,7 @@ impl Default for StoreOptions {
     }
 }
 
-/// The journal and snapshots of shard 0 in PostgreSQL, appended to by the owner task.
+/// The journal and snapshots of one shard in PostgreSQL, appended to by the owner task.
 pub struct PgStore {
     io: Io,
     config: Config,
@@ -688,10 +688,78 @@ pub struct PgStore {
     policy: SnapshotPolicy,
     entries_since_snapshot: u64,
     bytes_since_snapshot: u64,
-    newest_snapshot_unix_ms: Option<i64>,
+    /// When the newest snapshot was written (Unix ms; 0: none known), set by the
+    /// snapshot thread.
+    newest_snapshot_unix_ms: Arc<AtomicI64>,
+    /// The snapshot being made off the owner task (one at a time, decision 202).
+    snapshotting: Option<std::thread::JoinHandle<()>>,
     lease: Duration,
     state: Arc<LeaseState>,
     renewal: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A snapshot of a shard's first `covered` entries, made on a thread of its own.
+struct SnapshotJob {
+    config: Config,
+    shard: i32,
+    epoch: i64,
+    covered: u64,
+    header: SegmentHeader,
+    written_ms: Arc<AtomicI64>,
+}
+
+impl SnapshotJob {
+    /// Rebuilds, encodes and writes the snapshot; a failure is logged (nothing is
+    /// removed, and the next one is due after another policy's worth).
+    fn run(self) {
+        let (shard, covered) = (self.shard, self.covered);
+        let began = std::time::Instant::now();
+        match self.write() {
+            Ok(bytes) => {
+                self.written_ms.store(crate::server::real_now_ms(), Ordering::Relaxed);
+                tracing::info!(shard, covered, bytes, ms = began.elapsed().as_millis() as u64, "snapshot written");
+            }
+            Err(why) => tracing::warn!(shard, covered, %why, "the snapshot was not written"),
+        }
+    }
+
+    fn write(&self) -> Result<usize, String> {
+        let (shard, covered, epoch) = (self.shard, self.covered as i64, self.epoch);
+        let io = Io::new().map_err(|e| e.0)?;
+        io.run(async {
+            let mut connection = connect(&self.config).await.map_err(|e| format!("cannot connect: {e}"))?;
+            let client = &mut connection.client;
+            // The statement timeout of the store's sessions is for appends: a snapshot
+            // of a large state may take longer to read and write.
+            client.batch_execute("SET statement_timeout = 0").await.map_err(|e| e.to_string())?;
+            let recovery = load_shard(client, shard, None, Some(self.covered)).await.map_err(|e| e.0)?;
+            let engine = match recovery.engine {
+                Some(engine) if recovery.next_index == self.covered => engine,
+                _ => return Err(format!("the store holds {} of the {covered} entries", recovery.next_index)),
+            };
+            let snapshot = journal::encode_snapshot(&self.header, &engine, self.covered).map_err(|e| e.to_string())?;
+            drop(engine);
+            let transaction = client.transaction().await.map_err(|e| e.to_string())?;
+            let inserted = transaction
+                .execute(
+                    "INSERT INTO snapshot (shard, covered, state) SELECT $1, $2, $3 \
+                     WHERE EXISTS (SELECT 1 FROM shard_owner WHERE shard = $1 AND epoch = $4) ON CONFLICT DO NOTHING",
+                    &[&shard, &covered, &snapshot.bytes(), &epoch],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            // Older snapshots are dropped; the entries they cover are kept (decision 141).
+            transaction
+                .execute("DELETE FROM snapshot WHERE shard = $1 AND covered < $2", &[&shard, &covered])
+                .await
+                .map_err(|e| e.to_string())?;
+            transaction.commit().await.map_err(|e| e.to_string())?;
+            match inserted {
+                1 => Ok(snapshot.bytes().len()),
+                _ => Err("the shard has another owner (or the snapshot exists)".into()),
+            }
+        })
+    }
 }
 
 impl Drop for PgStore {
@@ -809,7 +877,7 @@ impl PgStore {
         store.io = io;
         store.connection = Some(connection);
         store.entries_since_snapshot = recovery.replayed;
-        store.newest_snapshot_unix_ms = newest;
+        store.newest_snapshot_unix_ms.store(newest.unwrap_or(0), Ordering::Relaxed);
         Ok(Opened::Owner(Box::new(store), Box::new(recovery)))
     }
 
@@ -838,16 +906,58 @@ impl PgStore {
             policy,
             entries_since_snapshot: 0,
             bytes_since_snapshot: 0,
-            newest_snapshot_unix_ms: None,
+            newest_snapshot_unix_ms: Arc::new(AtomicI64::new(0)),
+            snapshotting: None,
             lease,
             state,
             renewal,
         }
     }
 
+    /// Starts a snapshot when the policy says one is due and none is being made: a
+    /// thread of its own rebuilds the state of the first `next_index` entries (all
+    /// durable) from the store on its own connection, encodes it and writes it, fenced
+    /// by this epoch; the owner task never encodes the state (decision 202).
+    fn snapshot_if_due(&mut self) {
+        if !self.policy.due(self.entries_since_snapshot, self.bytes_since_snapshot) {
+            return;
+        }
+        if self.snapshotting.as_ref().is_some_and(|thread| !thread.is_finished()) {
+            return;
+        }
+        if let Some(done) = self.snapshotting.take() {
+            let _ = done.join();
+        }
+        let job = SnapshotJob {
+            config: self.config.clone(),
+            shard: self.shard,
+            epoch: self.epoch,
+            covered: self.next_index,
+            header: self.header.clone(),
+            written_ms: self.newest_snapshot_unix_ms.clone(),
+        };
+        let spawned =
+            std::thread::Builder::new().name(format!("esim-snapshot-{}", self.shard)).spawn(move || job.run());
+        match spawned {
+            Ok(thread) => {
+                self.entries_since_snapshot = 0;
+                self.bytes_since_snapshot = 0;
+                self.snapshotting = Some(thread);
+            }
+            Err(error) => tracing::warn!(%error, "cannot start the snapshot thread; trying at the next append"),
+        }
+    }
+
+    /// Waits for the snapshot being made, if any (tests, and a stop).
+    pub fn wait_snapshot(&mut self) {
+        if let Some(thread) = self.snapshotting.take() {
+            let _ = thread.join();
+        }
+    }
+
     pub(crate) fn set_snapshot_progress(&mut self, entries_since_snapshot: u64, newest_snapshot_unix_ms: Option<i64>) {
         self.entries_since_snapshot = entries_since_snapshot;
-        self.newest_snapshot_unix_ms = newest_snapshot_unix_ms;
+        self.newest_snapshot_unix_ms.store(newest_snapshot_unix_ms.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// The lease this process serves with.
@@ -1178,54 +1288,8 @@ impl JournalSink for PgStore {
         self.next_index += entries.len() as u64;
         self.entries_since_snapshot += entries.len() as u64;
         self.bytes_since_snapshot += bytes;
+        self.snapshot_if_due();
         Ok(())
-    }
-
-    fn snapshot(&self, engine: &Engine, pending_entries: u64) -> Option<io::Result<EncodedSnapshot>> {
-        let due = self.policy.due(self.entries_since_snapshot, self.bytes_since_snapshot);
-        due.then(|| journal::encode_snapshot(&self.header, engine, self.next_index + pending_entries))
-    }
-
-    fn write_snapshot(&mut self, snapshot: EncodedSnapshot) -> io::Result<()> {
-        if let Some(why) = self.state.lost() {
-            return Err(io::Error::other(why));
-        }
-        let covered = snapshot.covered_entries();
-        if covered != self.next_index {
-            return Err(io::Error::other(format!(
-                "a snapshot covering {covered} entries cannot follow a journal of {}",
-                self.next_index
-            )));
-        }
-        let (epoch, shard) = (self.epoch, self.shard);
-        self.connect_again()?;
-        let client = &mut self.connection.as_mut().expect("connected").client;
-        let written = self.io.run(async {
-            let transaction = client.transaction().await?;
-            let inserted = transaction
-                .execute(
-                    "INSERT INTO snapshot (shard, covered, state) SELECT $1, $2, $3 \
-                     WHERE EXISTS (SELECT 1 FROM shard_owner WHERE shard = $1 AND epoch = $4) ON CONFLICT DO NOTHING",
-                    &[&shard, &(covered as i64), &snapshot.bytes(), &epoch],
-                )
-                .await?;
-            // Older snapshots are dropped; the entries they cover are kept (decision 141).
-            transaction
-                .execute("DELETE FROM snapshot WHERE shard = $1 AND covered < $2", &[&shard, &(covered as i64)])
-                .await?;
-            transaction.commit().await?;
-            Ok::<_, tokio_postgres::Error>(inserted)
-        });
-        match written {
-            Ok(1) => {
-                self.entries_since_snapshot = 0;
-                self.bytes_since_snapshot = 0;
-                self.newest_snapshot_unix_ms = Some(crate::server::real_now_ms());
-                Ok(())
-            }
-            Ok(_) => Err(io::Error::other("the snapshot was not written: the shard has another owner")),
-            Err(error) => Err(io::Error::other(format!("the PostgreSQL store: {error}"))),
-        }
     }
 
     fn reload(&mut self) -> Result<Engine, String> {
@@ -1282,7 +1346,7 @@ impl JournalSink for PgStore {
     }
 
     fn newest_snapshot_unix_ms(&self) -> Option<i64> {
-        self.newest_snapshot_unix_ms
+        Some(self.newest_snapshot_unix_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
 }
 
