@@ -165,7 +165,10 @@ struct Checkpoint {
     bytes_per_esim: f64,
     rss_per_esim: f64,
     worst_p99: (String, f64),
+    /// The mix with each batch read ahead (`Service::warm`), as the owner task applies it.
     mix_per_second: f64,
+    /// The mix without reading ahead.
+    mix_cold_per_second: f64,
     /// The longest command or append while a snapshot was made.
     snapshot_stall_ms: f64,
     /// Encoding the whole state (what the owner task used to do).
@@ -195,6 +198,9 @@ struct Scale {
     since_drain: usize,
     /// Journal entries drained so far (the index a snapshot covers).
     journaled: u64,
+    /// Batches of the mix to measure ([`MIX_BATCHES`]; at the last checkpoint
+    /// `SCALE_MIX_BATCHES`, for profiling).
+    mix_batches: usize,
 }
 
 impl Scale {
@@ -216,6 +222,7 @@ impl Scale {
             rng: 0x9E37_79B9_7F4A_7C15,
             since_drain: 0,
             journaled: 0,
+            mix_batches: MIX_BATCHES,
         };
         for n in 0..accounts {
             let create = AdminOp::CreateAccount {
@@ -591,8 +598,11 @@ impl Scale {
     }
 
     /// The fund / usage / read mix over the funded wallets (admission and the
-    /// connection's key memo included, as in `benches/engine.rs`): commands per second, median of [`MIX_BATCHES`].
-    fn mix(&mut self) -> f64 {
+    /// connection's key memo included, as in `benches/engine.rs`), applied in groups of
+    /// [`GROUP`] as the owner task applies a batch: commands per second, median of
+    /// [`MIX_BATCHES`], with each group read ahead first (`Service::warm`, as the owner
+    /// task does) and without (alternate batches).
+    fn mix(&mut self) -> (f64, f64) {
         let template: Vec<(u32, Command)> = (0..MIX_BATCH)
             .map(|i| {
                 let sim = self.funded[(i / 3) % self.funded.len()];
@@ -604,41 +614,59 @@ impl Scale {
                 (self.owner(sim), command)
             })
             .collect();
-        let mut rates = Vec::new();
-        for _ in 0..MIX_BATCHES {
-            let commands = template.clone();
+        // Batches alternate between warmed and not (the same commands, interleaved so
+        // that the machine's other load falls on both alike).
+        let (mut warmed, mut cold) = (Vec::new(), Vec::new());
+        for round in 0..2 * self.mix_batches {
+            let warm = round % 2 == 1;
+            let mut commands = template.clone().into_iter().peekable();
             let mut failed = 0usize;
             let started = Instant::now();
-            for (index, (account, mut command)) in commands.into_iter().enumerate() {
-                self.now = self.now.plus_ms(MIX_STEP_MS);
-                if let Command::Reseller(request) = &mut command {
-                    let caller = &self.accounts[account as usize];
-                    let digest = caller.memo.digest_of(&caller.key);
-                    if self.admission.admit_key(&digest, self.now).is_err() {
-                        failed += 1;
-                        continue;
+            let mut batch: Vec<Command> = Vec::with_capacity(GROUP);
+            while commands.peek().is_some() {
+                // The connection tasks admit each request before the owner task takes
+                // the batch; the owner task reads the batch ahead (`Service::warm`), then
+                // applies it and drains the journal once (the group commit).
+                batch.clear();
+                for (account, mut command) in commands.by_ref().take(GROUP) {
+                    if let Command::Reseller(request) = &mut command {
+                        let caller = &self.accounts[account as usize];
+                        let digest = caller.memo.digest_of(&caller.key);
+                        if self.admission.admit_key(&digest, self.now).is_err() {
+                            failed += 1;
+                            continue;
+                        }
+                        request.key_digest = digest;
                     }
-                    request.key_digest = digest;
+                    batch.push(command);
                 }
-                let succeeded = match self.service.apply_command(self.now, command) {
-                    Ok(Reply::Funded(_)) | Ok(Reply::Esim(_)) => true,
-                    Ok(Reply::Usage(usage)) => !usage.data_stopped,
-                    _ => false,
-                };
-                failed += usize::from(!succeeded);
-                while self.service.poll_event().is_some() {}
-                while self.service.poll_effect().is_some() {}
-                if index % GROUP == GROUP - 1 {
-                    black_box(self.drain_journal());
+                if warm {
+                    self.service.warm(&batch);
                 }
+                for command in batch.drain(..) {
+                    self.now = self.now.plus_ms(MIX_STEP_MS);
+                    let succeeded = match self.service.apply_command(self.now, command) {
+                        Ok(Reply::Funded(_)) | Ok(Reply::Esim(_)) => true,
+                        Ok(Reply::Usage(usage)) => !usage.data_stopped,
+                        _ => false,
+                    };
+                    failed += usize::from(!succeeded);
+                    while self.service.poll_event().is_some() {}
+                    while self.service.poll_effect().is_some() {}
+                }
+                black_box(self.drain_journal());
             }
             black_box(self.drain_journal());
             let elapsed = started.elapsed();
             assert_eq!(failed, 0, "{failed} of {MIX_BATCH} commands of the mix failed");
-            rates.push(MIX_BATCH as f64 / elapsed.as_secs_f64());
+            let rate = MIX_BATCH as f64 / elapsed.as_secs_f64();
+            if warm { &mut warmed } else { &mut cold }.push(rate);
         }
-        rates.sort_by(f64::total_cmp);
-        rates[rates.len() / 2]
+        let median = |mut rates: Vec<f64>| {
+            rates.sort_by(f64::total_cmp);
+            rates.get(rates.len() / 2).copied().unwrap_or(0.0)
+        };
+        (median(warmed), median(cold))
     }
 
     /// The next sync-cycle boundary strictly after `at`.
@@ -868,6 +896,17 @@ fn percentile(sorted: &[u64], fraction: f64) -> f64 {
     sorted[at] as f64 / 1e3
 }
 
+/// Measures the mix and prints it, warmed (the figure kept) and not.
+fn report_mix(scale: &mut Scale, result: &mut Checkpoint) {
+    let (warmed, cold) = scale.mix();
+    result.mix_per_second = warmed;
+    result.mix_cold_per_second = cold;
+    println!(
+        "  mix (fund, usage, read; admission included): {warmed:.0} commands/s with each batch read ahead \
+         (Service::warm), {cold:.0} without"
+    );
+}
+
 fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Checkpoint {
     let esims = scale.engine().esims().len();
     let mut result = Checkpoint { esims, ..Checkpoint::default() };
@@ -878,6 +917,11 @@ fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Che
         scale.funded.len(),
         scale.members.len()
     );
+    if std::env::var_os("SCALE_MIX_ONLY").is_some() {
+        // Growth and the mix alone (for profiling the mix: `perf record -D` past growth).
+        report_mix(scale, &mut result);
+        return result;
+    }
     let (heap, rss) = scale.memory_per_esim(baseline);
     println!("  memory: {heap:.0} heap bytes per eSIM (counting allocator), RSS {rss:.0} bytes per eSIM");
     let parts: Vec<String> =
@@ -915,8 +959,7 @@ fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Che
         result.longest_page_us = result.longest_page_us.max(median);
     }
 
-    result.mix_per_second = scale.mix();
-    println!("  mix (fund, usage, read; admission included): {:.0} commands/s", result.mix_per_second);
+    report_mix(scale, &mut result);
 
     let (cycle, reported) = scale.sync_cycle();
     println!(
@@ -961,6 +1004,9 @@ fn main() {
     for &checkpoint in &checkpoints {
         let growing = Instant::now();
         scale.grow_to(checkpoint);
+        if checkpoint == max {
+            scale.mix_batches = env_usize("SCALE_MIX_BATCHES", MIX_BATCHES).max(1);
+        }
         println!("\n(grown to {checkpoint} eSIMs in {:.1} s)", growing.elapsed().as_secs_f64());
         results.push(measure(&mut scale, baseline, samples, tail));
     }
@@ -988,12 +1034,13 @@ fn main() {
     println!("  heap bytes per eSIM by part: {}", parts.join(", "));
 
     println!("\n## Summary");
-    println!("| eSIMs | heap B/eSIM | RSS B/eSIM | worst p99 (µs) | mix cmd/s | mix vs first | snapshot stall ms | encode ms | snapshot s | recovery s |");
-    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    println!("| eSIMs | heap B/eSIM | RSS B/eSIM | worst p99 (µs) | mix cmd/s | mix vs first | mix unwarmed (vs first) | snapshot stall ms | encode ms | snapshot s | recovery s |");
+    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let first_mix = results[0].mix_per_second;
+    let first_cold = results[0].mix_cold_per_second;
     for r in &results {
         println!(
-            "| {} | {:.0} | {:.0} | {} {:.1} | {:.0} | {:.2} | {:.1} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {} {:.1} | {:.0} | {:.2} | {:.0} ({:.2}) | {:.1} | {:.0} | {:.1} | {:.2} |",
             r.esims,
             r.bytes_per_esim,
             r.rss_per_esim,
@@ -1001,6 +1048,8 @@ fn main() {
             r.worst_p99.1,
             r.mix_per_second,
             r.mix_per_second / first_mix,
+            r.mix_cold_per_second,
+            r.mix_cold_per_second / first_cold,
             r.snapshot_stall_ms,
             r.encode_ms,
             r.snapshot_s,

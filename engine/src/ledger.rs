@@ -274,6 +274,34 @@ impl Ledger {
         }
     }
 
+    /// Reads what a fund, a usage or a read of the wallet reads in the ledger (its
+    /// slots' balances and owners), for [`crate::Engine::warm`]: the number only keeps
+    /// the loads from being left out.
+    pub(crate) fn warm_wallet(&self, slots: WalletSlots) -> u64 {
+        let at = |slot: Slot| self.balances.get(slot as usize).map_or(0, |b| b.mantissa() as u64);
+        let owner = self.info.get(slots.credit as usize).map_or(0, |info| u64::from(info.account.0));
+        at(slots.credit) ^ at(slots.unreported) ^ at(slots.reported) ^ owner
+    }
+
+    /// Reads what a fund reads and writes in the ledger for its account (its reseller
+    /// and dust slots, its flows and today's movements), for [`crate::Engine::warm`].
+    pub(crate) fn warm_account(&self, account: AccountIx, slots: AccountSlots) -> u64 {
+        let at = |slot: Slot| self.balances.get(slot as usize).map_or(0, |b| b.mantissa() as u64);
+        let owner = self.info.get(slots.reseller as usize).map_or(0, |info| u64::from(info.account.0));
+        let index = account.0 as usize;
+        let flows = self.flows.get(index).map_or(0, |flows| {
+            (flows[Reason::EsimFund as usize].mantissa() ^ flows[Reason::DataCharge as usize].mantissa()) as u64
+        });
+        let today = self.history.get(index).and_then(|days| days.last()).map_or(0, |today| {
+            (today.flows[Reason::EsimFund as usize].mantissa()
+                ^ today.flows[Reason::DataCharge as usize].mantissa()
+                ^ today.net[SlotKind::Reseller as usize].mantissa()
+                ^ today.net[SlotKind::SimCredit as usize].mantissa()
+                ^ today.net[SlotKind::SimReported as usize].mantissa()) as u64
+        });
+        at(slots.reseller) ^ at(slots.dust) ^ owner ^ flows ^ today
+    }
+
     /// A slot's balance now.
     pub fn balance(&self, slot: Slot) -> Decimal {
         self.balances[slot as usize]

@@ -128,6 +128,7 @@ pub mod state;
 pub mod time;
 mod timer;
 pub mod wallet;
+mod warm;
 pub mod webhook;
 
 pub use command::*;
@@ -140,6 +141,7 @@ pub use event::{Event, EventName};
 pub use reply::{draw_qr, render, Reply, Response};
 pub use secret::{KeyDigest, SealedSecret};
 pub use time::Millis;
+pub use warm::WARM_COMMANDS_MAX;
 
 /// Compiles the code it wraps only when the engine is built with its `test-switches`
 /// feature (the builds of `cargo test`), and to nothing otherwise: how a crate above the

@@ -882,6 +882,101 @@ pub enum WalletOwner {
     Group(GroupIx),
 }
 
+/// The API keys, by the first half of their digest ([`crate::secret::KeyDigest::id`]).
+/// Looked up on every reseller request: a hash table finds a key with one cache miss
+/// where the B-tree it replaced walked four or five nodes, each a miss at 10,000
+/// accounts (issue 15). Its order never shows: it is written (snapshots, the state
+/// digest) as the B-tree was, pairs in key order, and iterated only through
+/// [`KeyTable::sorted`].
+#[derive(Clone, Debug, Default)]
+pub struct KeyTable {
+    map: std::collections::HashMap<u128, KeyRecord, std::hash::BuildHasherDefault<KeyIdHasher>>,
+}
+
+/// Hashes a key id by its low 64 bits: the id is the first half of a SHA-256 digest of
+/// a key the service drew at random, uniform already (no client chooses one), so
+/// SipHash over it would only cost time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyIdHasher(u64);
+
+impl std::hash::Hasher for KeyIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u128` is used (the map's key is a u128); any other input is
+        // folded in, so the hasher stays a hasher.
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u128(&mut self, id: u128) {
+        self.0 ^= id as u64;
+    }
+}
+
+impl KeyTable {
+    /// The key of this id.
+    pub fn get(&self, id: &u128) -> Option<&KeyRecord> {
+        self.map.get(id)
+    }
+
+    /// The key of this id, to change it.
+    pub fn get_mut(&mut self, id: &u128) -> Option<&mut KeyRecord> {
+        self.map.get_mut(id)
+    }
+
+    /// Adds a key; the one it replaced, if any.
+    pub fn insert(&mut self, id: u128, record: KeyRecord) -> Option<KeyRecord> {
+        self.map.insert(id, record)
+    }
+
+    /// How many keys (revoked ones included).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Every key in the table's own order, for a caller that orders what it keeps by a
+    /// total order of its own (so the table's order reaches nothing); otherwise
+    /// [`KeyTable::sorted`].
+    pub fn unordered(&self) -> impl Iterator<Item = (&u128, &KeyRecord)> {
+        self.map.iter()
+    }
+
+    /// Every key, in id order (the B-tree's order).
+    pub fn sorted(&self) -> Vec<(&u128, &KeyRecord)> {
+        let mut pairs: Vec<_> = self.map.iter().collect();
+        pairs.sort_unstable_by_key(|(id, _)| **id);
+        pairs
+    }
+}
+
+impl Serialize for KeyTable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // As `map_as_pairs` wrote the B-tree: a sequence of (id, record) in id order.
+        serializer.collect_seq(self.sorted())
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let pairs = Vec::<(u128, KeyRecord)>::deserialize(deserializer)?;
+        let mut table = KeyTable::default();
+        table.map.reserve(pairs.len());
+        for (id, record) in pairs {
+            if table.map.insert(id, record).is_some() {
+                return Err(serde::de::Error::custom(format!("the key id {id} is written twice")));
+            }
+        }
+        Ok(table)
+    }
+}
+
 pub use crate::timer::Timer;
 
 /// Serializes a map whose keys are not strings as a list of `[key, value]` pairs, so

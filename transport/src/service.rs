@@ -219,6 +219,49 @@ impl Service {
         }
     }
 
+    /// Reads ahead what a batch of commands will read, before they are applied one by
+    /// one ([`Engine::warm`], issue 15): at a million eSIMs the records of a batch's
+    /// commands are out of the caches, and a first pass over the batch lets their cache
+    /// misses overlap. Changes nothing (answers, journal and state are those of the
+    /// commands alone); only the first [`esim_engine::WARM_COMMANDS_MAX`] are read ahead.
+    pub fn warm<'a>(&self, commands: impl IntoIterator<Item = &'a Command>) {
+        self.engine.warm(commands.into_iter().map(Command::warm_target));
+    }
+
+    /// [`Service::warm`] for a batch of requests as the owner task receives them (a
+    /// reseller request's key digest in its extensions, as for
+    /// [`Service::handle_admitted`]): the key and the ICCID of the path, without parsing
+    /// the body (what names an eSIM only in its body is not read ahead).
+    pub fn warm_requests<'a>(&self, requests: impl IntoIterator<Item = &'a http::Request<Bytes>>) {
+        use crate::routes::{Endpoint as E, Match};
+        let targets: Vec<(Option<KeyDigest>, Option<String>)> = requests
+            .into_iter()
+            .take(esim_engine::WARM_COMMANDS_MAX)
+            .map(|request| {
+                let digest = request.extensions().get::<KeyDigest>().copied();
+                let iccid = match crate::routes::find(request.method().as_str(), request.uri().path()) {
+                    Match::Found(
+                        E::GetEsim
+                        | E::EsimQrCode
+                        | E::EnableEsim
+                        | E::DisableEsim
+                        | E::TerminateEsim
+                        | E::ThrottleEsim
+                        | E::FundEsim
+                        | E::DefundEsim
+                        | E::Install
+                        | E::Usage,
+                        mut params,
+                    ) => params.drain(..).next(),
+                    Match::Found(E::RemoveGroupEsim, mut params) => params.drain(..).nth(1),
+                    _ => None,
+                };
+                (digest, iccid)
+            })
+            .collect();
+        self.engine.warm(targets.iter().map(|(digest, iccid)| (digest.as_ref(), iccid.as_deref())));
+    }
+
     /// Journal entries produced since the last drain (the driver makes them durable
     /// before it sends the responses of this call).
     pub fn drain_journal(&mut self) -> Vec<JournalEntry> {
