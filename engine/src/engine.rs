@@ -209,16 +209,10 @@ impl Engine {
     /// Fires every timer due at or before `now`, in deadline order, each at its own
     /// deadline. Calling it early or twice is a harmless no-op.
     pub fn handle_timeout(&mut self, now: Millis) {
-        // Timers read ahead and not fired yet (`warm_due_timers`).
-        let mut warmed = 0usize;
         while let Some((&(deadline, seq), _)) = self.timers.iter().next() {
             if deadline > now {
                 break;
             }
-            if warmed == 0 {
-                warmed = self.warm_due_timers(now);
-            }
-            warmed -= 1;
             let timer = self.timers.remove(&(deadline, seq)).expect("first timer exists");
             // A timer is never scheduled before the time of its input, and every timer
             // due by an input fires before the time moves past it.

@@ -289,16 +289,15 @@ impl Ledger {
         let at = |slot: Slot| self.balances.get(slot as usize).map_or(0, |b| b.mantissa() as u64);
         let owner = self.info.get(slots.reseller as usize).map_or(0, |info| u64::from(info.account.0));
         let index = account.0 as usize;
-        let flows = self.flows.get(index).map_or(0, |flows| {
-            (flows[Reason::EsimFund as usize].mantissa() ^ flows[Reason::DataCharge as usize].mantissa()) as u64
-        });
-        let today = self.history.get(index).and_then(|days| days.last()).map_or(0, |today| {
-            (today.flows[Reason::EsimFund as usize].mantissa()
-                ^ today.flows[Reason::DataCharge as usize].mantissa()
-                ^ today.net[SlotKind::Reseller as usize].mantissa()
-                ^ today.net[SlotKind::SimCredit as usize].mantissa()
-                ^ today.net[SlotKind::SimReported as usize].mantissa()) as u64
-        });
+        // Every cache line of the account's flows and of today's movements (a fund, a
+        // usage and a report each add to a few of them, spread over both).
+        let every = |amounts: &[Decimal]| amounts.iter().step_by(4).fold(0u64, |sum, a| sum ^ a.mantissa() as u64);
+        let flows = self.flows.get(index).map_or(0, |flows| every(flows));
+        let today = self
+            .history
+            .get(index)
+            .and_then(|days| days.last())
+            .map_or(0, |today| every(&today.flows) ^ every(&today.net) ^ today.day as u64);
         at(slots.reseller) ^ at(slots.dust) ^ owner ^ flows ^ today
     }
 

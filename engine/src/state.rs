@@ -1066,6 +1066,45 @@ mod tests {
         same(serde_json::to_string(&id).unwrap(), ID);
     }
 
+    #[test]
+    fn the_key_table_is_written_as_the_b_tree_it_replaced() {
+        let mut table = KeyTable::default();
+        let mut tree = std::collections::BTreeMap::new();
+        for n in 0..300u32 {
+            let digest = crate::secret::KeyDigest::of(&format!("rsk_{n}"));
+            let record = KeyRecord {
+                digest,
+                account: AccountIx(n % 7),
+                revoked: n % 5 == 0,
+                prefix: (n % 2 == 0).then(|| format!("rsk_{n}")),
+                created_at: (n % 3 == 0).then_some(Millis(i64::from(n))),
+            };
+            assert!(table.insert(digest.id(), record.clone()).is_none());
+            tree.insert(digest.id(), record);
+        }
+        let mut written_tree = Vec::new();
+        map_as_pairs::serialize(&tree, &mut serde_json::Serializer::new(&mut written_tree)).unwrap();
+        let written = serde_json::to_vec(&table).unwrap();
+        assert_eq!(String::from_utf8(written.clone()).unwrap(), String::from_utf8(written_tree).unwrap());
+        let back: KeyTable = serde_json::from_slice(&written).unwrap();
+        assert_eq!(back.len(), 300);
+        assert_eq!(serde_json::to_vec(&back).unwrap(), written, "read back and written again: the same bytes");
+        for (id, record) in &tree {
+            assert_eq!(
+                back.get(id).map(|r| (r.digest, r.account, r.revoked)),
+                Some((record.digest, record.account, record.revoked))
+            );
+        }
+        assert!(back.get(&7).is_none(), "an id nobody holds");
+        let sorted: Vec<u128> = back.sorted().into_iter().map(|(id, _)| *id).collect();
+        assert_eq!(sorted, tree.keys().copied().collect::<Vec<_>>());
+        // The same id written twice is a damaged state, not a key silently dropped.
+        let text = String::from_utf8(written).unwrap();
+        let first = &text[1..text.find("],[").unwrap() + 1];
+        let twice = format!("[{first},{first}]");
+        assert!(serde_json::from_str::<KeyTable>(&twice).is_err());
+    }
+
     fn esim(funding: Funding) -> Esim {
         let mut ledger = crate::ledger::Ledger::default();
         ledger.open_account(AccountIx(0));

@@ -96,31 +96,6 @@ impl Engine {
         std::hint::black_box(touched);
     }
 
-    /// Before firing the timers due by `now`: reads ahead what the next
-    /// [`WARM_COMMANDS_MAX`] of them will read (a report's wallet, as a command's).
-    /// After a sync boundary every wallet used in the minute before the reporting pause
-    /// reports at once, each far from the others in memory. Returns how many timers it
-    /// looked at (0 when none is due).
-    pub(crate) fn warm_due_timers(&self, now: crate::time::Millis) -> usize {
-        let mut sims = Few::<EsimIx, WARM_COMMANDS_MAX>::new(EsimIx(0));
-        let mut seen = 0;
-        for (&(deadline, _), timer) in self.timers.iter().take(WARM_COMMANDS_MAX) {
-            if deadline > now {
-                break;
-            }
-            seen += 1;
-            match timer {
-                crate::timer::Timer::Report(crate::state::WalletOwner::Sim(sim))
-                | crate::timer::Timer::SettleReturn(sim) => sims.push(*sim),
-                _ => {}
-            }
-        }
-        if sims.len > 1 {
-            std::hint::black_box(self.warm_records(sims.as_slice(), &[]));
-        }
-        seen
-    }
-
     /// Stages 2 and 3 of [`Engine::warm`]: the records, then what they point at.
     fn warm_records(&self, sims: &[EsimIx], accounts: &[AccountIx]) -> u64 {
         let mut touched = 0u64;
