@@ -556,3 +556,84 @@ impl Service {
         respond(&self.apply(now, Command::DeliveryOutcome { delivery_id, result, duration_ms }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use esim_engine::{EngineConfig, ResellerRequest};
+
+    /// A batch of requests read ahead (`warm_requests`) answers exactly as without: the
+    /// pass reads the key and the path's ICCID of each, whatever they are, and changes
+    /// nothing.
+    #[test]
+    fn requests_read_ahead_answer_as_without() {
+        let engine = Engine::new(EngineConfig { seed: 3, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
+        let mut service = Service::new(engine, "admin".into(), ClockMode::Virtual, Secrets::seeded(3));
+        let create = AdminOp::CreateAccount {
+            contact_email: "a@example.com".into(),
+            company_name: None,
+            api_key_digest: KeyDigest::default(),
+            api_key_prefix: String::new(),
+        };
+        let Ok(Reply::AccountCreated(created)) = service.apply_command(Millis::VIRTUAL_EPOCH, Command::Admin(create))
+        else {
+            panic!("account creation failed")
+        };
+        let digest = KeyDigest::of(&created.api_key);
+        let top_up = AdminOp::TopUp { account_id: created.account_id, amount_usd: rust_decimal::Decimal::from(100) };
+        service.apply_command(Millis::VIRTUAL_EPOCH, Command::Admin(top_up)).unwrap();
+        let provision = ResellerOp::Provision { end_user_reference: None, label: None, group_id: None };
+        let request = ResellerRequest { key_digest: digest, idempotency_key: None, op: provision };
+        let Ok(Reply::Provisioned(provisioned)) =
+            service.apply_command(Millis::VIRTUAL_EPOCH, Command::Reseller(request))
+        else {
+            panic!("provisioning failed")
+        };
+        let iccid = provisioned.iccid;
+        // Reseller paths without their base (added below), sandbox paths whole.
+        let request = |method: &str, path: String, body: &str, key: Option<KeyDigest>| {
+            let path = if path.starts_with("/sandbox") { path } else { format!("/api/v2/reseller{path}") };
+            let mut request = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("authorization", format!("Bearer {}", created.api_key))
+                .body(Bytes::from(body.to_string()))
+                .unwrap();
+            if let Some(key) = key {
+                request.extensions_mut().insert(key);
+            }
+            request
+        };
+        let batch = [
+            request("GET", format!("/esim/{iccid}"), "", Some(digest)),
+            request("POST", format!("/esim/{iccid}/fund"), r#"{"amount": 5}"#, Some(digest)),
+            request("GET", "/esim/8944100000000000000".into(), "", Some(digest)),
+            request("GET", "/esim/not-an-iccid".into(), "", Some(KeyDigest::of("rsk_nobody"))),
+            request("DELETE", format!("/groups/g/esims/{iccid}"), "", Some(digest)),
+            request("POST", format!("/sandbox/v1/esims/{iccid}/usage"), r#"{"mb": 1, "country": "DE"}"#, None),
+            request("GET", "/no/such/route".into(), "", None),
+            request("GET", "/wallet/balance".into(), "", Some(digest)),
+        ];
+        let answer = |service: &mut Service| -> Vec<(u16, Bytes)> {
+            batch
+                .iter()
+                .map(|request| {
+                    let key = request.extensions().get::<KeyDigest>().copied();
+                    match service.handle_admitted(Millis::VIRTUAL_EPOCH, request, key) {
+                        Outcome::Respond(response) => (response.status().as_u16(), response.body().clone()),
+                        Outcome::AwaitDelivery(_) => panic!("no webhook test here"),
+                    }
+                })
+                .collect()
+        };
+        let before = service.engine().clone();
+        let plain = answer(&mut service);
+        let plain_digest = service.engine().state_digest();
+        let mut warmed_service = Service::new(before, "admin".into(), ClockMode::Virtual, Secrets::seeded(3));
+        warmed_service.warm_requests(batch.iter());
+        let warmed = answer(&mut warmed_service);
+        assert_eq!(warmed, plain);
+        assert_eq!(warmed_service.engine().state_digest(), plain_digest);
+        assert!(plain.iter().any(|(status, _)| *status == 200) && plain.iter().any(|(status, _)| *status == 404));
+    }
+}
