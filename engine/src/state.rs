@@ -885,72 +885,64 @@ pub enum WalletOwner {
 /// The API keys, by the first half of their digest ([`crate::secret::KeyDigest::id`]).
 /// Looked up on every reseller request: a hash table finds a key with one cache miss
 /// where the B-tree it replaced walked four or five nodes, each a miss at 10,000
-/// accounts (issue 15). Its order never shows: it is written (snapshots, the state
-/// digest) as the B-tree was, pairs in key order, and iterated only through
-/// [`KeyTable::sorted`].
+/// accounts (issue 15, decision 195). Its order never shows: it is written (snapshots,
+/// the state digest) as the B-tree was, pairs in key order, and iterated only in id
+/// order ([`KeyTable::sorted`]) or into a list sorted by a total order of the caller's.
+/// A `hashbrown` table given the hash of each key: the id is the first half of a SHA-256
+/// digest of a key the service drew at random (no client chooses one), so its low 64
+/// bits are a hash already; no hasher with a random seed is involved.
 #[derive(Clone, Debug, Default)]
 pub struct KeyTable {
-    map: std::collections::HashMap<u128, KeyRecord, std::hash::BuildHasherDefault<KeyIdHasher>>,
+    table: hashbrown::HashTable<(u128, KeyRecord)>,
 }
 
-/// Hashes a key id by its low 64 bits: the id is the first half of a SHA-256 digest of
-/// a key the service drew at random, uniform already (no client chooses one), so
-/// SipHash over it would only cost time.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct KeyIdHasher(u64);
-
-impl std::hash::Hasher for KeyIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u128` is used (the map's key is a u128); any other input is
-        // folded in, so the hasher stays a hasher.
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u128(&mut self, id: u128) {
-        self.0 ^= id as u64;
-    }
+/// The hash of a key id: its low 64 bits (see [`KeyTable`]).
+fn key_hash(id: u128) -> u64 {
+    id as u64
 }
 
 impl KeyTable {
     /// The key of this id.
     pub fn get(&self, id: &u128) -> Option<&KeyRecord> {
-        self.map.get(id)
+        self.table.find(key_hash(*id), |(key, _)| key == id).map(|(_, record)| record)
     }
 
     /// The key of this id, to change it.
     pub fn get_mut(&mut self, id: &u128) -> Option<&mut KeyRecord> {
-        self.map.get_mut(id)
+        self.table.find_mut(key_hash(*id), |(key, _)| key == id).map(|(_, record)| record)
     }
 
     /// Adds a key; the one it replaced, if any.
     pub fn insert(&mut self, id: u128, record: KeyRecord) -> Option<KeyRecord> {
-        self.map.insert(id, record)
+        match self.table.entry(key_hash(id), |(key, _)| *key == id, |(key, _)| key_hash(*key)) {
+            hashbrown::hash_table::Entry::Occupied(mut held) => Some(std::mem::replace(&mut held.get_mut().1, record)),
+            hashbrown::hash_table::Entry::Vacant(free) => {
+                free.insert((id, record));
+                None
+            }
+        }
     }
 
     /// How many keys (revoked ones included).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.table.len()
     }
 
     /// Whether there is none.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.table.is_empty()
     }
 
     /// Every key in the table's own order, for a caller that orders what it keeps by a
     /// total order of its own (so the table's order reaches nothing); otherwise
     /// [`KeyTable::sorted`].
     pub fn unordered(&self) -> impl Iterator<Item = (&u128, &KeyRecord)> {
-        self.map.iter()
+        self.table.iter().map(|(id, record)| (id, record))
     }
 
     /// Every key, in id order (the B-tree's order).
     pub fn sorted(&self) -> Vec<(&u128, &KeyRecord)> {
-        let mut pairs: Vec<_> = self.map.iter().collect();
+        let mut pairs: Vec<_> = self.unordered().collect();
         pairs.sort_unstable_by_key(|(id, _)| **id);
         pairs
     }
@@ -967,9 +959,9 @@ impl<'de> Deserialize<'de> for KeyTable {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let pairs = Vec::<(u128, KeyRecord)>::deserialize(deserializer)?;
         let mut table = KeyTable::default();
-        table.map.reserve(pairs.len());
+        table.table.reserve(pairs.len(), |(key, _)| key_hash(*key));
         for (id, record) in pairs {
-            if table.map.insert(id, record).is_some() {
+            if table.insert(id, record).is_some() {
                 return Err(serde::de::Error::custom(format!("the key id {id} is written twice")));
             }
         }
