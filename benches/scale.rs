@@ -165,6 +165,7 @@ struct Checkpoint {
     bytes_per_esim: f64,
     rss_per_esim: f64,
     worst_p99: (String, f64),
+    /// The mix, in batches as the owner task applies them.
     mix_per_second: f64,
     /// The longest command or append while a snapshot was made.
     snapshot_stall_ms: f64,
@@ -195,6 +196,9 @@ struct Scale {
     since_drain: usize,
     /// Journal entries drained so far (the index a snapshot covers).
     journaled: u64,
+    /// Batches of the mix to measure ([`MIX_BATCHES`]; at the last checkpoint
+    /// `SCALE_MIX_BATCHES`, for profiling).
+    mix_batches: usize,
 }
 
 impl Scale {
@@ -216,6 +220,7 @@ impl Scale {
             rng: 0x9E37_79B9_7F4A_7C15,
             since_drain: 0,
             journaled: 0,
+            mix_batches: MIX_BATCHES,
         };
         for n in 0..accounts {
             let create = AdminOp::CreateAccount {
@@ -591,7 +596,9 @@ impl Scale {
     }
 
     /// The fund / usage / read mix over the funded wallets (admission and the
-    /// connection's key memo included, as in `benches/engine.rs`): commands per second, median of [`MIX_BATCHES`].
+    /// connection's key memo included, as in `benches/engine.rs`), applied in groups of
+    /// [`GROUP`] as the owner task applies a batch: commands per second, median of
+    /// [`MIX_BATCHES`].
     fn mix(&mut self) -> f64 {
         let template: Vec<(u32, Command)> = (0..MIX_BATCH)
             .map(|i| {
@@ -605,40 +612,49 @@ impl Scale {
             })
             .collect();
         let mut rates = Vec::new();
-        for _ in 0..MIX_BATCHES {
-            let commands = template.clone();
+        for _ in 0..self.mix_batches {
+            let mut commands = template.clone().into_iter().peekable();
             let mut failed = 0usize;
             let started = Instant::now();
-            for (index, (account, mut command)) in commands.into_iter().enumerate() {
-                self.now = self.now.plus_ms(MIX_STEP_MS);
-                if let Command::Reseller(request) = &mut command {
-                    let caller = &self.accounts[account as usize];
-                    let digest = caller.memo.digest_of(&caller.key);
-                    if self.admission.admit_key(&digest, self.now).is_err() {
-                        failed += 1;
-                        continue;
+            let mut batch: Vec<Command> = Vec::with_capacity(GROUP);
+            while commands.peek().is_some() {
+                // The connection tasks admit each request before the owner task takes
+                // the batch; the owner task applies it and drains the journal once (the
+                // group commit).
+                batch.clear();
+                for (account, mut command) in commands.by_ref().take(GROUP) {
+                    if let Command::Reseller(request) = &mut command {
+                        let caller = &self.accounts[account as usize];
+                        let digest = caller.memo.digest_of(&caller.key);
+                        if self.admission.admit_key(&digest, self.now).is_err() {
+                            failed += 1;
+                            continue;
+                        }
+                        request.key_digest = digest;
                     }
-                    request.key_digest = digest;
+                    batch.push(command);
                 }
-                let succeeded = match self.service.apply_command(self.now, command) {
-                    Ok(Reply::Funded(_)) | Ok(Reply::Esim(_)) => true,
-                    Ok(Reply::Usage(usage)) => !usage.data_stopped,
-                    _ => false,
-                };
-                failed += usize::from(!succeeded);
-                while self.service.poll_event().is_some() {}
-                while self.service.poll_effect().is_some() {}
-                if index % GROUP == GROUP - 1 {
-                    black_box(self.drain_journal());
+                for command in batch.drain(..) {
+                    self.now = self.now.plus_ms(MIX_STEP_MS);
+                    let succeeded = match self.service.apply_command(self.now, command) {
+                        Ok(Reply::Funded(_)) | Ok(Reply::Esim(_)) => true,
+                        Ok(Reply::Usage(usage)) => !usage.data_stopped,
+                        _ => false,
+                    };
+                    failed += usize::from(!succeeded);
+                    while self.service.poll_event().is_some() {}
+                    while self.service.poll_effect().is_some() {}
                 }
+                black_box(self.drain_journal());
             }
             black_box(self.drain_journal());
             let elapsed = started.elapsed();
             assert_eq!(failed, 0, "{failed} of {MIX_BATCH} commands of the mix failed");
-            rates.push(MIX_BATCH as f64 / elapsed.as_secs_f64());
+            let rate = MIX_BATCH as f64 / elapsed.as_secs_f64();
+            rates.push(rate);
         }
         rates.sort_by(f64::total_cmp);
-        rates[rates.len() / 2]
+        rates.get(rates.len() / 2).copied().unwrap_or(0.0)
     }
 
     /// The next sync-cycle boundary strictly after `at`.
@@ -868,6 +884,12 @@ fn percentile(sorted: &[u64], fraction: f64) -> f64 {
     sorted[at] as f64 / 1e3
 }
 
+/// Measures the mix and prints it.
+fn report_mix(scale: &mut Scale, result: &mut Checkpoint) {
+    result.mix_per_second = scale.mix();
+    println!("  mix (fund, usage, read; admission included): {:.0} commands/s", result.mix_per_second);
+}
+
 fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Checkpoint {
     let esims = scale.engine().esims().len();
     let mut result = Checkpoint { esims, ..Checkpoint::default() };
@@ -878,6 +900,11 @@ fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Che
         scale.funded.len(),
         scale.members.len()
     );
+    if std::env::var_os("SCALE_MIX_ONLY").is_some() {
+        // Growth and the mix alone (for profiling the mix: `perf record -D` past growth).
+        report_mix(scale, &mut result);
+        return result;
+    }
     let (heap, rss) = scale.memory_per_esim(baseline);
     println!("  memory: {heap:.0} heap bytes per eSIM (counting allocator), RSS {rss:.0} bytes per eSIM");
     let parts: Vec<String> =
@@ -915,8 +942,7 @@ fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Che
         result.longest_page_us = result.longest_page_us.max(median);
     }
 
-    result.mix_per_second = scale.mix();
-    println!("  mix (fund, usage, read; admission included): {:.0} commands/s", result.mix_per_second);
+    report_mix(scale, &mut result);
 
     let (cycle, reported) = scale.sync_cycle();
     println!(
@@ -961,6 +987,9 @@ fn main() {
     for &checkpoint in &checkpoints {
         let growing = Instant::now();
         scale.grow_to(checkpoint);
+        if checkpoint == max {
+            scale.mix_batches = env_usize("SCALE_MIX_BATCHES", MIX_BATCHES).max(1);
+        }
         println!("\n(grown to {checkpoint} eSIMs in {:.1} s)", growing.elapsed().as_secs_f64());
         results.push(measure(&mut scale, baseline, samples, tail));
     }

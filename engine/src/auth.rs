@@ -34,7 +34,7 @@ impl Engine {
     /// of earlier builds exact.
     fn active_keys(&self, account: AccountIx) -> Vec<(&u128, &KeyRecord)> {
         let mut keys: Vec<_> =
-            self.keys.iter().filter(|(_, record)| record.account == account && !record.revoked).collect();
+            self.keys.unordered().filter(|(_, record)| record.account == account && !record.revoked).collect();
         keys.sort_by_key(|(id, record)| (record.created_at, **id));
         keys
     }

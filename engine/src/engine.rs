@@ -32,8 +32,7 @@ pub struct Engine {
     pub(crate) ledger: Ledger,
     pub(crate) accounts: Vec<Account>,
     pub(crate) account_index: BTreeMap<String, AccountIx>,
-    #[serde(with = "crate::state::map_as_pairs")]
-    pub(crate) keys: BTreeMap<u128, KeyRecord>,
+    pub(crate) keys: KeyTable,
     pub(crate) esims: Vec<Esim>,
     /// Per account, how many of its eSIMs have each status (indexed by
     /// [`EsimStatus::index`]), so the account record's active count and a filtered list's
@@ -87,7 +86,7 @@ impl Engine {
             ledger: Ledger::default(),
             accounts: Vec::new(),
             account_index: BTreeMap::new(),
-            keys: BTreeMap::new(),
+            keys: KeyTable::default(),
             esims: Vec::new(),
             status_counts: Vec::new(),
             iccid_index: crate::ids::IccidIndex::default(),
@@ -200,7 +199,11 @@ impl Engine {
 
     /// Every valid key's digest with its account (the transport's key directory).
     pub fn valid_keys(&self) -> impl Iterator<Item = (KeyDigest, u32)> + '_ {
-        self.keys.values().filter(|record| !record.revoked).map(|record| (record.digest, record.account.0))
+        self.keys
+            .sorted()
+            .into_iter()
+            .filter(|(_, record)| !record.revoked)
+            .map(|(_, record)| (record.digest, record.account.0))
     }
 
     /// Fires every timer due at or before `now`, in deadline order, each at its own

@@ -882,6 +882,93 @@ pub enum WalletOwner {
     Group(GroupIx),
 }
 
+/// The API keys, by the first half of their digest ([`crate::secret::KeyDigest::id`]).
+/// Looked up on every reseller request: a hash table finds a key with one cache miss
+/// where the B-tree it replaced walked four or five nodes, each a miss at 10,000
+/// accounts (issue 15, decision 195). Its order never shows: it is written (snapshots,
+/// the state digest) as the B-tree was, pairs in key order, and iterated only in id
+/// order ([`KeyTable::sorted`]) or into a list sorted by a total order of the caller's.
+/// A `hashbrown` table given the hash of each key: the id is the first half of a SHA-256
+/// digest of a key the service drew at random (no client chooses one), so its low 64
+/// bits are a hash already; no hasher with a random seed is involved.
+#[derive(Clone, Debug, Default)]
+pub struct KeyTable {
+    table: hashbrown::HashTable<(u128, KeyRecord)>,
+}
+
+/// The hash of a key id: its low 64 bits (see [`KeyTable`]).
+fn key_hash(id: u128) -> u64 {
+    id as u64
+}
+
+impl KeyTable {
+    /// The key of this id.
+    pub fn get(&self, id: &u128) -> Option<&KeyRecord> {
+        self.table.find(key_hash(*id), |(key, _)| key == id).map(|(_, record)| record)
+    }
+
+    /// The key of this id, to change it.
+    pub fn get_mut(&mut self, id: &u128) -> Option<&mut KeyRecord> {
+        self.table.find_mut(key_hash(*id), |(key, _)| key == id).map(|(_, record)| record)
+    }
+
+    /// Adds a key; the one it replaced, if any.
+    pub fn insert(&mut self, id: u128, record: KeyRecord) -> Option<KeyRecord> {
+        match self.table.entry(key_hash(id), |(key, _)| *key == id, |(key, _)| key_hash(*key)) {
+            hashbrown::hash_table::Entry::Occupied(mut held) => Some(std::mem::replace(&mut held.get_mut().1, record)),
+            hashbrown::hash_table::Entry::Vacant(free) => {
+                free.insert((id, record));
+                None
+            }
+        }
+    }
+
+    /// How many keys (revoked ones included).
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Every key in the table's own order, for a caller that orders what it keeps by a
+    /// total order of its own (so the table's order reaches nothing); otherwise
+    /// [`KeyTable::sorted`].
+    pub fn unordered(&self) -> impl Iterator<Item = (&u128, &KeyRecord)> {
+        self.table.iter().map(|(id, record)| (id, record))
+    }
+
+    /// Every key, in id order (the B-tree's order).
+    pub fn sorted(&self) -> Vec<(&u128, &KeyRecord)> {
+        let mut pairs: Vec<_> = self.unordered().collect();
+        pairs.sort_unstable_by_key(|(id, _)| **id);
+        pairs
+    }
+}
+
+impl Serialize for KeyTable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // As `map_as_pairs` wrote the B-tree: a sequence of (id, record) in id order.
+        serializer.collect_seq(self.sorted())
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let pairs = Vec::<(u128, KeyRecord)>::deserialize(deserializer)?;
+        let mut table = KeyTable::default();
+        table.table.reserve(pairs.len(), |(key, _)| key_hash(*key));
+        for (id, record) in pairs {
+            if table.insert(id, record).is_some() {
+                return Err(serde::de::Error::custom(format!("the key id {id} is written twice")));
+            }
+        }
+        Ok(table)
+    }
+}
+
 pub use crate::timer::Timer;
 
 /// Serializes a map whose keys are not strings as a list of `[key, value]` pairs, so
@@ -969,6 +1056,45 @@ mod tests {
         }
         let id = uuid::Uuid::parse_str(ID).unwrap();
         same(serde_json::to_string(&id).unwrap(), ID);
+    }
+
+    #[test]
+    fn the_key_table_is_written_as_the_b_tree_it_replaced() {
+        let mut table = KeyTable::default();
+        let mut tree = std::collections::BTreeMap::new();
+        for n in 0..300u32 {
+            let digest = crate::secret::KeyDigest::of(&format!("rsk_{n}"));
+            let record = KeyRecord {
+                digest,
+                account: AccountIx(n % 7),
+                revoked: n % 5 == 0,
+                prefix: (n % 2 == 0).then(|| format!("rsk_{n}")),
+                created_at: (n % 3 == 0).then_some(Millis(i64::from(n))),
+            };
+            assert!(table.insert(digest.id(), record.clone()).is_none());
+            tree.insert(digest.id(), record);
+        }
+        let mut written_tree = Vec::new();
+        map_as_pairs::serialize(&tree, &mut serde_json::Serializer::new(&mut written_tree)).unwrap();
+        let written = serde_json::to_vec(&table).unwrap();
+        assert_eq!(String::from_utf8(written.clone()).unwrap(), String::from_utf8(written_tree).unwrap());
+        let back: KeyTable = serde_json::from_slice(&written).unwrap();
+        assert_eq!(back.len(), 300);
+        assert_eq!(serde_json::to_vec(&back).unwrap(), written, "read back and written again: the same bytes");
+        for (id, record) in &tree {
+            assert_eq!(
+                back.get(id).map(|r| (r.digest, r.account, r.revoked)),
+                Some((record.digest, record.account, record.revoked))
+            );
+        }
+        assert!(back.get(&7).is_none(), "an id nobody holds");
+        let sorted: Vec<u128> = back.sorted().into_iter().map(|(id, _)| *id).collect();
+        assert_eq!(sorted, tree.keys().copied().collect::<Vec<_>>());
+        // The same id written twice is a damaged state, not a key silently dropped.
+        let text = String::from_utf8(written).unwrap();
+        let first = &text[1..text.find("],[").unwrap() + 1];
+        let twice = format!("[{first},{first}]");
+        assert!(serde_json::from_str::<KeyTable>(&twice).is_err());
     }
 
     fn esim(funding: Funding) -> Esim {
