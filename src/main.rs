@@ -453,6 +453,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             let shards = store_pg::prepare_shards(url, args.shards, fresh.config.initial_inventory)
                 .map_err(|e| e.to_string())?;
             let only_shard_0 = args.own_shards.as_ref().is_none_or(|own| own.iter().all(|&k| k == 0));
+            if shards == 1 && args.standby_shards.is_some() {
+                return Err("--standby-shards follows shards of a sharded store; a store of one shard gets its \
+                            hot standby from a second `esim serve --store` with the same URL (no flag)"
+                    .into());
+            }
             if shards > 1 || !only_shard_0 || args.standby_shards.is_some() {
                 let sharded = Sharded { shards, new: false, clock, fresh, speed };
                 return serve_store_shards(args, sharded, runtime, shutdown);

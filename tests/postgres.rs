@@ -278,6 +278,21 @@ async fn a_second_owner_fences_the_first() {
     assert!(!failed.status.success());
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(stderr.contains("the PostgreSQL store: cannot connect"), "{stderr}");
+    // `--standby-shards` on a store of one shard is refused, saying what to run instead.
+    let refused = esim_cli(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir_b.to_str().unwrap(),
+        "--store",
+        &url,
+        "--standby-shards",
+        "0",
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("a store of one shard gets its hot standby"), "{stderr}");
     remove_data_dir(&dir_a);
     remove_data_dir(&dir_b);
 }
