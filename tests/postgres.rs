@@ -279,18 +279,19 @@ async fn a_second_owner_fences_the_first() {
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(stderr.contains("the PostgreSQL store: cannot connect"), "{stderr}");
     // `--standby-shards` on a store of one shard is refused, saying what to run instead.
-    let refused = esim_cli(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        dir_b.to_str().unwrap(),
-        "--store",
-        &url,
-        "--standby-shards",
-        "0",
-    ]);
-    assert!(!refused.status.success());
+    // (Spawned and waited for at most 10 s, so that a start that serves fails the test
+    // instead of hanging it.)
+    let mut standby = std::process::Command::new(env!("CARGO_BIN_EXE_esim"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", dir_b.to_str().unwrap(), "--store", &url])
+        .args(["--standby-shards", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = process::wait_timeout(&mut standby, Duration::from_secs(10));
+    let _ = standby.kill();
+    let refused = standby.wait_with_output().unwrap();
+    assert!(ended.is_some_and(|status| !status.success()), "refused at start: {ended:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("a store of one shard gets its hot standby"), "{stderr}");
     remove_data_dir(&dir_a);

@@ -310,7 +310,7 @@ pub async fn follow(
         owner = %holder.owner, epoch = holder.epoch, head = holder.head, lease_left_s = holder.lease_left_s,
         "another process holds shard 0 with a live lease: this process is a standby (API requests answered 503)"
     );
-    let taken = follow_until_taken(url, SHARD, None, policy, options, shutdown, status).await;
+    let taken = follow_until_taken(url, SHARD, None, policy, options, shutdown, Some(&status)).await;
     let _ = stop_answering.send(());
     let listener = answering.await.map_err(|e| JournalError(format!("the standby's listener task failed: {e}")))?;
     Ok(taken?.map(|(store, recovery)| Takeover { listener, store, recovery }))
@@ -327,8 +327,7 @@ pub async fn follow_shard(
     options: StoreOptions,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Result<Option<(PgStore, Recovery)>, JournalError> {
-    let status = Arc::new(Mutex::new(String::new()));
-    follow_until_taken(url, shard as i32, Some(address), policy, options, shutdown, status).await
+    follow_until_taken(url, shard as i32, Some(address), policy, options, shutdown, None).await
 }
 
 /// A standby's status line (its `/readyz` message).
@@ -345,7 +344,8 @@ fn describe(shard: i32, owner: &ShardOwner, applied: u64) -> String {
 
 /// The follower of shard `shard`: keeps its engine current and, once the owner's lease
 /// has run out, takes the shard (with `address` as its owner address, when given) and
-/// catches up to the head. `None` on `shutdown`. `status` gets the follower's progress.
+/// catches up to the head. `None` on `shutdown`. `status`, when given, gets the
+/// follower's progress (the unsharded standby's `/readyz` message).
 async fn follow_until_taken(
     url: &str,
     shard: i32,
@@ -353,7 +353,7 @@ async fn follow_until_taken(
     policy: SnapshotPolicy,
     options: StoreOptions,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
-    status: Arc<Mutex<String>>,
+    status: Option<&Mutex<String>>,
 ) -> Result<Option<(PgStore, Recovery)>, JournalError> {
     let lease = options.lease;
     let config = store_pg::parse_url_with_lease(url, lease.as_millis() as u64)?;
@@ -396,7 +396,9 @@ async fn follow_until_taken(
                 continue;
             }
         };
-        *status.lock().unwrap_or_else(|p| p.into_inner()) = describe(shard, &owner, follower.next_index);
+        if let Some(status) = status {
+            *status.lock().unwrap_or_else(|p| p.into_inner()) = describe(shard, &owner, follower.next_index);
+        }
         if owner.lease_left_s > 0.0 {
             expired_seen = None;
             continue;

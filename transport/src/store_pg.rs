@@ -948,7 +948,7 @@ impl PgStore {
         }
     }
 
-    /// Waits for the snapshot being made, if any (tests, and a stop).
+    /// Waits for the snapshot being made, if any (tests: a stop does not wait, decision 202).
     pub fn wait_snapshot(&mut self) {
         if let Some(thread) = self.snapshotting.take() {
             let _ = thread.join();
