@@ -220,12 +220,9 @@ impl Serialize for EventLog {
 impl<'de> Deserialize<'de> for EventLog {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let form = EventLogRead::deserialize(deserializer)?;
-        let mut log = EventLog { first_seq: form.first_seq, ..EventLog::default() };
         let legacy = form.kept.into_iter().flatten().map(LegacyKept::into_kept);
-        for event in form.events.into_iter().flatten().map(Ok).chain(legacy) {
-            log.index_and_keep(event.map_err(serde::de::Error::custom)?).map_err(serde::de::Error::custom)?;
-        }
-        Ok(log)
+        EventLog::rebuilt(form.first_seq, form.events.into_iter().flatten().map(Ok).chain(legacy))
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -348,6 +345,44 @@ impl EventLog {
             assert!(last.created_at <= event.created_at, "events are kept in time order");
         }
         self.index_and_keep(event).expect("event ids are unique");
+    }
+
+    /// The log of `events` (oldest first, the first at `first_seq`), as read back from a
+    /// snapshot: the indexes [`EventLog::index_and_keep`] builds event by event, with
+    /// `by_id` built from its keys sorted (a snapshot at 1 M eSIMs holds millions of
+    /// events, and inserting each at a random place of the B-tree was a tenth of its
+    /// read). The same indexes and the same refusal of an id kept twice.
+    fn rebuilt(first_seq: u64, events: impl Iterator<Item = Result<KeptEvent, String>>) -> Result<EventLog, String> {
+        let mut log = EventLog { first_seq, ..EventLog::default() };
+        let mut keys: Vec<(u64, Slot)> = Vec::new();
+        for event in events {
+            let event = event?;
+            if log.kept.len() >= Slot::MAX as usize {
+                return Err("more events than the log's slots".into());
+            }
+            let slot = (first_seq + log.kept.len() as u64) as Slot;
+            keys.push((event.id.key(), slot));
+            log.by_account.entry(event.account).or_default().push_back(slot);
+            log.kept.push_back(event);
+        }
+        // Stable: events sharing a key stay in seq order, and the oldest takes `by_id`.
+        keys.sort_by_key(|&(key, _)| key);
+        let id_at = |slot: Slot| log.kept[slot.wrapping_sub(first_seq as Slot) as usize].id;
+        let mut by_id = Vec::with_capacity(keys.len());
+        let mut by_id_shared = BTreeMap::new();
+        for group in keys.chunk_by(|a, b| a.0 == b.0) {
+            let (key, first) = group[0];
+            by_id.push((key, first));
+            for &(_, slot) in &group[1..] {
+                let id = id_at(slot);
+                if id == id_at(first) || by_id_shared.insert(id, slot).is_some() {
+                    return Err(format!("event id {} is kept twice", id.text()));
+                }
+            }
+        }
+        log.by_id = by_id.into_iter().collect();
+        log.by_id_shared = by_id_shared;
+        Ok(log)
     }
 
     /// Indexes `event` as the next seq and keeps it; refuses an id that is kept already.
@@ -624,5 +659,39 @@ mod tests {
             (log.first_seq, log.len(), &log.by_id, &log.by_account)
         );
         assert_eq!(back.kept, log.kept);
+    }
+
+    /// Read back in bulk, a log has exactly the indexes it had when its events were kept
+    /// one by one: ids sharing keys (the oldest in `by_id`), slots across a wrap of
+    /// 2^32; an id kept twice is refused either way.
+    #[test]
+    fn a_log_read_back_has_the_indexes_it_was_built_with() {
+        let mut log = EventLog { first_seq: u64::from(u32::MAX) - 40, ..EventLog::default() };
+        let mut events = Vec::new();
+        for n in 0..100u64 {
+            // Keys 0..30 repeat: up to four events share one.
+            let event = event(id_of(n % 30, (n / 30) as u32), (n % 7) as u32, n as i64);
+            events.push(event.clone());
+            log.index_and_keep(event).unwrap();
+        }
+        assert!(log.by_id_shared.len() >= 60);
+        let back: EventLog = serde_json::from_str(&serde_json::to_string(&log).unwrap()).unwrap();
+        assert_eq!(
+            (back.first_seq, &back.by_id, &back.by_id_shared, &back.by_account),
+            (log.first_seq, &log.by_id, &log.by_id_shared, &log.by_account)
+        );
+        assert_eq!(back.kept, log.kept);
+        for event in &events {
+            assert_eq!(back.find(&event.id), log.find(&event.id));
+        }
+        for twice in [
+            vec![events[3].clone(), events[3].clone()],
+            vec![events[40].clone(), events[10].clone(), events[40].clone()],
+        ] {
+            let built = EventLog::rebuilt(0, twice.clone().into_iter().map(Ok));
+            assert!(built.is_err_and(|why| why.contains("kept twice")));
+            let mut one_by_one = EventLog::default();
+            assert!(twice.into_iter().map(|e| one_by_one.index_and_keep(e)).any(|kept| kept.is_err()));
+        }
     }
 }

@@ -360,15 +360,6 @@ impl Ledger {
         self.info.iter().zip(&self.balances).enumerate().map(|(i, (info, balance))| (i as Slot, *info, *balance))
     }
 
-    /// Sum of an account's balances by kind (for the conservation report).
-    pub fn totals_by_kind(&self, account: AccountIx) -> Vec<(SlotKind, Decimal)> {
-        let mut totals: std::collections::BTreeMap<SlotKind, Decimal> = Default::default();
-        for (_, info, balance) in self.slots().filter(|(_, info, _)| info.account == account) {
-            *totals.entry(info.kind).or_default() += balance;
-        }
-        totals.into_iter().collect()
-    }
-
     /// Test and checker hook: overwrite a balance to prove the checkers fire.
     #[cfg(feature = "test-switches")]
     pub fn corrupt_for_test(&mut self, slot: Slot, balance: Decimal) {

@@ -159,7 +159,11 @@ impl Engine {
             Some(id) => vec![*self.account_index.get(id)?],
             None => (0..self.accounts.len() as u32).map(AccountIx).collect(),
         };
-        let accounts: Vec<AccountLines> = indexes.into_iter().map(|a| self.account_lines(a)).collect();
+        // One pass over the ledger's slots for every account (a pass per account made a
+        // report of 10,000 accounts at 1 M eSIMs take 20 s).
+        let balances = self.ledger.balances_by_kind();
+        let accounts: Vec<AccountLines> =
+            indexes.into_iter().map(|a| self.account_lines(a, &balances[a.0 as usize])).collect();
         let mut total = AccountLines { account_id: "TOTAL".into(), ..Default::default() };
         for lines in &accounts {
             total.add(lines);
@@ -168,7 +172,9 @@ impl Engine {
         Some(ConservationReport { generated_at: Millis::to_rfc3339(self.now), accounts, total, conserved })
     }
 
-    fn account_lines(&self, account: AccountIx) -> AccountLines {
+    /// An account's lines, from its flows and its balances summed by slot kind
+    /// (indexed like [`SlotKind::ALL`]).
+    fn account_lines(&self, account: AccountIx, balances: &[Decimal; SlotKind::ALL.len()]) -> AccountLines {
         let flow = |reason| self.ledger.flow(account, reason);
         let mut lines = AccountLines {
             account_id: self.accounts[account].id.clone(),
@@ -186,7 +192,7 @@ impl Engine {
             forfeited_on_terminate_usd: flow(Reason::Forfeit),
             ..Default::default()
         };
-        for (kind, balance) in self.ledger.totals_by_kind(account) {
+        for (kind, &balance) in SlotKind::ALL.iter().zip(balances) {
             let line = match kind {
                 SlotKind::World => continue,
                 SlotKind::Reseller => &mut lines.reseller_balance_usd,

@@ -1693,5 +1693,4 @@ mod tests {
         assert!(matches!(read_file(&path), Err(Failure::Retry(_))), "a removed file is gone");
         fs::remove_dir_all(&dir).unwrap();
     }
-
 }
