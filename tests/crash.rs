@@ -3,8 +3,6 @@
 //! acknowledged change is there, nothing is half-applied, money is conserved exactly,
 //! and at the end the live digest equals an offline `esim replay`.
 
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use std::process::Command;
@@ -35,7 +33,7 @@ struct Acknowledged {
 async fn kill_minus_nine_twenty_times_loses_nothing_acknowledged() {
     let dir = std::env::temp_dir().join(format!("esim-crash-{}", std::process::id()));
     remove_data_dir(&dir);
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+    let client = unpooled_client();
     let mut accounts: Vec<String> = Vec::new();
     let ledger: Arc<Mutex<Vec<Acknowledged>>> = Arc::new(Mutex::new(vec![Acknowledged::default(); CLIENTS]));
     let mut seed = 0x2545_f491_4f6c_dd1du64;

@@ -9,8 +9,6 @@ use esim_transport::journal::{SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
 use esim_transport::server::JournalSink;
 use esim_transport::store_pg::{self, PgStore};
 use esim_transport::{ClockMode, JournalEntry};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -20,7 +18,7 @@ mod common;
 mod pg;
 mod process;
 use pg::{dec, esim_cli, free_port, launch, wait_ready, work_dir, Cluster};
-use process::{call, remove_data_dir, HttpClient, Started};
+use process::{call, remove_data_dir, unpooled_client, Started};
 
 /// The state digest once no webhook outcome changes it any more (two reads 300 ms apart).
 async fn settled_digest(server: &common::TestServer) -> String {
@@ -125,7 +123,7 @@ async fn sigkill_mid_load_loses_no_acknowledged_fund() {
     let cluster = Cluster::start("kill");
     let dir = work_dir("kill");
     let url = cluster.url();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+    let client = unpooled_client();
     let admin = common::ADMIN;
     let mut keys = Vec::new();
     let mut iccids = Vec::new();

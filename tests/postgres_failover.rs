@@ -4,8 +4,6 @@
 //! and a standby that never acknowledges a write while the owner's lease is live.
 //! Each test makes its own throwaway cluster (`tests/pg`), with a short lease.
 
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rust_decimal::Decimal;
 use serde_json::json;
 use std::path::PathBuf;
@@ -17,9 +15,11 @@ mod common;
 mod failover;
 mod pg;
 mod process;
-use failover::{check_books, log_of, remove_dirs, replay_acked, signal, start_node, wait_standby, work, Books, Node};
+use failover::{
+    check_books, log_of, remove_dirs, replay_acked, signal, start_node, wait_standby, work, Books, Node, WorkDirs,
+};
 use pg::{dec, replayed_digest, wait_ready, work_dir, Cluster};
-use process::{call, key_file, HttpClient};
+use process::{call, key_file, unpooled_client, HttpClient};
 
 /// SIGKILL the owner 10 times under concurrent fund, provision and defund calls from
 /// clients that try either node; after each takeover: every acknowledged change present,
@@ -32,21 +32,16 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
     const LEASE_MS: u64 = 1_500;
     let cluster = Cluster::start("failover");
     let url = cluster.url();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let next_dir = |dirs: &mut Vec<PathBuf>| {
-        let dir = work_dir(&format!("failover-{}", dirs.len()));
-        dirs.push(dir.clone());
-        dir
-    };
-    let first_dir = next_dir(&mut dirs);
+    let client = unpooled_client();
+    let mut dirs = WorkDirs::new("failover");
+    let first_dir = dirs.next();
     let keys_file = key_file(&first_dir);
     let mut slots: Vec<(Node, PathBuf)> = Vec::new();
     let owner = start_node(&first_dir, &url, &keys_file, LEASE_MS);
     let server = common::TestServer::attach(owner.base());
     wait_ready(&server, Duration::from_secs(10)).await;
     slots.push((owner, first_dir));
-    let dir = next_dir(&mut dirs);
+    let dir = dirs.next();
     let standby = start_node(&dir, &url, &keys_file, LEASE_MS);
     wait_standby(&client, &standby.base()).await;
     slots.push((standby, dir));
@@ -96,7 +91,7 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
         let log = log_of(&slots[0].1);
         assert!(log.contains("took shard 0 over"), "round {round}: the takeover is logged:\n{log}");
         // A new standby in the killed one's place.
-        let dir = next_dir(&mut dirs);
+        let dir = dirs.next();
         let replacement = start_node(&dir, &url, &keys_file, LEASE_MS);
         wait_standby(&client, &replacement.base()).await;
         slots.insert(owner_slot, (replacement, dir));
@@ -128,7 +123,7 @@ async fn the_standby_takes_over_after_each_sigkill_and_loses_nothing() {
     assert!(defunds > 0, "defunds were among the writes");
     eprintln!("takeover times after SIGKILL (ms, lease {LEASE_MS}): {takeovers_ms:?}");
     drop(slots);
-    remove_dirs(&dirs);
+    dirs.remove();
     let _ = std::fs::remove_file(&keys_file);
 }
 
@@ -151,7 +146,7 @@ impl Pair {
     async fn start(name: &str, lease_ms: u64) -> Pair {
         let cluster = Cluster::start(name);
         let url = cluster.url();
-        let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+        let client = unpooled_client();
         let dirs = [work_dir(&format!("{name}-a")), work_dir(&format!("{name}-b"))];
         let keys_file = key_file(&dirs[0]);
         let first = start_node(&dirs[0], &url, &keys_file, lease_ms);

@@ -5,8 +5,6 @@
 //! none twice, money conserved, and the live digest equals `esim replay --store` of the
 //! promoted server. Each run makes its own two clusters (`tests/pg`) and removes them.
 
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -15,7 +13,7 @@ mod common;
 mod pg;
 mod process;
 use pg::{dec, launch, replayed_digest, wait_ready, work_dir, Cluster};
-use process::{call, remove_data_dir, HttpClient};
+use process::{call, remove_data_dir, unpooled_client, HttpClient};
 
 const WORKERS: usize = 4;
 /// The owner's lease in this test (`--lease-ms`): the service must still renew it once
@@ -70,7 +68,7 @@ async fn a_promoted_synchronous_standby_keeps_every_acknowledged_fund() {
         let fee = dec(&wallet.body["lifetime_usage_usd"]);
         accounts.push((key, iccid, fee));
     }
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
+    let client = unpooled_client();
 
     let workers: Vec<_> = accounts
         .iter()

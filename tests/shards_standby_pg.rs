@@ -17,14 +17,12 @@ mod pg;
 mod process;
 
 use common::TestServer;
-use failover::{check_books, log_of, remove_dirs, replay_acked, signal, start_node_with, work, write, Books, Node};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use pg::{assert_replay_matches, dec, wait_ready, work_dir, Cluster};
-use process::{key_file, HttpClient};
+use failover::{check_books, log_of, replay_acked, signal, start_node_with, work, write, Books, Node, WorkDirs};
+use pg::{assert_replay_matches, dec, wait_ready, Cluster};
+use process::{key_file, unpooled_client};
 use rust_decimal::Decimal;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,14 +72,9 @@ fn owner_row(cluster: &Cluster, shard: usize) -> (i64, String) {
 async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing() {
     let cluster = Cluster::start("shard-standby");
     let url = cluster.url();
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build_http();
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let next_dir = |dirs: &mut Vec<PathBuf>| {
-        let dir = work_dir(&format!("shard-standby-{}", dirs.len()));
-        dirs.push(dir.clone());
-        dir
-    };
-    let dir_a = next_dir(&mut dirs);
+    let client = unpooled_client();
+    let mut dirs = WorkDirs::new("shard-standby");
+    let dir_a = dirs.next();
     let keys_file = key_file(&dir_a);
     let start = |dir: &Path, role: &[&str]| {
         let mut args = vec!["--shards", "4"];
@@ -91,10 +84,10 @@ async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing
     let node_a = start(&dir_a, &["--own-shards", "0,1"]);
     let a = TestServer::attach(node_a.base());
     wait_ready(&a, Duration::from_secs(10)).await;
-    let dir_b = next_dir(&mut dirs);
+    let dir_b = dirs.next();
     let node_b = start(&dir_b, &["--own-shards", "2,3"]);
     wait_ready(&TestServer::attach(node_b.base()), Duration::from_secs(10)).await;
-    let dir_c = next_dir(&mut dirs);
+    let dir_c = dirs.next();
     let node_c = start(&dir_c, &["--standby-shards", "2,3"]);
     wait_following(&dir_c).await;
     // `owner` serves shards 2 and 3; `standby` follows them.
@@ -155,7 +148,7 @@ async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing
             assert_eq!(owner_row(&cluster, shard).1, node_a.base(), "{when}: A keeps shard {shard}");
         }
         // The standby serves; a new standby takes its place.
-        let dir = next_dir(&mut dirs);
+        let dir = dirs.next();
         let replacement = start(&dir, &["--standby-shards", "2,3"]);
         wait_following(&dir).await;
         std::mem::swap(&mut owner, &mut standby);
@@ -249,6 +242,6 @@ async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing
     );
 
     drop((node_a, owner, standby));
-    remove_dirs(&dirs);
+    dirs.remove();
     let _ = std::fs::remove_file(&keys_file);
 }

@@ -214,6 +214,31 @@ pub fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// The data dirs a test's nodes get, numbered in order (`<prefix>-0`, `<prefix>-1`, ...
+/// under [`crate::pg::work_dir`]), removed together with their logs at the end.
+pub struct WorkDirs {
+    prefix: &'static str,
+    made: Vec<PathBuf>,
+}
+
+impl WorkDirs {
+    pub fn new(prefix: &'static str) -> WorkDirs {
+        WorkDirs { prefix, made: Vec::new() }
+    }
+
+    /// The next node's dir.
+    pub fn next(&mut self) -> PathBuf {
+        let dir = crate::pg::work_dir(&format!("{}-{}", self.prefix, self.made.len()));
+        self.made.push(dir.clone());
+        dir
+    }
+
+    /// Removes every dir made, and its log.
+    pub fn remove(&self) {
+        remove_dirs(&self.made);
+    }
+}
+
 /// `kill -STOP` / `kill -CONT` (no unsafe code).
 pub fn signal(pid: u32, name: &str) {
     let status = std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();

@@ -16,6 +16,12 @@ pub const ADMIN: &str = "crash-admin-token";
 
 pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
+/// A client that opens a connection per request: none is kept to a server a test kills,
+/// stops or freezes, so the next request reaches whichever server answers now.
+pub fn unpooled_client() -> HttpClient {
+    Client::builder(hyper_util::rt::TokioExecutor::new()).pool_max_idle_per_host(0).build_http()
+}
+
 pub struct Running {
     pub child: Child,
     pub base: String,
