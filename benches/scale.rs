@@ -275,7 +275,7 @@ impl Scale {
     }
 
     fn iccid(&self, sim: u32) -> String {
-        self.engine().esims()[sim as usize].iccid.clone()
+        self.engine().esims()[sim as usize].iccid.to_string()
     }
 
     fn owner(&self, sim: u32) -> u32 {

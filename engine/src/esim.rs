@@ -126,7 +126,7 @@ impl Engine {
         EsimItem {
             // Encoded into a buffer, not through `Display` (every eSIM read shows it).
             id: esim.id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
-            iccid: esim.iccid.clone(),
+            iccid: esim.iccid.to_string(),
             status: esim.status.as_str(),
             euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),
             end_user_reference: esim.end_user_reference.clone(),
@@ -193,7 +193,7 @@ impl Engine {
         let sim = EsimIx(self.esims.len() as u32);
         self.esims.push(Esim {
             id: uuid,
-            iccid: iccid.clone(),
+            iccid,
             account,
             lpa: ActivationCode::new(&lpa_string),
             status: EsimStatus::Pending,
@@ -239,7 +239,7 @@ impl Engine {
         }
         Ok(Reply::Provisioned(ProvisionedEsim {
             id,
-            iccid,
+            iccid: iccid.to_string(),
             qr_code: QrCodeDataUrl::new(lpa_string.clone()),
             direct_install_url: codes::direct_install_url(&lpa_string),
             lpa_string,

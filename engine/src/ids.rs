@@ -243,8 +243,8 @@ mod tests {
         let mut map = std::collections::BTreeMap::new();
         // Consecutive serials (the guess), then a gap, then one out of order.
         let numbers: Vec<u64> = (0..50)
-            .map(|serial| crate::codes::iccid_for_serial(1_000 + serial))
-            .chain(["8944100000000999991".to_string(), crate::codes::iccid_for_serial(7)])
+            .map(|serial| crate::codes::iccid_for_serial(1_000 + serial).to_string())
+            .chain(["8944100000000999991".to_string(), crate::codes::iccid_for_serial(7).to_string()])
             .map(|iccid| iccid_number(&iccid).unwrap())
             .collect();
         for (i, &number) in numbers.iter().enumerate() {

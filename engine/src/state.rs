@@ -414,7 +414,7 @@ pub struct Esim {
     /// The API's `id` (written as the hyphenated lowercase text).
     pub id: uuid::Uuid,
     /// The 19-digit ICCID (decision 22): how the API names it.
-    pub iccid: String,
+    pub iccid: crate::codes::Iccid,
     /// The account that provisioned it; no other account sees it.
     pub account: AccountIx,
     /// The activation code (decision 23), written as `lpa_string`.
@@ -480,7 +480,7 @@ impl Serialize for Esim {
 #[derive(Deserialize)]
 struct EsimForm {
     id: uuid::Uuid,
-    iccid: String,
+    iccid: crate::codes::Iccid,
     account: AccountIx,
     lpa_string: ActivationCode,
     status: EsimStatus,
@@ -1102,7 +1102,7 @@ mod tests {
         ledger.open_account(AccountIx(0));
         Esim {
             id: uuid::Uuid::parse_str(ID).unwrap(),
-            iccid: "8944100000000000017".into(),
+            iccid: crate::codes::Iccid::parse("8944100000000000017").expect("19 digits"),
             account: AccountIx(0),
             lpa: ActivationCode::new("LPA:1$x$y"),
             status: EsimStatus::Active,

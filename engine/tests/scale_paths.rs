@@ -16,7 +16,7 @@ fn scanned(engine: &Engine, account: usize, status: Option<EsimStatus>, limit: u
         .iter()
         .map(|sim| &engine.esims()[sim.0 as usize])
         .filter(|esim| status.is_none_or(|s| esim.status == s))
-        .map(|esim| esim.iccid.clone())
+        .map(|esim| esim.iccid.to_string())
         .collect();
     let page = matching.iter().skip(offset.min(usize::MAX as u64) as usize).take(limit as usize).cloned().collect();
     (page, matching.len() as u64)

@@ -1062,7 +1062,7 @@ impl Checker for LowBalanceOnce {
         for fact in &ctx.log.facts {
             let (id, names) = match fact {
                 Fact::EsimFunded { sim, .. } => (
-                    engine.esims().get(*sim as usize).map(|e| e.iccid.clone()),
+                    engine.esims().get(*sim as usize).map(|e| e.iccid.to_string()),
                     [EventName::EsimBalanceLow, EventName::EsimBalanceDepleted],
                 ),
                 Fact::GroupFunded { group, .. } => (

@@ -244,7 +244,7 @@ impl World {
             Kind::Provision { bind } => {
                 let (Some(iccid), Some(owner), Some(account)) = (text("iccid"), caller, account) else { return };
                 let engine = self.engine();
-                let Some(sim) = engine.esims().iter().rposition(|e| e.iccid == iccid) else { return };
+                let Some(sim) = engine.esims().iter().rposition(|e| *e.iccid == *iccid) else { return };
                 let name = bind.clone().unwrap_or_else(|| iccid.clone());
                 self.bind(&name, iccid.clone(), Entity::Sim(self.sims.len()));
                 self.sims.push(SimRec { name, iccid, engine: sim as u32, owner });
