@@ -275,7 +275,6 @@ async fn measure_mix(base: &str, kinds: &[(Kind, &[(String, String)])], seconds:
         .collect()
 }
 
-/// Appends, entries and time spent appending of one journal during the run.
 /// What a journal did in a run: appends, their entries, the time spent in them, and the
 /// time it sat idle between one append's end and the next's start (gaps under 10 ms: a
 /// longer one is a pause between rounds, not the pipeline's turnaround).
@@ -288,6 +287,7 @@ struct JournalFigures {
     last_end: Option<Instant>,
 }
 
+/// One journal's figures, shared by its `Timed` wrapper and the report.
 type JournalStats = std::sync::Arc<std::sync::Mutex<JournalFigures>>;
 
 /// Counts what a journal (the file journal, or the PostgreSQL store) does during the run.
