@@ -200,6 +200,10 @@ struct Figures {
     /// CPU time of the process (server and load) over wall time: how many of the two
     /// cores the scenario kept busy.
     cores_busy: f64,
+    /// CPU time of the process (server and load) per request answered, of every kind the
+    /// run held: what a request costs this machine, less swayed by other tenants'
+    /// bursts than the requests per second.
+    cpu_us_per_request: f64,
 }
 
 /// CPU time (user and system) of this process so far, from `/proc/self/stat` (Linux;
@@ -251,7 +255,10 @@ async fn measure_mix(base: &str, kinds: &[(Kind, &[(String, String)])], seconds:
         outcomes.push((latencies, limited, failed));
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cores_busy = (cpu_seconds() - cpu_started) / elapsed;
+    let cpu_spent = cpu_seconds() - cpu_started;
+    let cores_busy = cpu_spent / elapsed;
+    let answered: usize = outcomes.iter().map(|(latencies, _, _)| latencies.len()).sum();
+    let cpu_us_per_request = cpu_spent * 1e6 / answered.max(1) as f64;
     outcomes
         .into_iter()
         .map(|(mut latencies, limited, failed)| {
@@ -270,6 +277,7 @@ async fn measure_mix(base: &str, kinds: &[(Kind, &[(String, String)])], seconds:
                 limited,
                 failed,
                 cores_busy,
+                cpu_us_per_request,
             }
         })
         .collect()
@@ -622,8 +630,8 @@ fn main() {
         };
         let hello_figures = median(0);
         println!("{} connections, {ROUNDS} interleaved rounds of {seconds} s, median round, 127.0.0.1, one process (server and load share the 2 cores)", connections());
-        println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | cores busy | vs hello-world |");
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        println!("| scenario | requests/s | p50 ms | p99 ms | 429s | errors | cores busy | vs hello-world | CPU µs/request | hello-world's CPU / this |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let names = [
             "hyper hello-world",
             "GET /esim/{iccid}",
@@ -636,28 +644,32 @@ fn main() {
         for (index, name) in names.iter().enumerate() {
             let figures = median(index);
             println!(
-                "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",
+                "| {name} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} |",
                 figures.rps,
                 figures.p50_ms,
                 figures.p99_ms,
                 figures.limited,
                 figures.failed,
                 figures.cores_busy,
-                figures.rps / hello_figures.rps
+                figures.rps / hello_figures.rps,
+                figures.cpu_us_per_request,
+                hello_figures.cpu_us_per_request / figures.cpu_us_per_request.max(f64::MIN_POSITIVE)
             );
         }
         if !prism_rounds.is_empty() {
             prism_rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
             let mock = &prism_rounds[prism_rounds.len() / 2];
             println!(
-                "| Stoplight Prism mock of openapi.json, GET /esim/{{iccid}} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",
+                "| Stoplight Prism mock of openapi.json, GET /esim/{{iccid}} | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} |",
                 mock.rps,
                 mock.p50_ms,
                 mock.p99_ms,
                 mock.limited,
                 mock.failed,
                 mock.cores_busy,
-                mock.rps / hello_figures.rps
+                mock.rps / hello_figures.rps,
+                mock.cpu_us_per_request,
+                hello_figures.cpu_us_per_request / mock.cpu_us_per_request.max(f64::MIN_POSITIVE)
             );
             println!("our GET /esim/{{iccid}} / Prism's: {:.1}x", median(1).rps / mock.rps.max(1.0));
         }
@@ -665,14 +677,16 @@ fn main() {
             pg_rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
             let pg = &pg_rounds[pg_rounds.len() / 2];
             println!(
-                "| POST /esim/{{iccid}}/fund (durable, PostgreSQL store) | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} |",
+                "| POST /esim/{{iccid}}/fund (durable, PostgreSQL store) | {:.0} | {:.2} | {:.2} | {} | {} | {:.2} | {:.2} | {:.1} | {:.2} |",
                 pg.rps,
                 pg.p50_ms,
                 pg.p99_ms,
                 pg.limited,
                 pg.failed,
                 pg.cores_busy,
-                pg.rps / hello_figures.rps
+                pg.rps / hello_figures.rps,
+                pg.cpu_us_per_request,
+                hello_figures.cpu_us_per_request / pg.cpu_us_per_request.max(f64::MIN_POSITIVE)
             );
             println!("PostgreSQL store / file journal, durable fund: {:.2}", pg.rps / median(3).rps.max(1.0));
         }

@@ -239,15 +239,23 @@ fn try_route(
         return Err(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")));
     }
     let path = request.uri().path();
-    let (endpoint, params) = match routes::find(request.method().as_str(), path) {
-        Match::Found(endpoint, params) => (endpoint, params),
-        Match::WrongMethod(allowed) => {
-            return Err(ApiError::new(
-                ErrorCode::MethodNotAllowed,
-                format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
-            ))
+    let found;
+    let (endpoint, params): (Endpoint, &[String]) = match request.extensions().get::<routes::Matched>() {
+        // Matched by the connection task already.
+        Some(routes::Matched(endpoint, params)) => (*endpoint, params),
+        None => {
+            found = routes::find(request.method().as_str(), path);
+            match &found {
+                Match::Found(endpoint, params) => (*endpoint, params),
+                Match::WrongMethod(allowed) => {
+                    return Err(ApiError::new(
+                        ErrorCode::MethodNotAllowed,
+                        format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
+                    ))
+                }
+                Match::NotFound => return Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
+            }
         }
-        Match::NotFound => return Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
     };
     let credential = bearer_str(request.headers());
     if matches!(endpoint.api(), Api::Admin | Api::Sandbox)

@@ -107,19 +107,56 @@ pub fn render(started_unix_ms: i64, now_unix_ms: i64) -> String {
     handle().render()
 }
 
+/// The handle of a series without labels, registered with the recorder once: registering
+/// looks the series up in the recorder's shared registry (a hash under a lock every
+/// thread takes), which the hot paths (every request, command and group commit) would
+/// otherwise pay each time; a kept handle is an atomic update. The recorder is installed
+/// first: a handle taken without one would record nothing, ever.
+fn registered<T>(cell: &'static OnceLock<T>, register: impl FnOnce() -> T) -> &'static T {
+    cell.get_or_init(|| {
+        handle();
+        register()
+    })
+}
+
 /// One answered request.
 pub fn request(endpoint: &'static str, status: u16, elapsed: Duration) {
-    metrics::counter!(REQUESTS, "endpoint" => endpoint, "status" => status_label(status)).increment(1);
-    metrics::histogram!(REQUEST_SECONDS, "endpoint" => endpoint).record(elapsed.as_secs_f64());
-    if status == 429 {
-        metrics::counter!(RATE_LIMITED, "endpoint" => endpoint).increment(1);
+    /// The handles of one (endpoint, status) series, registered once per thread.
+    struct Series {
+        requests: metrics::Counter,
+        seconds: metrics::Histogram,
+        rate_limited: Option<metrics::Counter>,
     }
+    thread_local! {
+        /// Labelled series kept as [`registered`] keeps the others, per thread (no
+        /// lock). Keyed by the name's address and length: the names are `&'static
+        /// str`, and a name seen at two addresses only makes two handles to one series.
+        static SERIES: std::cell::RefCell<std::collections::HashMap<(usize, usize, u16), Series>> =
+            std::cell::RefCell::new(std::collections::HashMap::new());
+    }
+    handle(); // before any handle is kept (see `registered`)
+    SERIES.with_borrow_mut(|series| {
+        // Statuses outside 100-599 share the `other` series (and one entry).
+        let status = if (100..=599).contains(&status) { status } else { 0 };
+        let series = series.entry((endpoint.as_ptr() as usize, endpoint.len(), status)).or_insert_with(|| Series {
+            requests: metrics::counter!(REQUESTS, "endpoint" => endpoint, "status" => status_label(status)),
+            seconds: metrics::histogram!(REQUEST_SECONDS, "endpoint" => endpoint),
+            rate_limited: (status == 429).then(|| metrics::counter!(RATE_LIMITED, "endpoint" => endpoint)),
+        });
+        series.requests.increment(1);
+        series.seconds.record(elapsed.as_secs_f64());
+        if let Some(limited) = &series.rate_limited {
+            limited.increment(1);
+        }
+    });
 }
 
 /// One journal append of `entries` entries that took `elapsed`.
 pub fn journal_append(entries: usize, elapsed: Duration, ok: bool) {
-    metrics::histogram!(JOURNAL_BATCH_ENTRIES).record(entries as f64);
-    metrics::histogram!(JOURNAL_COMMIT_SECONDS).record(elapsed.as_secs_f64());
+    static ENTRIES: OnceLock<metrics::Histogram> = OnceLock::new();
+    static SECONDS: OnceLock<metrics::Histogram> = OnceLock::new();
+    registered(&ENTRIES, || metrics::histogram!(JOURNAL_BATCH_ENTRIES)).record(entries as f64);
+    registered(&SECONDS, || metrics::histogram!(JOURNAL_COMMIT_SECONDS)).record(elapsed.as_secs_f64());
     if !ok {
         metrics::counter!(JOURNAL_FAILURES).increment(1);
     }
@@ -139,7 +176,8 @@ pub fn delivery(outcome: &'static str) {
 }
 
 pub fn retry_queue_depth(depth: usize) {
-    metrics::gauge!(RETRY_QUEUE_DEPTH).set(depth as f64);
+    static DEPTH: OnceLock<metrics::Gauge> = OnceLock::new();
+    registered(&DEPTH, || metrics::gauge!(RETRY_QUEUE_DEPTH)).set(depth as f64);
 }
 
 pub fn connection_opened() {
@@ -151,7 +189,8 @@ pub fn connection_closed() {
 }
 
 pub fn engine_command(elapsed: Duration) {
-    metrics::histogram!(ENGINE_COMMAND_SECONDS).record(elapsed.as_secs_f64());
+    static SECONDS: OnceLock<metrics::Histogram> = OnceLock::new();
+    registered(&SECONDS, || metrics::histogram!(ENGINE_COMMAND_SECONDS)).record(elapsed.as_secs_f64());
 }
 
 pub fn ready(ready: bool) {

@@ -209,6 +209,12 @@ pub fn full_path(api: Api, pattern: &str) -> String {
     }
 }
 
+/// A request's route as its connection task found it, handed to the owner task with the
+/// request (an extension) so that the path is matched once. Only for a request handed on
+/// unchanged: a part made for a fan-out carries none and is matched where it lands.
+#[derive(Clone, Debug)]
+pub struct Matched(pub Endpoint, pub Vec<String>);
+
 /// What matching a path gave.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Match<'a> {
@@ -219,14 +225,25 @@ pub enum Match<'a> {
     NotFound,
 }
 
-/// The endpoint table split into path segments once (routing runs on every request).
-fn compiled() -> &'static [(Endpoint, Vec<String>)] {
-    static COMPILED: std::sync::OnceLock<Vec<(Endpoint, Vec<String>)>> = std::sync::OnceLock::new();
+/// One endpoint of the table, prepared once (routing and logging run on every request).
+struct Compiled {
+    endpoint: Endpoint,
+    /// [`Endpoint::full_pattern`], kept for log lines (no allocation per request).
+    full_pattern: String,
+    /// The full pattern's segments.
+    segments: Vec<String>,
+}
+
+/// The endpoint table, in [`Endpoint::ALL`] order.
+fn compiled() -> &'static [Compiled] {
+    static COMPILED: std::sync::OnceLock<Vec<Compiled>> = std::sync::OnceLock::new();
     COMPILED.get_or_init(|| {
         Endpoint::ALL
             .iter()
             .map(|&endpoint| {
-                (endpoint, endpoint.full_pattern().trim_matches('/').split('/').map(str::to_string).collect())
+                let full_pattern = endpoint.full_pattern();
+                let segments = full_pattern.trim_matches('/').split('/').map(str::to_string).collect();
+                Compiled { endpoint, full_pattern, segments }
             })
             .collect()
     })
@@ -254,10 +271,10 @@ fn segments_match(pattern: &[String], path: &[&str]) -> Option<Vec<String>> {
 pub fn find(method: &str, path: &str) -> Match<'static> {
     let path: Vec<&str> = path.trim_matches('/').split('/').collect();
     let mut allowed = Vec::new();
-    for (endpoint, pattern) in compiled() {
+    for Compiled { endpoint, segments, .. } in compiled() {
         // Literal segments win over parameters: "/esim/list" before "/esim/{iccid}",
         // which the table order already guarantees.
-        if let Some(params) = segments_match(pattern, &path) {
+        if let Some(params) = segments_match(segments, &path) {
             let route_method = endpoint.method();
             if route_method == method {
                 return Match::Found(*endpoint, params);
@@ -292,15 +309,19 @@ pub fn api_of_path(path: &str) -> Option<Api> {
 
 /// What a log line says of a request's path: its route's pattern
 /// (`/admin/v1/keys/{api_key}`), never the path text, which may hold a credential.
-pub fn log_label(method: &str, path: &str) -> String {
+pub fn log_label(method: &str, path: &str) -> &'static str {
     label_of(&find(method, path))
 }
 
 /// [`log_label`] of a request already matched.
-pub fn label_of(matched: &Match<'_>) -> String {
+pub fn label_of(matched: &Match<'_>) -> &'static str {
     match matched {
-        Match::Found(endpoint, _) => endpoint.full_pattern(),
-        Match::WrongMethod(_) | Match::NotFound => "(no route)".to_string(),
+        Match::Found(endpoint, _) => {
+            let entry = &compiled()[*endpoint as usize];
+            assert_eq!(entry.endpoint, *endpoint, "the table is in Endpoint::ALL order");
+            &entry.full_pattern
+        }
+        Match::WrongMethod(_) | Match::NotFound => "(no route)",
     }
 }
 

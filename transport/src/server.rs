@@ -787,6 +787,10 @@ async fn answer(
         Err(refused) => error_response(refused),
         Ok(admitted) => {
             let (mut parts, body) = request.into_parts();
+            if let (Route::Shard(_), crate::routes::Match::Found(endpoint, params)) = (target, matched) {
+                // Handed on unchanged to one owner task: matched once, here.
+                parts.extensions.insert(crate::routes::Matched(endpoint, params));
+            }
             if let Admitted::Reseller(digest) = admitted {
                 // The key was hashed once; only its digest goes on.
                 parts.extensions.insert(digest);
