@@ -14,7 +14,7 @@
 //! sharding gives on this machine.
 //!
 //! `cargo bench --bench http` (LOAD_SECS=N to change the length of each run, default 4;
-//! LOAD_ONLY=durable or LOAD_ONLY=read for hello-world and that scenario alone, e.g. under
+//! LOAD_ONLY=durable, LOAD_ONLY=read or LOAD_ONLY=provision for hello-world and that scenario alone, e.g. under
 //! `perf record`).
 //! With `PRISM_BASE=host:port` (a Stoplight Prism mock of our own `openapi.json`, started
 //! by `benches/prism.sh`), the same read against the mock is measured in the same rounds.
@@ -204,6 +204,17 @@ struct Figures {
     /// run held: what a request costs this machine, less swayed by other tenants'
     /// bursts than the requests per second.
     cpu_us_per_request: f64,
+}
+
+impl Figures {
+    /// Hello-world's CPU per request over this scenario's (0 for a scenario not run).
+    fn cpu_ratio(&self, hello: &Figures) -> f64 {
+        if self.cpu_us_per_request > 0.0 {
+            hello.cpu_us_per_request / self.cpu_us_per_request
+        } else {
+            0.0
+        }
+    }
 }
 
 /// CPU time (user and system) of this process so far, from `/proc/self/stat` (Linux;
@@ -505,12 +516,13 @@ fn main() {
         return; // `cargo test --benches` runs bench binaries without --bench: stay quick.
     }
     let seconds: u64 = std::env::var("LOAD_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
-    // `LOAD_ONLY=durable` (or `read`): hello-world and the durable fund (or the read)
-    // alone, e.g. for a profile of one path.
+    // `LOAD_ONLY=durable` (or `read`, or `provision`): hello-world and the durable fund
+    // (or the read, or the provisioning) alone, e.g. for a profile of one path.
     let only = std::env::var("LOAD_ONLY").ok();
     let only_durable = only.as_deref() == Some("durable");
     let only_read = only.as_deref() == Some("read");
-    let skip_others = only_durable || only_read;
+    let only_provision = only.as_deref() == Some("provision");
+    let skip_others = only_durable || only_read || only_provision;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     if let Ok(counts) = std::env::var("LOAD_SHARDS") {
         let counts: Vec<usize> =
@@ -595,7 +607,7 @@ fn main() {
             let mix_provision = mix.pop().expect("two kinds");
             let mix_read = mix.pop().expect("two kinds");
             let hello_figures = measure(&hello, Kind::Hello, &[(String::new(), String::new())], seconds).await;
-            let read = if only_durable {
+            let read = if only_durable || only_provision {
                 Figures::default()
             } else {
                 measure(&memory, Kind::Read, &slice(&memory_accounts), seconds).await
@@ -605,18 +617,18 @@ fn main() {
             } else {
                 measure(&memory, Kind::Fund, &slice(&fund_accounts), seconds).await
             };
-            let durable_figures = if only_read {
+            let durable_figures = if only_read || only_provision {
                 Figures::default()
             } else {
                 measure(&durable, Kind::Fund, &slice(&durable_accounts), seconds).await
             };
-            let provision = if skip_others {
+            let provision = if skip_others && !only_provision {
                 Figures::default()
             } else {
                 measure(&provisioning, Kind::Provision, &slice(&provision_accounts), seconds).await
             };
             rounds.push([hello_figures, read, fund, durable_figures, provision, mix_read, mix_provision]);
-            if let (Some((base, accounts)), false) = (&postgres, only_read) {
+            if let (Some((base, accounts)), false) = (&postgres, only_read || only_provision) {
                 pg_rounds.push(measure(base, Kind::Fund, &slice(accounts), seconds).await);
             }
             if let Some(prism) = &prism {
@@ -653,7 +665,7 @@ fn main() {
                 figures.cores_busy,
                 figures.rps / hello_figures.rps,
                 figures.cpu_us_per_request,
-                hello_figures.cpu_us_per_request / figures.cpu_us_per_request.max(f64::MIN_POSITIVE)
+                figures.cpu_ratio(hello_figures)
             );
         }
         if !prism_rounds.is_empty() {
@@ -669,7 +681,7 @@ fn main() {
                 mock.cores_busy,
                 mock.rps / hello_figures.rps,
                 mock.cpu_us_per_request,
-                hello_figures.cpu_us_per_request / mock.cpu_us_per_request.max(f64::MIN_POSITIVE)
+                mock.cpu_ratio(hello_figures)
             );
             println!("our GET /esim/{{iccid}} / Prism's: {:.1}x", median(1).rps / mock.rps.max(1.0));
         }
@@ -686,7 +698,7 @@ fn main() {
                 pg.cores_busy,
                 pg.rps / hello_figures.rps,
                 pg.cpu_us_per_request,
-                hello_figures.cpu_us_per_request / pg.cpu_us_per_request.max(f64::MIN_POSITIVE)
+                pg.cpu_ratio(hello_figures)
             );
             println!("PostgreSQL store / file journal, durable fund: {:.2}", pg.rps / median(3).rps.max(1.0));
         }
