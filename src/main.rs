@@ -31,7 +31,17 @@ struct Cli {
     /// log collector (one object per line). Which lines: RUST_LOG (default `info`).
     #[arg(long, global = true, env = "ESIM_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// `esim serve`: log lines held for stderr's reader at most; beyond, new lines are
+    /// dropped (and counted in `esim_log_lines_dropped_total` on /metrics) rather than
+    /// stopping the service while its log's reader is slow or stuck.
+    #[arg(long, global = true, env = "ESIM_LOG_BUFFER_LINES", default_value_t = LOG_BUFFER_LINES_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    log_buffer_lines: u32,
 }
+
+/// The default of `--log-buffer-lines`: about 6 MB of lines of about 200 bytes, some
+/// seconds of a busy service's request lines.
+const LOG_BUFFER_LINES_DEFAULT: u32 = 32_768;
 
 /// The end of `esim serve --help`: logs and the operator endpoints.
 const SERVE_AFTER_HELP: &str = "\
@@ -39,6 +49,10 @@ Logs (stderr):
   --log-format text|json   or ESIM_LOG_FORMAT; text has no colour when stderr is not a terminal
   RUST_LOG                 which lines, e.g. RUST_LOG=warn, RUST_LOG=info,esim_transport=debug
                            (tracing's EnvFilter syntax; default info)
+  --log-buffer-lines N     or ESIM_LOG_BUFFER_LINES (default 32768): lines are written by a
+                           thread of their own; while stderr's reader lags more than N lines
+                           behind, new lines are dropped and counted
+                           (esim_log_lines_dropped_total), never waited for
   Each request's lines carry its request id (the client's X-Request-Id when it is 1-64
   characters of [A-Za-z0-9._-], else a new one; echoed in the X-Request-Id response header)
   and its account id; never an API key.
@@ -1367,17 +1381,36 @@ fn report_conservation(
 
 /// Logs on stderr in `format` (`text` or `json`), filtered by RUST_LOG (default
 /// `info`); colour only when stderr is a terminal (a file or a pipe gets plain text).
-fn init_logging(format: &str) {
+fn init_logging(format: &str, serving: bool, buffer_lines: u32) -> Option<tracing_appender::non_blocking::WorkerGuard> {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal());
+    let ansi = std::io::stderr().is_terminal();
+    if !serving {
+        // A one-shot command: its few lines are written where they are made.
+        let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(ansi);
+        match format {
+            "json" => logs.json().init(),
+            _ => logs.init(),
+        }
+        return None;
+    }
+    // The service writes a line per request: written where it is made, a reader of
+    // stderr that stops (a stuck collector, a full pipe) would stop every worker thread
+    // in `write` and with them the service (decision 212). A thread of its own writes
+    // them from a bounded queue; what does not fit is dropped and counted.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(buffer_lines as usize)
+        .lossy(true)
+        .thread_name("esim-log")
+        .finish(std::io::stderr());
+    let dropped = writer.error_counter();
+    esim_transport::metrics::count_log_drops(move || dropped.dropped_lines() as u64);
+    let logs = tracing_subscriber::fmt().with_writer(writer).with_env_filter(filter).with_ansi(ansi);
     match format {
         "json" => logs.json().init(),
         _ => logs.init(),
     }
+    Some(guard)
 }
 
 /// Installs the SIGINT and SIGTERM handlers now, and returns what resolves on either: a
@@ -1405,7 +1438,8 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_format);
+    // Held to the end: dropping it writes out the lines still queued.
+    let log_writer = init_logging(&cli.log_format, matches!(cli.command, Commands::Serve(_)), cli.log_buffer_lines);
     let result = match cli.command {
         Commands::Serve(args) => {
             let served = serve(args);
@@ -1430,6 +1464,8 @@ fn main() -> ExitCode {
             )
         }
     };
+    // The queued lines first, then the last word.
+    drop(log_writer);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

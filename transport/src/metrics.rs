@@ -40,6 +40,17 @@ pub const RETRY_QUEUE_DEPTH: &str = "esim_webhook_retry_queue_depth";
 pub const ENGINE_COMMAND_SECONDS: &str = "esim_engine_command_seconds";
 /// 1 while `/readyz` answers 200.
 pub const READY: &str = "esim_ready";
+/// Log lines dropped because stderr's reader fell behind (`esim serve --log-buffer-lines`).
+pub const LOG_LINES_DROPPED: &str = "esim_log_lines_dropped_total";
+
+/// Where the count of dropped log lines is read (set by the binary, which owns the log
+/// writer; absent in programs that log otherwise).
+static LOG_DROPS: OnceLock<Box<dyn Fn() -> u64 + Send + Sync>> = OnceLock::new();
+
+/// Tells `/metrics` how many log lines were dropped so far (the log writer's counter).
+pub fn count_log_drops(dropped: impl Fn() -> u64 + Send + Sync + 'static) {
+    let _ = LOG_DROPS.set(Box::new(dropped));
+}
 
 /// Latency buckets (seconds): 50 µs to 10 s.
 const SECONDS_BUCKETS: &[f64] =
@@ -87,6 +98,7 @@ fn describe() {
     metrics::describe_gauge!(RETRY_QUEUE_DEPTH, "Webhook deliveries in flight or waiting for a retry.");
     metrics::describe_histogram!(ENGINE_COMMAND_SECONDS, metrics::Unit::Seconds, "Engine time of one request.");
     metrics::describe_gauge!(READY, "1 while /readyz answers 200.");
+    metrics::describe_counter!(LOG_LINES_DROPPED, "Log lines dropped because stderr's reader fell behind.");
 }
 
 /// Folds histogram samples into buckets every [`UPKEEP_INTERVAL`] until aborted.
@@ -104,6 +116,9 @@ pub fn render(started_unix_ms: i64, now_unix_ms: i64) -> String {
     let last = LAST_SNAPSHOT_UNIX_MS.load(Ordering::Relaxed);
     let since = if last > 0 { last } else { started_unix_ms };
     metrics::gauge!(SNAPSHOT_AGE_SECONDS).set((now_unix_ms - since).max(0) as f64 / 1000.0);
+    if let Some(dropped) = LOG_DROPS.get() {
+        metrics::counter!(LOG_LINES_DROPPED).absolute(dropped());
+    }
     handle().render()
 }
 
