@@ -1383,34 +1383,34 @@ fn report_conservation(
 /// `info`); colour only when stderr is a terminal (a file or a pipe gets plain text).
 fn init_logging(format: &str, serving: bool, buffer_lines: u32) -> Option<tracing_appender::non_blocking::WorkerGuard> {
     use std::io::IsTerminal;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let ansi = std::io::stderr().is_terminal();
-    if !serving {
+    let (writer, guard) = if serving {
+        // The service writes a line per request: written where it is made, a reader of
+        // stderr that stops (a stuck collector, a full pipe) would stop every worker
+        // thread in `write` and with them the service (decision 212). A thread of its
+        // own writes them from a bounded queue; what does not fit is dropped and counted.
+        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .buffered_lines_limit(buffer_lines as usize)
+            .lossy(true)
+            .thread_name("esim-log")
+            .finish(std::io::stderr());
+        let dropped = writer.error_counter();
+        esim_transport::metrics::count_log_drops(move || dropped.dropped_lines() as u64);
+        (BoxMakeWriter::new(writer), Some(guard))
+    } else {
         // A one-shot command: its few lines are written where they are made.
-        let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(ansi);
-        match format {
-            "json" => logs.json().init(),
-            _ => logs.init(),
-        }
-        return None;
-    }
-    // The service writes a line per request: written where it is made, a reader of
-    // stderr that stops (a stuck collector, a full pipe) would stop every worker thread
-    // in `write` and with them the service (decision 212). A thread of its own writes
-    // them from a bounded queue; what does not fit is dropped and counted.
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .buffered_lines_limit(buffer_lines as usize)
-        .lossy(true)
-        .thread_name("esim-log")
-        .finish(std::io::stderr());
-    let dropped = writer.error_counter();
-    esim_transport::metrics::count_log_drops(move || dropped.dropped_lines() as u64);
-    let logs = tracing_subscriber::fmt().with_writer(writer).with_env_filter(filter).with_ansi(ansi);
+        (BoxMakeWriter::new(std::io::stderr), None)
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         "json" => logs.json().init(),
         _ => logs.init(),
     }
-    Some(guard)
+    guard
 }
 
 /// Installs the SIGINT and SIGTERM handlers now, and returns what resolves on either: a

@@ -53,33 +53,32 @@ impl Millis {
     }
 }
 
+/// A time's UTC calendar fields: `[year, month, day, hour, minute, second, millisecond]`.
+fn utc_fields(time: Millis) -> [i64; 7] {
+    let total_seconds = time.0.div_euclid(1_000);
+    let second_of_day = total_seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(total_seconds.div_euclid(86_400));
+    [year, month, day, second_of_day / 3_600, (second_of_day / 60) % 60, second_of_day % 60, time.0.rem_euclid(1_000)]
+}
+
 /// RFC 3339 text of a time in the years 0000 to 9999, written digit by digit into 24
 /// bytes (`2026-01-01T00:00:00.000Z`): every reply carries a few, and a page of eSIMs a
 /// hundred, where the formatting machinery cost about 0.2 µs each. `None` outside those
-/// years (then the general `write!` below).
+/// years (then `Display`'s general `write!`).
 fn rfc3339_bytes(time: Millis) -> Option<[u8; 24]> {
-    let total_seconds = time.0.div_euclid(1_000);
-    let millis = time.0.rem_euclid(1_000);
-    let days = total_seconds.div_euclid(86_400);
-    let second_of_day = total_seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    if !(0..=9_999).contains(&year) {
+    let fields = utc_fields(time);
+    if !(0..=9_999).contains(&fields[0]) {
         return None;
     }
     let mut text = *b"0000-00-00T00:00:00.000Z";
-    let mut put = |at: usize, digits: usize, mut value: i64| {
-        for place in (at..at + digits).rev() {
+    // Where each field's digits end (exclusive) and how many there are.
+    const PLACES: [(usize, usize); 7] = [(4, 4), (7, 2), (10, 2), (13, 2), (16, 2), (19, 2), (23, 3)];
+    for (mut value, (end, digits)) in fields.into_iter().zip(PLACES) {
+        for place in (end - digits..end).rev() {
             text[place] = b'0' + (value % 10) as u8;
             value /= 10;
         }
-    };
-    put(0, 4, year);
-    put(5, 2, month);
-    put(8, 2, day);
-    put(11, 2, second_of_day / 3_600);
-    put(14, 2, (second_of_day / 60) % 60);
-    put(17, 2, second_of_day % 60);
-    put(20, 3, millis);
+    }
     Some(text)
 }
 
@@ -88,18 +87,8 @@ impl fmt::Display for Millis {
         if let Some(text) = rfc3339_bytes(*self) {
             return f.write_str(std::str::from_utf8(&text).expect("ASCII digits"));
         }
-        let total_seconds = self.0.div_euclid(1_000);
-        let millis = self.0.rem_euclid(1_000);
-        let days = total_seconds.div_euclid(86_400);
-        let second_of_day = total_seconds.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-            second_of_day / 3_600,
-            (second_of_day / 60) % 60,
-            second_of_day % 60
-        )
+        let [year, month, day, hour, minute, second, millis] = utc_fields(*self);
+        write!(f, "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millis:03}Z")
     }
 }
 
@@ -186,17 +175,10 @@ mod tests {
     /// its years and anywhere between; outside them the general formatting answers.
     #[test]
     fn rfc3339_digits_are_the_formatted_text() {
+        /// The general formatting, as `Display` wrote every time before the digits.
         fn formatted(time: Millis) -> String {
-            let total_seconds = time.0.div_euclid(1_000);
-            let millis = time.0.rem_euclid(1_000);
-            let second_of_day = total_seconds.rem_euclid(86_400);
-            let (year, month, day) = civil_from_days(total_seconds.div_euclid(86_400));
-            format!(
-                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-                second_of_day / 3_600,
-                (second_of_day / 60) % 60,
-                second_of_day % 60
-            )
+            let [year, month, day, hour, minute, second, millis] = utc_fields(time);
+            format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millis:03}Z")
         }
         /// How replies write a time, and an optional one.
         #[derive(Serialize)]
@@ -206,18 +188,17 @@ mod tests {
         assert_eq!(serde_json::to_string(&Maybe(None)).unwrap(), "null");
         const FIRST: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00.000Z
         const LAST: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
-        let (first, last) = (FIRST, LAST);
         for ms in
-            [first - 1, first, first + 1, -1, 0, 1, 999, 1_000, 951_782_399_999, last, last + 1, i64::MIN, i64::MAX]
+            [FIRST - 1, FIRST, FIRST + 1, -1, 0, 1, 999, 1_000, 951_782_399_999, LAST, LAST + 1, i64::MIN, i64::MAX]
         {
             let time = Millis(ms);
-            assert_eq!(rfc3339_bytes(time).is_some(), (first..=last).contains(&ms), "{ms}");
+            assert_eq!(rfc3339_bytes(time).is_some(), (FIRST..=LAST).contains(&ms), "{ms}");
             assert_eq!(time.to_string(), formatted(time), "{ms}");
             assert_eq!(serde_json::to_string(&Stamp(time)).unwrap(), format!("{:?}", formatted(time)));
             assert_eq!(serde_json::to_string(&Maybe(Some(time))).unwrap(), format!("{:?}", formatted(time)));
         }
-        assert_eq!(Millis(first).to_string(), "0000-01-01T00:00:00.000Z");
-        assert_eq!(Millis(last).to_string(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Millis(FIRST).to_string(), "0000-01-01T00:00:00.000Z");
+        assert_eq!(Millis(LAST).to_string(), "9999-12-31T23:59:59.999Z");
         quickcheck::quickcheck((|ms: i64| Millis(ms).to_string() == formatted(Millis(ms))) as fn(i64) -> bool);
         quickcheck::quickcheck(
             (|ms: i64| {
