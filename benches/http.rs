@@ -352,6 +352,39 @@ impl JournalSink for Timed {
 }
 
 /// What one journal did in the run, as a line.
+/// What bounds the durable fund in this closed loop (decision 213): each connection
+/// sends its next request only when its last is answered, so a second holds
+/// `connections` requests' waits plus the CPU of all requests spread over the cores. A
+/// durable fund waits for the disk on average half a cycle (a commit and the idle after
+/// it) for the next hand-over, then its own commit. With the in-memory fund's CPU (what
+/// a durable fund would cost if durability cost no CPU), this run's commit times give
+/// the rate no durable fund could pass here; without the idle too (1.5 commits' wait),
+/// the rate not even a perfect hand-over could.
+fn durable_bound_line(stats: &JournalStats, in_memory_fund: &Figures, hello: &Figures) -> Option<String> {
+    let figures = stats.lock().unwrap();
+    if figures.appends == 0 || in_memory_fund.cpu_us_per_request <= 0.0 {
+        return None;
+    }
+    let per_append_s = |total: Duration| total.as_secs_f64() / figures.appends as f64;
+    let (commit_s, idle_s) = (per_append_s(figures.spent), per_append_s(figures.idle));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+    let cpu_s = in_memory_fund.cpu_us_per_request / 1e6 / cores;
+    let bound = |wait_s: f64| 1.0 / (cpu_s + wait_s / connections() as f64);
+    let (with_idle, without_idle) = (bound((commit_s + idle_s) / 2.0 + commit_s), bound(1.5 * commit_s));
+    Some(format!(
+        "durable fund's bound at {} connections: the in-memory fund's CPU ({:.1} µs over {cores} cores) and \
+         the wait for the disk ({:.2} ms: half a commit-and-idle cycle, then a commit) allow at most {:.0}/s \
+         ({:.2} of hello-world); with no idle between commits (1.5 commits' wait) {:.0}/s ({:.2})",
+        connections(),
+        in_memory_fund.cpu_us_per_request,
+        ((commit_s + idle_s) / 2.0 + commit_s) * 1e3,
+        with_idle,
+        with_idle / hello.rps,
+        without_idle,
+        without_idle / hello.rps
+    ))
+}
+
 fn journal_line(name: &str, stats: &JournalStats) -> String {
     let figures = stats.lock().unwrap();
     let per_append_ms = |total: Duration| total.as_secs_f64() * 1000.0 / figures.appends.max(1) as f64;
@@ -703,6 +736,9 @@ fn main() {
             println!("PostgreSQL store / file journal, durable fund: {:.2}", pg.rps / median(3).rps.max(1.0));
         }
         println!("{} (write + fdatasync)", journal_line("durable run, file journal", &stats));
+        if let Some(line) = durable_bound_line(&stats, median(2), hello_figures) {
+            println!("{line}");
+        }
         if postgres.is_some() {
             println!("{} (one transaction: fencing update, insert, COMMIT)", journal_line("durable run, PostgreSQL store", &pg_stats));
         }

@@ -39,7 +39,10 @@
 //! - the fund / usage / read mix of `benches/engine.rs` (admission and the connection's
 //!   key memo included) over the funded wallets: commands per second, median of batches,
 //!   beside the same mix on a fresh engine of 10,000 eSIMs whose batches alternate with
-//!   these (the ratio of the two medians is the issue's "within 20 % of 10 k");
+//!   these (the ratio of the two medians is the issue's "within 20 % of 10 k"); then the
+//!   same mix over the reference's wallets only (1,000: the same working set at both
+//!   sizes), again beside the reference, which separates what the size of the state
+//!   costs from what touching ten times as many wallets costs;
 //! - a sync cycle reporting usage for every funded wallet (and every group): the time
 //!   of the request that fires it;
 //! - a clock advance across an hour with one pending report timer per funded wallet
@@ -134,7 +137,7 @@ const GROUP_SIZE: usize = 500;
 /// Commands of one measured batch of the mix (a multiple of 3).
 const MIX_BATCH: usize = 30_000;
 /// Batches of the mix at each checkpoint (the median is reported).
-const MIX_BATCHES: usize = 5;
+const MIX_BATCHES: usize = 11;
 /// The size the mix is compared with (the issue's "speed at 10 k").
 const MIX_REFERENCE_ESIMS: usize = 10_000;
 /// Repeats of each list page (the median and the longest are reported).
@@ -174,6 +177,12 @@ struct Checkpoint {
     /// The mix on a fresh engine of [`MIX_REFERENCE_ESIMS`], in batches alternating with
     /// those of `mix_per_second`.
     mix_reference_per_second: f64,
+    /// The mix over the reference's number of wallets (the same working set at both
+    /// sizes: what the size of the state alone costs), and on the reference again, in
+    /// alternate batches.
+    same_wallets: usize,
+    same_wallets_per_second: f64,
+    same_wallets_reference_per_second: f64,
     /// The longest command or append while a snapshot was made.
     snapshot_stall_ms: f64,
     /// Encoding the whole state (what the owner task used to do).
@@ -188,6 +197,11 @@ impl Checkpoint {
     /// The mix here against the mix at [`MIX_REFERENCE_ESIMS`] in the same minutes.
     fn mix_ratio(&self) -> f64 {
         self.mix_per_second / self.mix_reference_per_second.max(1.0)
+    }
+
+    /// The mix over as many wallets as the reference's against the reference.
+    fn same_wallets_ratio(&self) -> f64 {
+        self.same_wallets_per_second / self.same_wallets_reference_per_second.max(1.0)
     }
 }
 
@@ -612,9 +626,15 @@ impl Scale {
     /// The mix's commands: a fund, a usage and a read on each funded wallet in turn, with
     /// the account whose key each is sent with.
     fn mix_template(&mut self) -> Vec<(u32, Command)> {
+        self.mix_template_over(self.funded.len())
+    }
+
+    /// [`Scale::mix_template`] over the first `wallets` funded wallets only.
+    fn mix_template_over(&mut self, wallets: usize) -> Vec<(u32, Command)> {
+        let wallets = wallets.clamp(1, self.funded.len());
         (0..MIX_BATCH)
             .map(|i| {
-                let sim = self.funded[(i / 3) % self.funded.len()];
+                let sim = self.funded[(i / 3) % wallets];
                 let command = match i % 3 {
                     0 => self.on_sim(sim, |iccid| ResellerOp::Fund { iccid, amount: Decimal::new(1, 2) }),
                     1 => self.usage(sim),
@@ -924,6 +944,27 @@ fn report_mix(scale: &mut Scale, result: &mut Checkpoint) {
         result.mix_reference_per_second,
         result.mix_ratio()
     );
+    // The mix above spreads its 10,000 funds, usages and reads over as many wallets as
+    // there are (up to 10,000): at a large state most of them are cold in the caches.
+    // The same mix over the reference's wallets alone separates what the size of the
+    // state costs (lookups, indexes) from what a wider working set costs (decision 214).
+    let wallets = reference.funded.len();
+    let same = scale.mix_template_over(wallets);
+    let (mut rates, mut reference_rates) = (Vec::new(), Vec::new());
+    for _ in 0..scale.mix_batches {
+        reference_rates.push(reference.mix_batch(&theirs));
+        rates.push(scale.mix_batch(&same));
+    }
+    result.same_wallets = wallets;
+    result.same_wallets_per_second = median_rate(rates);
+    result.same_wallets_reference_per_second = median_rate(reference_rates);
+    println!(
+        "  the same mix over {wallets} wallets only (the reference's working set): {:.0} commands/s; \
+         the reference in alternate batches: {:.0} (ratio {:.2})",
+        result.same_wallets_per_second,
+        result.same_wallets_reference_per_second,
+        result.same_wallets_ratio()
+    );
 }
 
 fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Checkpoint {
@@ -1053,11 +1094,11 @@ fn main() {
     println!("  heap bytes per eSIM by part: {}", parts.join(", "));
 
     println!("\n## Summary");
-    println!("| eSIMs | heap B/eSIM | RSS B/eSIM | worst p99 (µs) | mix cmd/s | mix at 10 k, same minutes | mix ratio | snapshot stall ms | encode ms | snapshot s | recovery s |");
-    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| eSIMs | heap B/eSIM | RSS B/eSIM | worst p99 (µs) | mix cmd/s | mix at 10 k, same minutes | mix ratio | same wallets ratio | snapshot stall ms | encode ms | snapshot s | recovery s |");
+    println!("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &results {
         println!(
-            "| {} | {:.0} | {:.0} | {} {:.1} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {} {:.1} | {:.0} | {:.0} | {:.2} | {:.2} | {:.1} | {:.0} | {:.1} | {:.2} |",
             r.esims,
             r.bytes_per_esim,
             r.rss_per_esim,
@@ -1066,6 +1107,7 @@ fn main() {
             r.mix_per_second,
             r.mix_reference_per_second,
             r.mix_ratio(),
+            r.same_wallets_ratio(),
             r.snapshot_stall_ms,
             r.encode_ms,
             r.snapshot_s,
@@ -1096,6 +1138,11 @@ fn main() {
     println!(
         "- mix within 20% of its speed at {MIX_REFERENCE_ESIMS} eSIMs (alternate batches): {ratio:.2}: {}",
         verdict(ratio >= 0.8)
+    );
+    println!(
+        "  (the same mix over the reference's {} wallets only, the same working set at both sizes: {:.2})",
+        last.same_wallets,
+        last.same_wallets_ratio()
     );
     println!(
         "(whole run {:.0} s; longest median page {:.1} µs)",
