@@ -351,7 +351,6 @@ impl JournalSink for Timed {
     }
 }
 
-/// What one journal did in the run, as a line.
 /// What bounds the durable fund in this closed loop (decision 213): each connection
 /// sends its next request only when its last is answered, so a second holds
 /// `connections` requests' waits plus the CPU of all requests spread over the cores. A
@@ -370,14 +369,15 @@ fn durable_bound_line(stats: &JournalStats, in_memory_fund: &Figures, hello: &Fi
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
     let cpu_s = in_memory_fund.cpu_us_per_request / 1e6 / cores;
     let bound = |wait_s: f64| 1.0 / (cpu_s + wait_s / connections() as f64);
-    let (with_idle, without_idle) = (bound((commit_s + idle_s) / 2.0 + commit_s), bound(1.5 * commit_s));
+    let wait_s = (commit_s + idle_s) / 2.0 + commit_s;
+    let (with_idle, without_idle) = (bound(wait_s), bound(1.5 * commit_s));
     Some(format!(
         "durable fund's bound at {} connections: the in-memory fund's CPU ({:.1} µs over {cores} cores) and \
          the wait for the disk ({:.2} ms: half a commit-and-idle cycle, then a commit) allow at most {:.0}/s \
          ({:.2} of hello-world); with no idle between commits (1.5 commits' wait) {:.0}/s ({:.2})",
         connections(),
         in_memory_fund.cpu_us_per_request,
-        ((commit_s + idle_s) / 2.0 + commit_s) * 1e3,
+        wait_s * 1e3,
         with_idle,
         with_idle / hello.rps,
         without_idle,
@@ -385,6 +385,7 @@ fn durable_bound_line(stats: &JournalStats, in_memory_fund: &Figures, hello: &Fi
     ))
 }
 
+/// What one journal did in the run, as a line.
 fn journal_line(name: &str, stats: &JournalStats) -> String {
     let figures = stats.lock().unwrap();
     let per_append_ms = |total: Duration| total.as_secs_f64() * 1000.0 / figures.appends.max(1) as f64;

@@ -929,13 +929,7 @@ fn report_mix(scale: &mut Scale, result: &mut Checkpoint) {
     let mut reference = Scale::new(scale.accounts.len());
     reference.grow_to(MIX_REFERENCE_ESIMS.min(scale.engine().esims().len()));
     let (ours, theirs) = (scale.mix_template(), reference.mix_template());
-    let (mut rates, mut reference_rates) = (Vec::new(), Vec::new());
-    for _ in 0..scale.mix_batches {
-        reference_rates.push(reference.mix_batch(&theirs));
-        rates.push(scale.mix_batch(&ours));
-    }
-    result.mix_per_second = median_rate(rates);
-    result.mix_reference_per_second = median_rate(reference_rates);
+    (result.mix_per_second, result.mix_reference_per_second) = alternate_mix(scale, &ours, &mut reference, &theirs);
     println!(
         "  mix (fund, usage, read; admission included): {:.0} commands/s; on a fresh engine of {} eSIMs in \
          alternate batches: {:.0} (ratio {:.2})",
@@ -950,14 +944,9 @@ fn report_mix(scale: &mut Scale, result: &mut Checkpoint) {
     // state costs (lookups, indexes) from what a wider working set costs (decision 214).
     let wallets = reference.funded.len();
     let same = scale.mix_template_over(wallets);
-    let (mut rates, mut reference_rates) = (Vec::new(), Vec::new());
-    for _ in 0..scale.mix_batches {
-        reference_rates.push(reference.mix_batch(&theirs));
-        rates.push(scale.mix_batch(&same));
-    }
     result.same_wallets = wallets;
-    result.same_wallets_per_second = median_rate(rates);
-    result.same_wallets_reference_per_second = median_rate(reference_rates);
+    (result.same_wallets_per_second, result.same_wallets_reference_per_second) =
+        alternate_mix(scale, &same, &mut reference, &theirs);
     println!(
         "  the same mix over {wallets} wallets only (the reference's working set): {:.0} commands/s; \
          the reference in alternate batches: {:.0} (ratio {:.2})",
@@ -965,6 +954,22 @@ fn report_mix(scale: &mut Scale, result: &mut Checkpoint) {
         result.same_wallets_reference_per_second,
         result.same_wallets_ratio()
     );
+}
+
+/// `scale.mix_batches` batches of `ours` on `scale` alternating with batches of `theirs`
+/// on `reference`: the median rate of each.
+fn alternate_mix(
+    scale: &mut Scale,
+    ours: &[(u32, Command)],
+    reference: &mut Scale,
+    theirs: &[(u32, Command)],
+) -> (f64, f64) {
+    let (mut rates, mut reference_rates) = (Vec::new(), Vec::new());
+    for _ in 0..scale.mix_batches {
+        reference_rates.push(reference.mix_batch(theirs));
+        rates.push(scale.mix_batch(ours));
+    }
+    (median_rate(rates), median_rate(reference_rates))
 }
 
 fn measure(scale: &mut Scale, baseline: i64, samples: usize, tail: usize) -> Checkpoint {
