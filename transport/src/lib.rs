@@ -20,8 +20,6 @@
 //!   for the simulation.
 #![forbid(unsafe_code)]
 
-pub mod admission;
-pub mod api;
 pub mod dashboard;
 pub mod edge;
 pub mod fence;
@@ -29,16 +27,14 @@ pub mod journal;
 pub mod lock;
 pub mod metrics;
 pub mod nodes;
-pub mod openapi;
 pub mod pool;
-pub mod routes;
-pub mod secrets;
 pub mod sender;
 pub mod server;
-pub mod service;
-pub mod shards;
 pub mod standby;
 pub mod store_mem;
 pub mod store_pg;
 
-pub use service::{ClockMode, JournalEntry, Outcome, Service};
+// The pure API layer lives in its own crate (transport/api); its modules are re-exported
+// under their old paths while the shell moves into its own crate.
+pub use esim_api::{admission, api, openapi, routes, secrets, service, shards, webhook_headers};
+pub use esim_api::{ClockMode, JournalEntry, Outcome, Service};

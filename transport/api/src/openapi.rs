@@ -975,7 +975,7 @@ fn header_parameter(name: &str, schema: Value, description: &str) -> Value {
     json!({ "name": name, "in": "header", "required": true, "schema": schema, "description": description })
 }
 
-/// The headers of every delivery (`transport::sender::delivery_headers`).
+/// The headers of every delivery ([`crate::webhook_headers::delivery_headers`]).
 fn delivery_header_parameters() -> Vec<Value> {
     vec![
         header_parameter(
@@ -1832,7 +1832,7 @@ mod tests {
             assert!(problems.is_empty(), "{name}: {problems:#?}\n{body:#}");
             // The headers sent are exactly the documented ones, each fitting its schema.
             let parameters = entry["parameters"].as_array().unwrap();
-            let headers = crate::sender::delivery_headers(&delivery, &secret, None, 1_767_225_600);
+            let headers = crate::webhook_headers::delivery_headers(&delivery, &secret, None, 1_767_225_600);
             let sent: BTreeSet<&str> = headers.iter().map(|(header, _)| *header).collect();
             let documented: BTreeSet<&str> = parameters.iter().map(|p| p["name"].as_str().unwrap()).collect();
             assert_eq!(sent, documented, "{name}");
