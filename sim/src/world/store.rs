@@ -38,6 +38,8 @@ pub(super) struct Nodes {
     started: u32,
     /// The head the last `Store` fact reported.
     reported_head: u64,
+    /// The entries the newest snapshot the world wrote covers (`snapshot`).
+    snapshot_covers: Option<u64>,
 }
 
 impl Nodes {
@@ -49,7 +51,16 @@ impl Nodes {
             Ok(MemOpened::Leased(holder)) => unreachable!("a new store has no owner, yet {holder:?}"),
             Err(why) => unreachable!("a new store cannot fail to load: {why}"),
         };
-        let mut nodes = Nodes { store, owner, standby: None, zombie: None, lag_steps: 0, started: 1, reported_head: 0 };
+        let mut nodes = Nodes {
+            store,
+            owner,
+            standby: None,
+            zombie: None,
+            lag_steps: 0,
+            started: 1,
+            reported_head: 0,
+            snapshot_covers: None,
+        };
         nodes.start_standby(prepare);
         nodes
     }
@@ -231,6 +242,58 @@ impl World {
     /// `lost_commit`: the next commit is applied but its outcome is lost.
     pub(super) fn lose_commit_outcome(&mut self) {
         self.nodes.store.arm(CommitFault::AppliedOutcomeLost);
+    }
+
+    /// `snapshot` / `snapshot_crash` (see [`Op::Snapshot`](crate::op::Op::Snapshot)): the
+    /// owner encodes a snapshot covering every entry appended so far; it writes it, or the
+    /// process dies before it does and the engine is rebuilt from the store alone.
+    pub(super) fn snapshot(&mut self, crash: bool) {
+        self.commit_journal();
+        let covered = self.nodes.owner.next_index();
+        let encoded = journal::encode_snapshot(&header(&self.config), self.service.engine(), covered);
+        let owner = &mut self.nodes.owner;
+        let written = match encoded {
+            Ok(snapshot) if !crash => owner.write_snapshot(snapshot).map(|()| true),
+            Ok(_) => Ok(false),
+            Err(error) => Err(error),
+        };
+        match written {
+            Ok(true) => {
+                self.nodes.snapshot_covers = Some(covered);
+                self.log.facts.push(Fact::SnapshotWritten { covered });
+            }
+            Ok(false) => {}
+            // The owner of the shard is never refused a snapshot in a correct store.
+            Err(error) => {
+                let why = format!("the snapshot covering {covered} entries: {error}");
+                self.log.facts.push(Fact::AppendRefused { node: owner.name().to_string(), why });
+            }
+        }
+        if crash {
+            self.rebuild_from_store();
+        }
+    }
+
+    /// A restart whose engine is read back from the store (its newest snapshot and the
+    /// rows after it), compared with the one that died (`crash_recovery`).
+    fn rebuild_from_store(&mut self) {
+        let before = self.service.engine().state_digest();
+        let from_snapshot = self.nodes.snapshot_covers;
+        let rebuilt = match self.nodes.store.load(None) {
+            #[cfg_attr(not(feature = "test-switches"), allow(unused_mut))]
+            Ok((mut engine, _)) => {
+                #[cfg(feature = "test-switches")]
+                engine.inject_bug_for_test(self.bug);
+                let after = engine.state_digest();
+                self.service.replace_engine(engine);
+                Ok((before, after))
+            }
+            Err(why) => Err(why),
+        };
+        self.log.facts.push(Fact::RebuiltFromStore { from_snapshot });
+        self.log.facts.push(Fact::Restarted { rebuild: Some(rebuilt) });
+        self.held.clear();
+        self.service.restart();
     }
 
     /// `standby_lag N`: the standby follows nothing for the next `steps` steps.
