@@ -1432,8 +1432,9 @@ impl NoAcknowledgedLoss {
 }
 
 /// A standby at the owner's head has the owner's state digest (compared every
-/// [`crate::world::STANDBY_DIGEST_EVERY_STEPS`] steps and at every takeover, where the
-/// standby that caught up is compared with the owner that paused).
+/// [`crate::world::STANDBY_DIGEST_EVERY_STEPS`] steps, at a run's last step, and at
+/// every takeover, where the standby that caught up is compared with the owner that
+/// paused).
 pub struct StandbyDigest;
 
 impl Checker for StandbyDigest {

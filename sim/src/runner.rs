@@ -123,6 +123,9 @@ pub fn run_seed(seed: u64, config: &RunConfig) -> SeedOutcome {
             Some(op) => op.clone(),
             None => generator.next(&world),
         };
+        if step + 1 == config.steps {
+            world.compare_standby_next();
+        }
         world.apply(&op);
         recorder.step(&op, world.engine(), world.log());
         trace.push(op);
@@ -160,6 +163,9 @@ pub fn replay(trace: &[Op], seed: u64, bug: Option<InjectedBug>) -> Option<Found
     let mut world = World::new(seed, bug);
     let mut checkers = checkers::all();
     for (step, op) in trace.iter().enumerate() {
+        if step + 1 == trace.len() {
+            world.compare_standby_next();
+        }
         world.apply(op);
         if let Some(found) = check(&mut checkers, &world, step, None) {
             return Some(found);

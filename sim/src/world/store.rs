@@ -20,9 +20,12 @@ use esim_transport::{ClockMode, JournalEntry};
 /// The lease of the simulated nodes, by the store's clock (the PostgreSQL store's
 /// default).
 pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
-/// The standby's digest is compared with the owner's every this many steps (and at
-/// every takeover): a digest serializes the whole state.
-pub const STANDBY_DIGEST_EVERY_STEPS: usize = 32;
+/// The standby's digest is compared with the owner's every this many steps, at every
+/// store op and takeover, and at the last step of a run ([`World::compare_standby_next`]).
+/// A digest serializes the whole state (the largest cost of a step when it ran every 32
+/// steps), and a standby that diverged stays diverged (it only applies entries), so the
+/// last step's comparison proves what the periodic ones did; they report it sooner.
+pub const STANDBY_DIGEST_EVERY_STEPS: usize = 100;
 
 /// The nodes of one world around its store.
 pub(super) struct Nodes {
@@ -40,6 +43,8 @@ pub(super) struct Nodes {
     reported_head: u64,
     /// The entries the newest snapshot the world wrote covers (`snapshot`).
     snapshot_covers: Option<u64>,
+    /// Compare the standby's digest with the owner's after the next op.
+    compare_next: bool,
 }
 
 impl Nodes {
@@ -60,6 +65,7 @@ impl Nodes {
             started: 1,
             reported_head: 0,
             snapshot_covers: None,
+            compare_next: false,
         };
         nodes.start_standby(prepare);
         nodes
@@ -151,7 +157,9 @@ impl World {
             nodes.reported_head = head;
             self.log.facts.push(Fact::Store { epoch, head, rows: nodes.store.row_sums() });
         }
-        let due = store_op || self.steps.is_multiple_of(STANDBY_DIGEST_EVERY_STEPS);
+        let due = store_op
+            || self.steps.is_multiple_of(STANDBY_DIGEST_EVERY_STEPS)
+            || std::mem::take(&mut nodes.compare_next);
         if let Some(standby) = nodes.standby.as_ref().filter(|s| due && s.applied() == head) {
             self.log.facts.push(Fact::StandbyAt {
                 standby: standby.name().to_string(),
@@ -299,6 +307,12 @@ impl World {
     /// `standby_lag N`: the standby follows nothing for the next `steps` steps.
     pub(super) fn lag_standby(&mut self, steps: u32) {
         self.nodes.lag_steps = steps;
+    }
+
+    /// The next op ends with the standby's digest compared with the owner's (the
+    /// runner calls it before a run's last op).
+    pub fn compare_standby_next(&mut self) {
+        self.nodes.compare_next = true;
     }
 
     /// Whether a paused old owner is around (for the generator's `zombie`).
