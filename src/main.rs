@@ -155,6 +155,18 @@ struct SimArgs {
     /// Run every seed twice and compare the state digests.
     #[arg(long)]
     determinism: bool,
+    /// Add the coverage table: how many times the run reached each error code, event,
+    /// eSIM and group transition, fault, webhook outcome and checker evaluation.
+    #[arg(long)]
+    coverage: bool,
+    /// Fail (exit 1) when an item reachable by design was reached 0 times (shows the
+    /// coverage table).
+    #[arg(long)]
+    require_coverage: bool,
+    /// How seeds weigh their ops: `swarm` (each seed draws its own mix of ops and fault
+    /// rates from the seed, printed with a violation) or `uniform` (one fixed mix).
+    #[arg(long, default_value = "swarm", value_parser = ["swarm", "uniform"])]
+    mix: String,
 }
 
 fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
@@ -181,6 +193,9 @@ fn simulate(args: SimArgs) -> Result<(), String> {
         faults: args.faults == "on",
         report: args.report,
         determinism: args.determinism,
+        coverage: args.coverage,
+        require_coverage: args.require_coverage,
+        swarm: args.mix == "swarm",
         ..esim_sim::SimOptions::default()
     };
     if let Some(jobs) = args.jobs {
@@ -219,6 +234,11 @@ fn simulate(args: SimArgs) -> Result<(), String> {
     }
     if summary.ok() {
         Ok(())
+    } else if summary.violations.is_empty() && summary.determinism_failures.is_empty() && summary.conservation.conserved
+    {
+        let missing: Vec<String> =
+            summary.coverage.missing().iter().map(|i| format!("{} {}", i.family, i.name)).collect();
+        Err(format!("coverage: {} item(s) reached 0 times: {}", missing.len(), missing.join(", ")))
     } else {
         Err("invariant violations found (see above); each line gives the command that replays it".into())
     }

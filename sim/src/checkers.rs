@@ -609,11 +609,14 @@ fn apply_webhook_facts(log: &StepLog, mut each: impl FnMut(u32, u32, &Option<Vec
 }
 
 /// `failure_count <= 10`, and a webhook is active exactly when the reseller set it
-/// active and it has not failed 10 times in a row since.
+/// active and, since, it has neither failed 10 times in a row nor answered an automatic
+/// delivery 410 Gone (decision 115).
 #[derive(Default)]
 pub struct WebhookAutoDisable {
     /// Per engine webhook index: the reseller's switch (None: never seen created).
     user_active: BTreeMap<u32, bool>,
+    /// Webhooks that answered 410 since the reseller last set them active.
+    gone: BTreeSet<u32>,
 }
 
 impl Checker for WebhookAutoDisable {
@@ -628,7 +631,18 @@ impl Checker for WebhookAutoDisable {
             } else if let Some(active) = active {
                 self.user_active.insert(webhook, active);
             }
+            if active == Some(true) {
+                self.gone.remove(&webhook);
+            }
         });
+        // The reseller's changes come first in a step, the receivers' answers after them.
+        for delivery in ctx.log.deliveries.iter().filter(|d| automatic(d)) {
+            if let (Some(webhook), Some(esim_engine::DeliveryResult::Status(410))) =
+                (delivery.webhook, &delivery.answer)
+            {
+                self.gone.insert(webhook);
+            }
+        }
         for (index, webhook) in ctx.engine.webhooks().iter().enumerate() {
             if webhook.deleted {
                 continue;
@@ -637,7 +651,8 @@ impl Checker for WebhookAutoDisable {
                 return Err(format!("webhook {} has failure_count {}", webhook.id, webhook.failure_count));
             }
             let Some(&user_active) = self.user_active.get(&(index as u32)) else { continue };
-            let should = user_active && webhook.failure_count < WEBHOOK_DISABLE_AT;
+            let gone = self.gone.contains(&(index as u32));
+            let should = user_active && webhook.failure_count < WEBHOOK_DISABLE_AT && !gone;
             if webhook.active != should {
                 return Err(format!(
                     "webhook {} is {} with failure_count {} (the reseller set active={user_active})",
@@ -1417,8 +1432,9 @@ impl NoAcknowledgedLoss {
 }
 
 /// A standby at the owner's head has the owner's state digest (compared every
-/// [`crate::world::STANDBY_DIGEST_EVERY_STEPS`] steps and at every takeover, where the
-/// standby that caught up is compared with the owner that paused).
+/// [`crate::world::STANDBY_DIGEST_EVERY_STEPS`] steps, at a run's last step, and at
+/// every takeover, where the standby that caught up is compared with the owner that
+/// paused).
 pub struct StandbyDigest;
 
 impl Checker for StandbyDigest {

@@ -24,8 +24,8 @@ const UNKNOWN_UUID: &str = "00000000-0000-4000-8000-000000000000";
 /// Countries devices roam in most (all sell data); others come from the whole table.
 const COMMON_COUNTRIES: [&str; 10] = ["DE", "FR", "US", "JP", "GB", "ES", "IT", "TH", "BR", "AU"];
 
-/// What the next op is about, with its weight out of [`TOTAL_WEIGHT`].
-#[derive(Clone, Copy, Debug)]
+/// What the next op is about, with its weight in [`WEIGHTS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum What {
     Advance,
     Usage,
@@ -102,15 +102,123 @@ const WEIGHTS: [(u32, What); 35] = [
     (15, What::Faults),
 ];
 
-const TOTAL_WEIGHT: u32 = {
-    let mut total = 0;
-    let mut i = 0;
-    while i < WEIGHTS.len() {
-        total += WEIGHTS[i].0;
-        i += 1;
+/// Kinds of op a swarm mix never switches off: without them a world does nothing.
+const CORE: [What; 5] = [What::Advance, What::Usage, What::Install, What::Fund, What::Provision];
+
+/// Factors (numerator, denominator) a swarm mix scales a weight by.
+const SWARM_FACTORS: [(u32, u32); 6] = [(1, 4), (1, 2), (1, 1), (2, 1), (4, 1), (8, 1)];
+
+/// Percent of a swarm mix's kinds of op (not [`CORE`]) switched off.
+const SWARM_OFF_PERCENT: u64 = 20;
+
+/// The mix of one seed: how often each kind of op is drawn, and how the fault draws
+/// split (decision 241). [`Mix::uniform`] is the fixed mix; [`Mix::swarm`] draws one per
+/// seed from the seed alone (its own ChaCha stream, so the ops' stream is untouched),
+/// as FoundationDB's and TigerBeetle's swarm runs do: some kinds of op switched off,
+/// others several times as frequent, the faults split another way. Rare states (a full
+/// group, the group limit, auto-refill's daily limit, a crash during a snapshot) come
+/// from seeds whose mix leans their way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mix {
+    weights: [u32; WEIGHTS.len()],
+    total: u32,
+    /// Of the fault draws, percent that crash the service, and that fault the store (the
+    /// rest switch upstream faults).
+    crash_percent: u64,
+    store_percent: u64,
+    /// Percent of `limits` ops that set tight limits (1 to 3 groups of 1 to 4 eSIMs).
+    tight_limits_percent: u64,
+    /// Percent of receiver modes that answer 410 Gone.
+    gone_percent: u64,
+    swarm: bool,
+}
+
+impl Mix {
+    /// The fixed weights of [`WEIGHTS`] and the fixed fault split.
+    pub fn uniform() -> Mix {
+        let mut weights = [0; WEIGHTS.len()];
+        for (slot, (weight, _)) in weights.iter_mut().zip(WEIGHTS) {
+            *slot = weight;
+        }
+        Mix::with(weights, 25, 15, 50, 8, false)
     }
-    total
-};
+
+    /// The seed's own mix, drawn from the seed alone.
+    pub fn swarm(seed: u64) -> Mix {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(1);
+        let mut roll = |n: u64| rng.next_u64() % n;
+        let mut weights = [0; WEIGHTS.len()];
+        for (slot, (weight, what)) in weights.iter_mut().zip(WEIGHTS) {
+            let off = roll(100) < SWARM_OFF_PERCENT;
+            let (num, den) = SWARM_FACTORS[roll(SWARM_FACTORS.len() as u64) as usize];
+            *slot = match (off, CORE.contains(&what)) {
+                (true, false) => 0,
+                // The core stays between half and twice its weight.
+                (_, true) => (weight * num.clamp(1, 2) / den.clamp(1, 2)).max(1),
+                (false, false) => (weight * num / den).max(1),
+            };
+        }
+        let crash = [10, 25, 40][roll(3) as usize];
+        let store = [5, 15, 30, 45][roll(4) as usize];
+        let tight = [20, 50, 90][roll(3) as usize];
+        let gone = [0, 8, 25][roll(3) as usize];
+        Mix::with(weights, crash, store, tight, gone, true)
+    }
+
+    fn with(weights: [u32; WEIGHTS.len()], crash: u64, store: u64, tight: u64, gone: u64, swarm: bool) -> Mix {
+        let total = weights.iter().sum();
+        assert!(total > 0 && crash + store <= 100, "a mix draws something");
+        Mix {
+            weights,
+            total,
+            crash_percent: crash,
+            store_percent: store,
+            tight_limits_percent: tight,
+            gone_percent: gone,
+            swarm,
+        }
+    }
+
+    /// The kind of op a roll below the total weight stands for.
+    fn pick(&self, mut roll: u32) -> What {
+        for (weight, (_, what)) in self.weights.iter().zip(WEIGHTS) {
+            if roll < *weight {
+                return what;
+            }
+            roll -= weight;
+        }
+        What::Advance
+    }
+
+    /// One line for a repro: the kinds switched off and scaled, and the fault split.
+    pub fn describe(&self) -> String {
+        if !self.swarm {
+            return "uniform".to_string();
+        }
+        let mut off = Vec::new();
+        let mut scaled = Vec::new();
+        for (weight, (base, what)) in self.weights.iter().zip(WEIGHTS) {
+            match *weight {
+                0 => off.push(format!("{what:?}")),
+                w if w != base => scaled.push(format!("{what:?}={w}/{base}")),
+                _ => {}
+            }
+        }
+        format!(
+            "swarm: off [{}]; scaled [{}]; faults crash {}% store {}%; tight limits {}%; gone {}%",
+            off.join(" "),
+            scaled.join(" "),
+            self.crash_percent,
+            self.store_percent,
+            self.tight_limits_percent,
+            self.gone_percent
+        )
+    }
+}
+
+/// Draws of an op whose verb is skipped before the generator gives up and waits.
+const MAX_REDRAWS: usize = 64;
 
 pub struct Generator {
     rng: ChaCha8Rng,
@@ -127,11 +235,21 @@ pub struct Generator {
     last_idempotent: Option<Op>,
     /// Steps until the zombie of the last failover tries to append, when drawn.
     zombie_wakes_in: Option<u32>,
+    mix: Mix,
+    /// Test-only: ops of this verb are drawn again (`--require-coverage` must then fail).
+    skip_verb: Option<&'static str>,
 }
 
 impl Generator {
     pub fn new(seed: u64, accounts: usize, faults: bool) -> Generator {
+        Generator::with_mix(seed, accounts, faults, Mix::uniform())
+    }
+
+    /// A generator with the mix `mix` (see [`Mix`]).
+    pub fn with_mix(seed: u64, accounts: usize, faults: bool, mix: Mix) -> Generator {
         Generator {
+            mix,
+            skip_verb: None,
             rng: ChaCha8Rng::seed_from_u64(seed),
             accounts: accounts.clamp(1, MAX_ACCOUNTS),
             faults,
@@ -144,6 +262,11 @@ impl Generator {
             last_idempotent: None,
             zombie_wakes_in: None,
         }
+    }
+
+    /// Never gives ops of this verb (a test's way to make coverage fall short).
+    pub fn skip_verb(&mut self, verb: &'static str) {
+        self.skip_verb = Some(verb);
     }
 
     // ----- randomness -----
@@ -198,6 +321,16 @@ impl Generator {
 
     /// The next op for the world as it is now.
     pub fn next(&mut self, world: &World) -> Op {
+        for _ in 0..MAX_REDRAWS {
+            let op = self.draw(world);
+            if Some(op.verb()) != self.skip_verb {
+                return op;
+            }
+        }
+        Op::Advance { ms: 1_000 }
+    }
+
+    fn draw(&mut self, world: &World) -> Op {
         // The zombie wakes a few steps after the failover that made it (if drawn).
         if let Some(left) = self.zombie_wakes_in.take() {
             if left == 0 {
@@ -211,15 +344,8 @@ impl Generator {
                 return self.usage(sim);
             }
         }
-        let mut roll = self.below(TOTAL_WEIGHT as usize) as u32;
-        let mut what = What::Advance;
-        for (weight, candidate) in WEIGHTS {
-            if roll < weight {
-                what = candidate;
-                break;
-            }
-            roll -= weight;
-        }
+        let roll = self.below(self.mix.total as usize) as u32;
+        let what = self.mix.pick(roll);
         self.op(what, world)
     }
 
@@ -383,6 +509,9 @@ impl Generator {
             What::Resend => self.resend(world),
             What::ReceiverMode => {
                 let (_, webhook) = self.webhook_of(world);
+                if self.chance(self.mix.gone_percent) {
+                    return Op::Receiver { webhook, mode: Receiver::Gone };
+                }
                 let mode = match self.below(11) {
                     0..=3 => Receiver::Ok,
                     4 => Receiver::Fail,
@@ -430,7 +559,7 @@ impl Generator {
                 }
             }
             What::Limits => {
-                if self.chance(50) {
+                if !self.chance(self.mix.tight_limits_percent) {
                     Op::Limits { account, groups: Some(10), size: Some(500) }
                 } else {
                     Op::Limits { account, groups: Some(self.range(1, 3) as u32), size: Some(self.range(1, 4) as u32) }
@@ -480,9 +609,10 @@ impl Generator {
             // nothing happened (the `crash_recovery` checker and the comparison test).
             // One draw decides, as `chance(25)` did before the store's faults: a seed that
             // draws none of them draws the same numbers as before (decision 167).
-            What::Faults if self.faults => match self.below(100) {
-                0..=24 => Op::Restart { rebuild: true },
-                25..=39 => self.store_fault(world),
+            What::Faults if self.faults => match self.below(100) as u64 {
+                // Mostly a crash (rebuilt from the journal), sometimes a clean restart.
+                roll if roll < self.mix.crash_percent => Op::Restart { rebuild: !self.chance(15) },
+                roll if roll < self.mix.crash_percent + self.mix.store_percent => self.store_fault(world),
                 _ => {
                     let on = !self.faults_active && self.chance(60);
                     self.faults_active = on;
@@ -495,14 +625,17 @@ impl Generator {
 
     /// A fault of the journal's store: a failover (the owner's lease runs out and the
     /// standby takes over), the zombie trying to append after one, a commit whose
-    /// outcome is lost, or a standby left behind for a while.
+    /// outcome is lost, a standby left behind for a while, or a snapshot (written, or
+    /// the process dying while it makes one).
     fn store_fault(&mut self, world: &World) -> Op {
         let op = match self.below(100) {
-            0..=29 => Op::Failover,
-            30..=49 if world.has_zombie() => Op::Zombie,
-            30..=49 => Op::Failover,
-            50..=74 => Op::LostCommit,
-            _ => Op::StandbyLag { steps: self.range(1, 24) as u32 },
+            0..=24 => Op::Failover,
+            25..=39 if world.has_zombie() => Op::Zombie,
+            25..=39 => Op::Failover,
+            40..=59 => Op::LostCommit,
+            60..=74 => Op::StandbyLag { steps: self.range(1, 24) as u32 },
+            75..=87 => Op::Snapshot { crash: false },
+            _ => Op::Snapshot { crash: true },
         };
         if op == Op::Failover && self.chance(60) {
             self.zombie_wakes_in = Some(self.range(0, 12) as u32);
@@ -701,7 +834,7 @@ impl Generator {
     fn malformed(&mut self, world: &World, account: String) -> Op {
         let sim = self.sim(world).1;
         let group = self.group(world).1;
-        let (caller, method, path, body) = match self.below(14) {
+        let (caller, method, path, body) = match self.below(17) {
             0 => (account, "POST", format!("/esim/{{{sim}}}/fund"), "{".to_string()),
             1 => (account, "POST", format!("/esim/{{{sim}}}/fund"), r#"{"amount": "20"}"#.to_string()),
             2 => (account, "POST", format!("/esim/{{{sim}}}/fund"), "{}".to_string()),
@@ -725,12 +858,21 @@ impl Generator {
                 format!("/admin/v1/accounts/{{{account}}}/topups"),
                 r#"{"amount_usd": 5}"#.to_string(),
             ),
-            _ => (
+            13 => (
                 "admin".to_string(),
                 "POST",
                 format!("/sandbox/v1/esims/{{{sim}}}/usage"),
                 r#"{"mb": -1, "country": "DE"}"#.to_string(),
             ),
+            // The operator's API without its token, an account nobody has, a route nobody has.
+            14 => ("anonymous".to_string(), "GET", "/admin/v1/accounts".to_string(), String::new()),
+            15 => (
+                "admin".to_string(),
+                "POST",
+                "/admin/v1/accounts/acc_unknown/topups".to_string(),
+                r#"{"amount_usd": 10}"#.to_string(),
+            ),
+            _ => (account, "GET", "/nowhere".to_string(), String::new()),
         };
         Op::Raw { caller, method: method.to_string(), path, body }
     }

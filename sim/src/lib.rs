@@ -39,6 +39,13 @@
 //! Determinism (two runs of a seed, same responses, events and state
 //! digest) is checked per seed with [`SimOptions::determinism`] and in the tests.
 //!
+//! ## Coverage and swarm runs
+//! [`coverage`] counts what every run reached (each error code, event, eSIM and group
+//! transition, fault, webhook outcome, checker evaluation): `--coverage` prints the
+//! table, `--require-coverage` fails a run that left a required item at 0. With
+//! `--mix swarm` (the default) each seed draws its own mix of ops and fault rates from the
+//! seed alone ([`generate::Mix`]); `--mix uniform` gives every seed the fixed mix.
+//!
 //! ## The journal's store
 //! The world's service is the owner node of an in-memory store
 //! ([`esim_transport::store_mem`], the PostgreSQL store's semantics) with a hot standby
@@ -57,6 +64,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checkers;
+pub mod coverage;
 pub mod generate;
 pub mod op;
 pub mod report;
@@ -112,9 +120,20 @@ pub struct SimOptions {
     pub shrink: bool,
     /// Per-scenario conservation lines for the first this-many seeds in the report.
     pub report_scenarios: usize,
+    /// `--coverage`: the summary table lists what the run reached (see [`coverage`]).
+    pub coverage: bool,
+    /// `--require-coverage`: the run fails when an item reachable by design was reached
+    /// 0 times (implies `coverage`).
+    pub require_coverage: bool,
+    /// `--mix swarm`: each seed draws its own mix of ops and faults
+    /// ([`generate::Mix::swarm`]); `--mix uniform`: every seed the fixed one.
+    pub swarm: bool,
     /// Test-only: switch on a known engine bug to prove the harness catches it.
     #[doc(hidden)]
     pub inject_bug: Option<InjectedBug>,
+    /// Test-only: the generator never gives ops of this verb.
+    #[doc(hidden)]
+    pub skip_verb: Option<&'static str>,
 }
 
 impl Default for SimOptions {
@@ -129,7 +148,11 @@ impl Default for SimOptions {
             determinism: false,
             shrink: true,
             report_scenarios: 20,
+            coverage: false,
+            require_coverage: false,
+            swarm: true,
             inject_bug: None,
+            skip_verb: None,
         }
     }
 }
@@ -142,6 +165,8 @@ impl SimOptions {
             faults: self.faults,
             bug: self.inject_bug,
             fingerprint: false,
+            swarm: self.swarm,
+            skip_verb: self.skip_verb,
         }
     }
 }

@@ -26,6 +26,8 @@ pub enum Receiver {
     Hold,
     /// Connection refused for this long from now, then 200.
     Down { ms: i64 },
+    /// HTTP 410 Gone: the endpoint is gone for good (the webhook is disabled at once).
+    Gone,
 }
 
 /// A call of the reseller API. Entities are names (see the module docs).
@@ -326,6 +328,13 @@ pub enum Op {
     StandbyLag {
         steps: u32,
     },
+    /// The owner encodes a snapshot of its engine after the step's entries. `snapshot`:
+    /// it is written into the store (newer standbys and rebuilds from the store start
+    /// from it). `snapshot_crash`: the process dies after encoding it and before writing
+    /// it; the engine is rebuilt from the store (its older snapshot and the rows after).
+    Snapshot {
+        crash: bool,
+    },
 }
 
 impl Op {
@@ -356,12 +365,14 @@ impl Op {
             Op::Zombie => "zombie",
             Op::LostCommit => "lost_commit",
             Op::StandbyLag { .. } => "standby_lag",
+            Op::Snapshot { crash: false } => "snapshot",
+            Op::Snapshot { crash: true } => "snapshot_crash",
         }
     }
 
     /// The ops of the journal's store ([`Op::Failover`] and the others after it).
     pub fn is_store_fault(&self) -> bool {
-        matches!(self, Op::Failover | Op::Zombie | Op::LostCommit | Op::StandbyLag { .. })
+        matches!(self, Op::Failover | Op::Zombie | Op::LostCommit | Op::StandbyLag { .. } | Op::Snapshot { .. })
     }
 
     /// Simpler versions of this op, for shrinking (smaller amounts, shorter waits,
@@ -457,6 +468,7 @@ impl fmt::Display for Receiver {
             Receiver::Timeout => f.write_str("timeout"),
             Receiver::Hold => f.write_str("hold"),
             Receiver::Down { ms } => write!(f, "down {}", duration_text(*ms)),
+            Receiver::Gone => f.write_str("gone"),
         }
     }
 }
@@ -597,7 +609,7 @@ impl fmt::Display for Op {
             }
             Op::Advance { ms } => write!(f, "{verb} {}", duration_text(*ms)),
             Op::Receiver { webhook, mode } => write!(f, "{verb} {} {mode}", token(webhook)),
-            Op::Restart { .. } | Op::Failover | Op::Zombie | Op::LostCommit => f.write_str(verb),
+            Op::Restart { .. } | Op::Failover | Op::Zombie | Op::LostCommit | Op::Snapshot { .. } => f.write_str(verb),
             Op::StandbyLag { steps } => write!(f, "{verb} {steps}"),
         }
     }
@@ -778,6 +790,8 @@ impl FromStr for Op {
             "zombie" => Op::Zombie,
             "lost_commit" => Op::LostCommit,
             "standby_lag" => Op::StandbyLag { steps: args.parse("step count")? },
+            "snapshot" => Op::Snapshot { crash: false },
+            "snapshot_crash" => Op::Snapshot { crash: true },
             "receiver" => {
                 let webhook = args.string("webhook")?;
                 let mode = match args.next("mode")? {
@@ -788,6 +802,7 @@ impl FromStr for Op {
                     },
                     "timeout" => Receiver::Timeout,
                     "hold" => Receiver::Hold,
+                    "gone" => Receiver::Gone,
                     "down" => Receiver::Down { ms: parse_duration(args.next("duration")?)? },
                     other => return Err(format!("bad receiver mode {other:?}")),
                 };
@@ -970,6 +985,9 @@ mod tests {
             "zombie",
             "lost_commit",
             "standby_lag 12",
+            "snapshot",
+            "snapshot_crash",
+            "receiver w1 gone",
         ];
         for line in lines {
             let op: Op = line.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
@@ -994,6 +1012,7 @@ mod tests {
             "standby_lag",
             "standby_lag -1",
             "zombie 2",
+            "snapshot now",
         ] {
             assert!(line.parse::<Op>().is_err(), "{line}");
         }

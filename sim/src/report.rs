@@ -1,5 +1,6 @@
 //! The summary of a simulation run, its table, and the report files.
 
+use crate::coverage::Coverage;
 use crate::runner::{SeedOutcome, Violation};
 use crate::SimOptions;
 use esim_engine::finance::FinanceReport;
@@ -36,6 +37,12 @@ pub struct SimSummary {
     pub determinism_failures: Vec<String>,
     pub elapsed: Duration,
     pub report_error: Option<String>,
+    /// What the seeds reached, item by item (see [`crate::coverage`]).
+    pub coverage: Coverage,
+    /// Show the coverage table in [`SimSummary::table`].
+    pub show_coverage: bool,
+    /// Items reachable by design reached 0 times make the run fail ([`SimSummary::ok`]).
+    pub require_coverage: bool,
     report_scenarios: usize,
     /// Every seed's finance report (its total and days; sorted by seed at the end): the
     /// rows of the report files.
@@ -99,6 +106,9 @@ impl SimSummary {
             determinism_failures: Vec::new(),
             elapsed: Duration::ZERO,
             report_error: None,
+            coverage: Coverage::default(),
+            show_coverage: options.coverage || options.require_coverage,
+            require_coverage: options.require_coverage,
             report_scenarios: options.report_scenarios,
             finance: Vec::new(),
         }
@@ -120,6 +130,7 @@ impl SimSummary {
         self.events += outcome.stats.events;
         self.deliveries += outcome.stats.deliveries;
         self.deliveries_ok += outcome.stats.deliveries_ok;
+        self.coverage.add(&outcome.coverage);
         if let Some(report) = &outcome.report {
             add_lines(&mut self.conservation.total, &report.total);
             self.conservation.conserved &= report.conserved;
@@ -154,6 +165,7 @@ impl SimSummary {
         self.events += other.events;
         self.deliveries += other.deliveries;
         self.deliveries_ok += other.deliveries_ok;
+        self.coverage.add(&other.coverage);
         add_lines(&mut self.conservation.total, &other.conservation.total);
         self.conservation.conserved &= other.conservation.conserved;
         self.conservation.accounts.extend(other.conservation.accounts);
@@ -174,13 +186,21 @@ impl SimSummary {
         self.determinism_failures.sort();
     }
 
-    /// True when nothing went wrong: no violation, every run deterministic, conserved.
+    /// True when nothing went wrong: no violation, every run deterministic, conserved,
+    /// and (with `require_coverage`) every item reachable by design reached.
     pub fn ok(&self) -> bool {
-        self.violations.is_empty() && self.determinism_failures.is_empty() && self.conservation.conserved
+        self.violations.is_empty()
+            && self.determinism_failures.is_empty()
+            && self.conservation.conserved
+            && (!self.require_coverage || self.coverage.missing().is_empty())
     }
 
     /// The table printed at the end of `esim sim`.
     pub fn table(&self) -> String {
+        self.table_with(self.show_coverage)
+    }
+
+    fn table_with(&self, show_coverage: bool) -> String {
         let total = &self.conservation.total;
         let mut out = String::new();
         let _ = writeln!(
@@ -222,6 +242,13 @@ impl SimSummary {
             row(&mut out, "determinism: seeds run twice", self.determinism_checked.to_string());
             row(&mut out, "determinism failures", self.determinism_failures.len().to_string());
         }
+        if show_coverage {
+            out.push_str(&self.coverage.table());
+        }
+        if self.require_coverage {
+            let missing = self.coverage.missing();
+            row(&mut out, "coverage: items not reached", missing.len().to_string());
+        }
         row(&mut out, "violations", self.violations.len().to_string());
         row(&mut out, "elapsed", format!("{:.2} s", self.elapsed.as_secs_f64()));
         for violation in &self.violations {
@@ -260,7 +287,9 @@ impl SimSummary {
         std::fs::write(dir.join("conservation-days.csv"), finance.days_to_csv())?;
         std::fs::write(dir.join("conservation.md"), finance.to_markdown())?;
         std::fs::write(dir.join("conservation.html"), finance.to_html())?;
-        let summary = format!("# Simulation summary\n\n```text\n{}```\n", self.table());
+        // The report carries the coverage table whether or not the terminal showed it.
+        let table = self.table_with(true);
+        let summary = format!("# Simulation summary\n\n```text\n{table}```\n");
         std::fs::write(dir.join("summary.md"), summary)?;
         for violation in &self.violations {
             std::fs::write(dir.join(format!("violation-seed-{}.scenario", violation.seed)), violation.script())?;

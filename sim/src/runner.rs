@@ -3,7 +3,8 @@
 //! replay it. Replays rebuild everything from the seed, so nothing is saved along the way.
 
 use crate::checkers::{self, Checker, Ctx};
-use crate::generate::Generator;
+use crate::coverage::{Coverage, Recorder};
+use crate::generate::{Generator, Mix};
 use crate::op::Op;
 use crate::shrink;
 use crate::world::{World, WorldStats};
@@ -26,6 +27,21 @@ pub struct RunConfig {
     pub bug: Option<InjectedBug>,
     /// Keep a digest of the run (state digest and a hash of every response).
     pub fingerprint: bool,
+    /// Each seed draws its own mix of ops and faults ([`Mix::swarm`]); else [`Mix::uniform`].
+    pub swarm: bool,
+    /// Test-only: the generator never gives ops of this verb.
+    pub skip_verb: Option<&'static str>,
+}
+
+impl RunConfig {
+    /// The mix seed `seed` runs with.
+    pub fn mix(&self, seed: u64) -> Mix {
+        if self.swarm {
+            Mix::swarm(seed)
+        } else {
+            Mix::uniform()
+        }
+    }
 }
 
 /// The first checker that fired.
@@ -47,12 +63,23 @@ pub struct SeedOutcome {
     pub found: Option<Found>,
     /// (state digest, hash of every response and event), when asked for.
     pub fingerprint: Option<(String, u64)>,
+    /// What the seed reached (see [`crate::coverage`]).
+    pub coverage: Coverage,
 }
 
-/// Runs every checker on the world's last step; the first failure wins.
-fn check(checkers: &mut [Box<dyn Checker>], world: &World, step: usize) -> Option<Found> {
+/// Runs every checker on the world's last step; the first failure wins. Each evaluation
+/// is counted when a recorder is given.
+fn check(
+    checkers: &mut [Box<dyn Checker>],
+    world: &World,
+    step: usize,
+    mut recorder: Option<&mut Recorder>,
+) -> Option<Found> {
     let ctx = Ctx { engine: world.engine(), log: world.log() };
-    for checker in checkers.iter_mut() {
+    for (index, checker) in checkers.iter_mut().enumerate() {
+        if let Some(recorder) = recorder.as_deref_mut() {
+            recorder.checked(index);
+        }
         if let Err(message) = checker.check(&ctx) {
             return Some(Found { step, checker: checker.name(), message });
         }
@@ -81,8 +108,12 @@ fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
 /// Runs one seed until the step count or the first violation.
 pub fn run_seed(seed: u64, config: &RunConfig) -> SeedOutcome {
     let mut world = World::new(seed, config.bug);
-    let mut generator = Generator::new(seed, config.accounts, config.faults);
+    let mut generator = Generator::with_mix(seed, config.accounts, config.faults, config.mix(seed));
+    if let Some(verb) = config.skip_verb {
+        generator.skip_verb(verb);
+    }
     let mut checkers = checkers::all();
+    let mut recorder = Recorder::default();
     let prelude = generator.prelude();
     let mut trace = Vec::with_capacity(config.steps);
     let mut found = None;
@@ -92,7 +123,11 @@ pub fn run_seed(seed: u64, config: &RunConfig) -> SeedOutcome {
             Some(op) => op.clone(),
             None => generator.next(&world),
         };
+        if step + 1 == config.steps {
+            world.compare_standby_next();
+        }
         world.apply(&op);
+        recorder.step(&op, world.engine(), world.log());
         trace.push(op);
         if config.fingerprint {
             let log = world.log();
@@ -103,7 +138,7 @@ pub fn run_seed(seed: u64, config: &RunConfig) -> SeedOutcome {
                 hash = fnv(hash, event.id.as_bytes());
             }
         }
-        found = check(&mut checkers, &world, step);
+        found = check(&mut checkers, &world, step, Some(&mut recorder));
         if found.is_some() {
             break;
         }
@@ -119,6 +154,7 @@ pub fn run_seed(seed: u64, config: &RunConfig) -> SeedOutcome {
         stats: world.stats().clone(),
         trace,
         found,
+        coverage: recorder.coverage,
     }
 }
 
@@ -127,8 +163,11 @@ pub fn replay(trace: &[Op], seed: u64, bug: Option<InjectedBug>) -> Option<Found
     let mut world = World::new(seed, bug);
     let mut checkers = checkers::all();
     for (step, op) in trace.iter().enumerate() {
+        if step + 1 == trace.len() {
+            world.compare_standby_next();
+        }
         world.apply(op);
-        if let Some(found) = check(&mut checkers, &world, step) {
+        if let Some(found) = check(&mut checkers, &world, step, None) {
             return Some(found);
         }
     }
@@ -168,14 +207,16 @@ pub struct Violation {
     pub state_diff: String,
     /// The command that reproduces the original failure.
     pub replay: String,
+    /// The seed's mix of ops and faults ([`Mix::describe`]), printed with the replay.
+    pub mix: String,
 }
 
 impl Violation {
     /// The shrunk trace as a scenario script.
     pub fn script(&self) -> String {
         let mut out = format!(
-            "# seed {}: checker {} fired at the last step\n# {}\n# replay: {}\n",
-            self.seed, self.checker, self.shrunk_message, self.replay
+            "# seed {}: checker {} fired at the last step\n# {}\n# replay: {}\n# mix: {}\n",
+            self.seed, self.checker, self.shrunk_message, self.replay, self.mix
         );
         for op in &self.shrunk {
             let _ = writeln!(out, "{op}");
@@ -189,6 +230,7 @@ impl std::fmt::Display for Violation {
         writeln!(f, "VIOLATION seed {} step {}: checker {}", self.seed, self.step, self.checker)?;
         writeln!(f, "  {}", self.message)?;
         writeln!(f, "  replay: {}", self.replay)?;
+        writeln!(f, "  mix: {}", self.mix)?;
         writeln!(f, "  shrunk trace ({} steps):", self.shrunk.len())?;
         for op in &self.shrunk {
             writeln!(f, "    {op}")?;
@@ -205,9 +247,10 @@ impl std::fmt::Display for Violation {
 /// The command that replays a seed up to its failing step.
 pub fn replay_command(seed: u64, steps: usize, config: &RunConfig) -> String {
     format!(
-        "esim sim --seed {seed} --steps {steps} --accounts {} --faults {}",
+        "esim sim --seed {seed} --steps {steps} --accounts {} --faults {} --mix {}",
         config.accounts,
-        if config.faults { "on" } else { "off" }
+        if config.faults { "on" } else { "off" },
+        if config.swarm { "swarm" } else { "uniform" }
     )
 }
 
@@ -238,6 +281,7 @@ pub fn violation(outcome: &SeedOutcome, config: &RunConfig, shrink_it: bool) -> 
         shrunk_message: again.message,
         shrunk,
         replay: replay_command(seed, found.step + 1, config),
+        mix: config.mix(seed).describe(),
     })
 }
 

@@ -302,6 +302,7 @@ impl World {
             Op::LostCommit => self.lose_commit_outcome(),
             Op::StandbyLag { steps } => self.lag_standby(*steps),
             Op::Grant { count } => self.grant(*count),
+            Op::Snapshot { crash } => self.snapshot(*crash),
             request => self.send_op(request),
         }
         self.drain();

@@ -47,7 +47,15 @@ fn run(seed: u64, trace: &[Op]) -> Vec<StepView> {
 
 /// The seed's generated trace (faults on: crashes among them).
 fn trace(seed: u64) -> Vec<Op> {
-    let config = RunConfig { steps: STEPS, accounts: 3, faults: true, bug: None, fingerprint: false };
+    let config = RunConfig {
+        steps: STEPS,
+        accounts: 3,
+        faults: true,
+        bug: None,
+        fingerprint: false,
+        swarm: false,
+        skip_verb: None,
+    };
     let outcome = runner::run_seed(seed, &config);
     assert!(outcome.found.is_none(), "seed {seed}: {:?}", outcome.found);
     outcome.trace

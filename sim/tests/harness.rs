@@ -69,8 +69,15 @@ fn an_injected_settlement_bug_is_caught_and_shrunk() {
     )));
     assert!(violation.state_diff.contains("reseller"), "{}", violation.state_diff);
     // The shrunk trace replays to the same checker, and so does the replay command's prefix.
-    let config =
-        RunConfig { steps: violation.step + 1, accounts: 1, faults: true, bug: options.inject_bug, fingerprint: false };
+    let config = RunConfig {
+        steps: violation.step + 1,
+        accounts: 1,
+        faults: true,
+        bug: options.inject_bug,
+        fingerprint: false,
+        swarm: options.swarm,
+        skip_verb: None,
+    };
     let again = runner::replay(&violation.shrunk, violation.seed, options.inject_bug).expect("still fails");
     assert_eq!(again.checker, violation.checker);
     let rerun = runner::run_seed(violation.seed, &config);
@@ -98,7 +105,15 @@ fn an_injected_settlement_bug_is_caught_and_shrunk() {
 
 #[test]
 fn two_runs_of_a_seed_are_identical() {
-    let config = RunConfig { steps: 300, accounts: 3, faults: true, bug: None, fingerprint: true };
+    let config = RunConfig {
+        steps: 300,
+        accounts: 3,
+        faults: true,
+        bug: None,
+        fingerprint: true,
+        swarm: false,
+        skip_verb: None,
+    };
     for seed in 0..12 {
         runner::check_determinism(seed, &config).unwrap();
     }

@@ -134,6 +134,16 @@ pub enum Fact {
         refusal: Option<String>,
         fenced: bool,
     },
+    /// The owner wrote a snapshot covering this many entries (`snapshot`).
+    SnapshotWritten {
+        covered: u64,
+    },
+    /// The engine was rebuilt from the store after a crash during a snapshot: from the
+    /// newest snapshot written (the entries it covers) and the rows after it, or from
+    /// the rows alone.
+    RebuiltFromStore {
+        from_snapshot: Option<u64>,
+    },
     /// The standby and the owner at the same head, with their state digests.
     StandbyAt {
         standby: String,

@@ -23,6 +23,8 @@ pub enum Mode {
     Timeout,
     Hold,
     DownUntil(Millis),
+    /// 410 Gone.
+    Gone,
 }
 
 impl World {
@@ -36,6 +38,7 @@ impl World {
                 Receiver::Timeout => Mode::Timeout,
                 Receiver::Hold => Mode::Hold,
                 Receiver::Down { ms } => Mode::DownUntil(self.now.plus_ms(ms)),
+                Receiver::Gone => Mode::Gone,
             };
         }
     }
@@ -100,6 +103,7 @@ impl World {
                 Some(DeliveryResult::Status(500))
             }
             Mode::Timeout => Some(DeliveryResult::Timeout),
+            Mode::Gone => Some(DeliveryResult::Status(410)),
             Mode::Hold if test => Some(DeliveryResult::Timeout),
             Mode::Hold => None,
             Mode::DownUntil(until) if self.now < until => Some(DeliveryResult::Failed("connection refused".into())),

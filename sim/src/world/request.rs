@@ -167,6 +167,7 @@ impl World {
             | Op::Zombie
             | Op::LostCommit
             | Op::StandbyLag { .. }
+            | Op::Snapshot { .. }
             | Op::Grant { .. } => {}
         }
     }

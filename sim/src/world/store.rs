@@ -20,9 +20,12 @@ use esim_transport::{ClockMode, JournalEntry};
 /// The lease of the simulated nodes, by the store's clock (the PostgreSQL store's
 /// default).
 pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
-/// The standby's digest is compared with the owner's every this many steps (and at
-/// every takeover): a digest serializes the whole state.
-pub const STANDBY_DIGEST_EVERY_STEPS: usize = 32;
+/// The standby's digest is compared with the owner's every this many steps, at every
+/// store op and takeover, and at the last step of a run ([`World::compare_standby_next`]).
+/// A digest serializes the whole state (the largest cost of a step when it ran every 32
+/// steps), and a standby that diverged stays diverged (it only applies entries), so the
+/// last step's comparison proves what the periodic ones did; they report it sooner.
+pub const STANDBY_DIGEST_EVERY_STEPS: usize = 100;
 
 /// The nodes of one world around its store.
 pub(super) struct Nodes {
@@ -38,6 +41,10 @@ pub(super) struct Nodes {
     started: u32,
     /// The head the last `Store` fact reported.
     reported_head: u64,
+    /// The entries the newest snapshot the world wrote covers (`snapshot`).
+    snapshot_covers: Option<u64>,
+    /// Compare the standby's digest with the owner's after the next op.
+    compare_next: bool,
 }
 
 impl Nodes {
@@ -49,7 +56,17 @@ impl Nodes {
             Ok(MemOpened::Leased(holder)) => unreachable!("a new store has no owner, yet {holder:?}"),
             Err(why) => unreachable!("a new store cannot fail to load: {why}"),
         };
-        let mut nodes = Nodes { store, owner, standby: None, zombie: None, lag_steps: 0, started: 1, reported_head: 0 };
+        let mut nodes = Nodes {
+            store,
+            owner,
+            standby: None,
+            zombie: None,
+            lag_steps: 0,
+            started: 1,
+            reported_head: 0,
+            snapshot_covers: None,
+            compare_next: false,
+        };
         nodes.start_standby(prepare);
         nodes
     }
@@ -140,7 +157,9 @@ impl World {
             nodes.reported_head = head;
             self.log.facts.push(Fact::Store { epoch, head, rows: nodes.store.row_sums() });
         }
-        let due = store_op || self.steps.is_multiple_of(STANDBY_DIGEST_EVERY_STEPS);
+        let due = store_op
+            || self.steps.is_multiple_of(STANDBY_DIGEST_EVERY_STEPS)
+            || std::mem::take(&mut nodes.compare_next);
         if let Some(standby) = nodes.standby.as_ref().filter(|s| due && s.applied() == head) {
             self.log.facts.push(Fact::StandbyAt {
                 standby: standby.name().to_string(),
@@ -233,9 +252,67 @@ impl World {
         self.nodes.store.arm(CommitFault::AppliedOutcomeLost);
     }
 
+    /// `snapshot` / `snapshot_crash` (see [`Op::Snapshot`](crate::op::Op::Snapshot)): the
+    /// owner encodes a snapshot covering every entry appended so far; it writes it, or the
+    /// process dies before it does and the engine is rebuilt from the store alone.
+    pub(super) fn snapshot(&mut self, crash: bool) {
+        self.commit_journal();
+        let covered = self.nodes.owner.next_index();
+        let encoded = journal::encode_snapshot(&header(&self.config), self.service.engine(), covered);
+        let owner = &mut self.nodes.owner;
+        let written = match encoded {
+            Ok(snapshot) if !crash => owner.write_snapshot(snapshot).map(|()| true),
+            Ok(_) => Ok(false),
+            Err(error) => Err(error),
+        };
+        match written {
+            Ok(true) => {
+                self.nodes.snapshot_covers = Some(covered);
+                self.log.facts.push(Fact::SnapshotWritten { covered });
+            }
+            Ok(false) => {}
+            // The owner of the shard is never refused a snapshot in a correct store.
+            Err(error) => {
+                let why = format!("the snapshot covering {covered} entries: {error}");
+                self.log.facts.push(Fact::AppendRefused { node: owner.name().to_string(), why });
+            }
+        }
+        if crash {
+            self.rebuild_from_store();
+        }
+    }
+
+    /// A restart whose engine is read back from the store (its newest snapshot and the
+    /// rows after it), compared with the one that died (`crash_recovery`).
+    fn rebuild_from_store(&mut self) {
+        let before = self.service.engine().state_digest();
+        let from_snapshot = self.nodes.snapshot_covers;
+        let rebuilt = match self.nodes.store.load(None) {
+            #[cfg_attr(not(feature = "test-switches"), allow(unused_mut))]
+            Ok((mut engine, _)) => {
+                #[cfg(feature = "test-switches")]
+                engine.inject_bug_for_test(self.bug);
+                let after = engine.state_digest();
+                self.service.replace_engine(engine);
+                Ok((before, after))
+            }
+            Err(why) => Err(why),
+        };
+        self.log.facts.push(Fact::RebuiltFromStore { from_snapshot });
+        self.log.facts.push(Fact::Restarted { rebuild: Some(rebuilt) });
+        self.held.clear();
+        self.service.restart();
+    }
+
     /// `standby_lag N`: the standby follows nothing for the next `steps` steps.
     pub(super) fn lag_standby(&mut self, steps: u32) {
         self.nodes.lag_steps = steps;
+    }
+
+    /// The next op ends with the standby's digest compared with the owner's (the
+    /// runner calls it before a run's last op).
+    pub fn compare_standby_next(&mut self) {
+        self.nodes.compare_next = true;
     }
 
     /// Whether a paused old owner is around (for the generator's `zombie`).
