@@ -1352,6 +1352,14 @@ impl Owner {
                     let outcome = self.service.handle_admitted(self.clock.now(), &request, digest);
                     crate::metrics::engine_command(began.elapsed());
                     match outcome {
+                        // A change refused while the journal fails or stalls shows no state:
+                        // answered at once, not behind the append it would wait for.
+                        Outcome::Respond(response)
+                            if response.status() == http::StatusCode::SERVICE_UNAVAILABLE
+                                && self.service.refusing_changes().is_some() =>
+                        {
+                            let _ = reply.send(response);
+                        }
                         Outcome::Respond(response) => {
                             self.pending.answers.push(Answer { reply, response, request: Some(request), applied })
                         }

@@ -809,7 +809,12 @@ async fn renew_until_stopped(config: Config, shard: i32, epoch: i64, lease: Dura
             Ok(Err(error)) => error,
             Err(_) => format!("no answer within {} ms", every.as_millis()),
         };
-        tracing::warn!(error = %failed, "the lease renewal failed; trying again");
+        // Said once per episode (a renewal is tried three times a lease).
+        if state.alarm.reason().is_none() {
+            tracing::warn!(error = %failed, "the lease renewal failed; trying again every {} ms", every.as_millis());
+        } else {
+            tracing::debug!(error = %failed, "the lease renewal failed again");
+        }
         state.alarm.raise(format!(
             "the lease of shard {shard} cannot be renewed ({failed}): the PostgreSQL store does not answer"
         ));
