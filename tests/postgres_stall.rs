@@ -314,3 +314,75 @@ async fn start_errors_name_their_cause_and_a_start_needs_only_the_rights_it_uses
     app.stop();
     remove_data_dir(&dir);
 }
+
+/// Waits until the server's `/readyz` says it no longer owns the journal (it was fenced).
+async fn wait_fenced(server: &common::TestServer) {
+    let began = Instant::now();
+    loop {
+        let (status, body) = readyz(server).await;
+        if status == 503 && body.to_string().contains("no longer owns") {
+            return;
+        }
+        assert!(began.elapsed() < Duration::from_secs(10), "not fenced after 10 s: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An owner that lost its shard to another process (`--take-over`) never lives on
+/// refusing every change: it answers as not ready for the drain (5 s), then stops and
+/// exits non-zero so that its supervisor restarts it; a SIGTERM during the drain exits
+/// non-zero too. Neither acknowledges a change after the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_owner_drains_then_exits_non_zero_also_on_sigterm() {
+    let cluster = Cluster::start("fenced");
+    let url = cluster.url();
+    let dirs = [work_dir("fenced-a"), work_dir("fenced-b"), work_dir("fenced-c")];
+    let start_taking = |dir: &Path| {
+        let mut node = launch(dir, &url).arg("--lease-ms").arg(&LEASE_MS.to_string()).arg("--take-over");
+        node.key_file = process::key_file(&dirs[0]);
+        node.start(false)
+    };
+    let mut first = start(&dirs[0], &url);
+    let a = common::TestServer::attach(first.running.base.clone());
+    wait_ready(&a, Duration::from_secs(10)).await;
+    let (key, iccid, _) = account_with_esim(&a).await;
+
+    let mut second = start_taking(&dirs[1]);
+    let fenced_at = Instant::now();
+    wait_fenced(&a).await;
+    let (status, retry_after, body, _) = fund(&a, &iccid, &key, "zombie", 1).await;
+    assert_eq!((status, retry_after.as_deref()), (503, Some("1")), "{body}");
+    let exit = wait_timeout(&mut first.running.child, Duration::from_secs(20)).expect("the fenced owner exits");
+    let after = fenced_at.elapsed();
+    assert!(!exit.success(), "a fenced owner exits non-zero: {exit:?}");
+    assert!(after >= Duration::from_secs(4), "it drained first ({after:?})");
+    let log = log_of(&dirs[0]);
+    assert!(log.contains("this process must be restarted") && log.contains("service stopped"), "{log}");
+    eprintln!("fenced: the owner exited {exit:?} {after:?} after the takeover");
+
+    let b = common::TestServer::attach(second.running.base.clone());
+    wait_ready(&b, Duration::from_secs(10)).await;
+    let (status, _, body, _) = fund(&b, &iccid, &key, "owner-b", 1).await;
+    assert_eq!(status, 200, "{body}");
+    let third = start_taking(&dirs[2]);
+    wait_fenced(&b).await;
+    let term = std::process::Command::new("kill").args(["-TERM", &second.running.child.id().to_string()]).status();
+    assert!(term.unwrap().success());
+    let exit = wait_timeout(&mut second.running.child, Duration::from_secs(20)).expect("SIGTERM ends it");
+    assert!(!exit.success(), "SIGTERM while fenced exits non-zero: {exit:?}");
+
+    let c = common::TestServer::attach(third.running.base.clone());
+    wait_ready(&c, Duration::from_secs(10)).await;
+    assert_eq!(c.digest().await, replayed_digest(&url));
+    assert_eq!(
+        cluster.psql(
+            "SELECT count(*) FROM journal WHERE epoch = 1 AND seq >= (SELECT min(seq) FROM journal WHERE epoch = 2)"
+        ),
+        "0",
+        "nothing of the first owner after the takeover"
+    );
+    third.stop();
+    for dir in &dirs {
+        remove_data_dir(dir);
+    }
+}
