@@ -9,7 +9,9 @@
 //! - a `COMMIT` cut by stopping PostgreSQL while it waits, down for longer than the
 //!   lease: the same;
 //! - start errors name their cause (SQLSTATE and its meaning), a start needs no CREATE
-//!   once migrated, and a role without INSERT on `journal` is refused at start.
+//!   once migrated, and a role without INSERT on `journal` is refused at start;
+//! - an owner fenced by another process drains, then exits non-zero (also on SIGTERM);
+//! - the same deadline for any journal (a frozen disk), through the owner task.
 
 use bytes::Bytes;
 use rust_decimal::Decimal;
@@ -385,4 +387,96 @@ async fn a_fenced_owner_drains_then_exits_non_zero_also_on_sigterm() {
     for dir in &dirs {
         remove_data_dir(dir);
     }
+}
+
+/// A journal whose appends block while `frozen` is set (a frozen disk: the file journal's
+/// `fdatasync` that does not return); its durable state is the entries appended.
+struct FrozenDisk {
+    durable: std::sync::Arc<std::sync::Mutex<esim_engine::Engine>>,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl esim_transport::server::JournalSink for FrozenDisk {
+    fn append(&mut self, entries: &[esim_transport::JournalEntry]) -> std::io::Result<()> {
+        while self.frozen.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut durable = self.durable.lock().unwrap();
+        for entry in entries {
+            entry.clone().replay(&mut durable);
+        }
+        Ok(())
+    }
+    fn reload(&mut self) -> Result<esim_engine::Engine, String> {
+        Ok(self.durable.lock().unwrap().clone())
+    }
+}
+
+/// The same deadline for any journal, through the server's owner task (the file
+/// journal's disk frozen for 4 s): a write answers 503 with `Retry-After` at its
+/// deadline, the next ones at once, `/readyz` says the journal stalls, and once the disk
+/// returns the stalled write is durable (its retry answers 200) and writes are taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_disk_costs_a_request_its_deadline_never_a_hang() {
+    use esim_engine::{Engine, EngineConfig, Millis};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let engine = Engine::new(EngineConfig { seed: 3, ..EngineConfig::default() }, Millis::VIRTUAL_EPOCH);
+    let frozen = std::sync::Arc::new(AtomicBool::new(false));
+    let sink =
+        FrozenDisk { durable: std::sync::Arc::new(std::sync::Mutex::new(engine.clone())), frozen: frozen.clone() };
+    let secrets = esim_transport::secrets::Secrets::seeded(3);
+    let service =
+        esim_transport::Service::new(engine, common::ADMIN.into(), esim_transport::ClockMode::Virtual, secrets);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = common::TestServer::attach(format!("http://{}", listener.local_addr().unwrap()));
+    let mut options = esim_transport::server::ServerOptions::new(1, true);
+    options.append_deadline = Duration::from_millis(DEADLINE_MS);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(esim_transport::server::serve(listener, service, Box::new(sink), options, async {
+        let _ = stopped.await;
+    }));
+    let (key, iccid, fee) = account_with_esim(&server).await;
+
+    frozen.store(true, Ordering::SeqCst);
+    let began = Instant::now();
+    let mut answered = Vec::new();
+    while began.elapsed() < Duration::from_secs(4) {
+        let (status, retry_after, body, took) =
+            fund(&server, &iccid, &key, &format!("frozen-{}", answered.len()), 3).await;
+        assert_eq!((status, retry_after.as_deref()), (503, Some("1")), "{body}");
+        assert!(took <= Duration::from_millis(DEADLINE_MS + SLACK_MS), "answered after {took:?}: {body}");
+        if began.elapsed() > Duration::from_millis(DEADLINE_MS + 200) {
+            let (status, body) = readyz(&server).await;
+            assert_eq!(status, 503, "{body}");
+            assert!(body["message"].as_str().unwrap().contains("stalls"), "{body}");
+        }
+        answered.push(took);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    frozen.store(false, Ordering::SeqCst);
+    let began = Instant::now();
+    loop {
+        if readyz(&server).await.0 == 200 {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(5), "not ready after the disk returned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The first write's append was in flight and became durable: its retry answers 200
+    // from the stored answer; the others were refused and apply now, once each.
+    for index in 0..answered.len() {
+        let (status, _, body, _) = fund(&server, &iccid, &key, &format!("frozen-{index}"), 3).await;
+        assert_eq!(status, 200, "frozen-{index}: {body}");
+    }
+    let wallet = server.api("GET", "/wallet/balance", &key, None).await;
+    let funded = Decimal::from(3 * answered.len() as u32);
+    assert_eq!(dec(&wallet.body["lifetime_usage_usd"]), fee + funded, "{}", wallet.body);
+    eprintln!(
+        "frozen disk: {} writes answered 503 in {:?} to {:?}",
+        answered.len(),
+        answered.iter().min().unwrap(),
+        answered.iter().max().unwrap()
+    );
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
 }
