@@ -91,13 +91,16 @@ pub trait JournalSink: Send + 'static {
     /// After a failed append: the durable state to continue from.
     fn reload(&mut self) -> Result<Engine, String>;
     /// Why no append can ever succeed again in this process (a failed append could not
-    /// be cut back), if so.
+    /// be cut back, a store's commit whose outcome could not be learnt), if so: the
+    /// process then drains and exits non-zero ([`LOST_DRAIN`]), as a restart continues
+    /// from what is durable.
     fn wedged(&self) -> Option<String> {
         None
     }
     /// Why this process may never append again because another process took the
-    /// journal over (a store's shard with a newer epoch), if so: changes stay refused
-    /// until a restart, and the refusal says so.
+    /// journal over (a store's shard with a newer epoch), if so: a node with a forwarder
+    /// forwards the shard's requests to the new owner; a process without one drains and
+    /// exits non-zero (restarted, it becomes a standby).
     fn fenced(&self) -> Option<String> {
         None
     }
@@ -1170,9 +1173,9 @@ struct Appending {
     began: std::time::Instant,
 }
 
-/// A probe of a refusing journal that outlasted [`PROBE_WAIT`]: its answer is taken when
-/// it comes. The durable state is read back with it when the engine is stale.
-type ProbeDone = (Box<dyn JournalSink>, std::io::Result<()>, Option<Result<Engine, String>>);
+/// A probe of a refusing journal (the same parts: the journal, whether it takes writes,
+/// the durable state read back with it when the engine is stale).
+type ProbeDone = AppendDone;
 
 /// The one owner of the engine: applies requests in order, journals, answers.
 ///

@@ -1166,14 +1166,15 @@ impl PgStore {
     pub fn set_header(&mut self, header: SegmentHeader) -> Result<(), JournalError> {
         let json = serde_json::to_vec(&header).map_err(|e| store_error("cannot encode the header", e))?;
         let (epoch, shard) = (self.epoch, self.shard);
-        self.connect_again().map_err(|e| store_error("cannot connect", e))?;
+        self.connect_again().map_err(|e| JournalError(e.to_string()))?;
         let connection = self.connection.as_mut().expect("connected");
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&shard, &epoch, &json];
+        let writing =
+            connection.client.execute("UPDATE shard_owner SET header = $3 WHERE shard = $1 AND epoch = $2", &params);
         let updated = self
             .io
-            .run(connection.client.execute(
-                "UPDATE shard_owner SET header = $3 WHERE shard = $1 AND epoch = $2",
-                &[&shard, &epoch, &json],
-            ))
+            .run_within(self.deadline, "writing the header", writing)
+            .map_err(|e| JournalError(e.to_string()))?
             .map_err(|e| pg_error("cannot write the header", e))?;
         if updated != 1 {
             return Err(JournalError(format!("shard {shard} of the PostgreSQL store was taken by another process")));
