@@ -318,6 +318,17 @@ struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(*store_pg::LEASE_MS_RANGE.start()..=*store_pg::LEASE_MS_RANGE.end())
     )]
     lease_ms: u64,
+    /// How long a request waits for its change to be durable (the journal's append)
+    /// before it is answered 503 with `Retry-After` (its change may still become durable:
+    /// a retry with the same Idempotency-Key finds out). With `--store`, an append's
+    /// transaction is also given up after it and its outcome read back.
+    #[arg(
+        long,
+        env = "ESIM_APPEND_DEADLINE_MS",
+        default_value_t = server::APPEND_DEADLINE_MS,
+        value_parser = clap::value_parser!(u64).range(*server::APPEND_DEADLINE_MS_RANGE.start()..=*server::APPEND_DEADLINE_MS_RANGE.end())
+    )]
+    append_deadline_ms: u64,
     /// With `--store`: take the shard even while another process's lease is live (a
     /// planned switch-over; the other process is fenced at its next append or renewal).
     /// Without it, such a start becomes a standby.
@@ -518,7 +529,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .block_on(tokio::net::TcpListener::bind(&args.listen))
                 .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
             let listening = format!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
-            let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
+            let options = store_options(&args);
             let policy = SnapshotPolicy::default();
             // The line comes once the shard is taken (as without a store), or at once
             // for a standby, which answers from then on.
@@ -588,7 +599,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     };
     journal.append(&service.drain_journal()).map_err(|e| format!("cannot write the journal: {e}"))?;
 
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = match bound {
             Some(listener) => listener,
             None => {
@@ -607,7 +618,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         );
         let options = server_options(&args, speed);
         server::serve(listener, service, journal, options, shutdown).await.map_err(|e| e.to_string())
-    })
+    });
+    // A blocking task stuck in a frozen disk or store is not waited for at exit.
+    runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
+    served
 }
 
 /// The admin token of this start: the one given, else the data dir's file (made with a
@@ -703,7 +717,7 @@ fn serve_sharded(
     for (shard, (service, journal)) in parts.iter_mut().enumerate() {
         journal.append(&service.drain_journal()).map_err(|e| format!("cannot write shard {shard}'s journal: {e}"))?;
     }
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -717,8 +731,15 @@ fn serve_sharded(
         let mut options = server_options(&args, speed);
         options.pool = Some(esim_transport::pool::PoolSettings { pool: Arc::new(pool), block_esims: args.pool_block });
         server::serve_shards(listener, parts, options, shutdown).await.map_err(|e| e.to_string())
-    })
+    });
+    // A blocking task stuck in a frozen disk or store is not waited for at exit.
+    runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
+    served
 }
+
+/// How long the end of `esim serve` waits for the runtime's blocking tasks (an append
+/// stuck in a frozen disk or store): what they did not confirm was never acknowledged.
+const RUNTIME_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// How many times a node waits for another process's live lease on a shard it is to
 /// own before it gives up (each wait: the lease left, at most the longest lease).
@@ -823,7 +844,7 @@ fn serve_store_shards(
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let address = advertise_url(args.advertise_url.as_deref(), bound)?;
     let admin_token = admin_token(&args)?;
-    let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
+    let options = store_options(&args);
     let mut parts = Vec::with_capacity(shards as usize);
     let mut new_store = true;
     let mut replayed = (0, 0);
@@ -881,7 +902,7 @@ fn serve_store_shards(
     let pool: Arc<dyn esim_transport::pool::InventoryPool> =
         Arc::new(store_pg::PgPool::open(&url).map_err(|e| format!("the inventory pool: {e}"))?);
     let args = Arc::new(args);
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         println!("listening on http://{bound}");
         print_demo(demo, bound, &args.data_dir);
         tracing::info!(
@@ -907,7 +928,10 @@ fn serve_store_shards(
         options.pool = Some(esim_transport::pool::PoolSettings { pool, block_esims: args.pool_block });
         let node = server::NodeOptions { forwarder, adopted, admin_token, mode: clock };
         server::serve_nodes(listener, parts, Some(node), options, shutdown).await.map_err(|e| e.to_string())
-    })
+    });
+    // A blocking task stuck in a frozen disk or store is not waited for at exit.
+    runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
+    served
 }
 
 /// One shard a node of a sharded store follows as its hot standby (`--standby-shards`).
@@ -1052,7 +1076,17 @@ fn print_demo(demo: Option<Demo>, address: std::net::SocketAddr, data_dir: &Path
 fn server_options(args: &ServeArgs, speed: u32) -> ServerOptions {
     let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
     options.edge.connections_max = args.max_connections;
+    options.append_deadline = Duration::from_millis(args.append_deadline_ms);
     options
+}
+
+/// How this process uses a `--store` (lease, append deadline, `--take-over`).
+fn store_options(args: &ServeArgs) -> StoreOptions {
+    StoreOptions {
+        lease: Duration::from_millis(args.lease_ms),
+        append_deadline: Duration::from_millis(args.append_deadline_ms),
+        take_over: args.take_over,
+    }
 }
 
 /// [`continue_or_start`] of shard `shard` of `shards`: a new one starts from

@@ -135,6 +135,35 @@ impl Cluster {
         replica
     }
 
+    /// Starts the server again after [`Cluster::kill`] (crash recovery runs first).
+    pub fn start_again(&self) {
+        self.serve();
+    }
+
+    /// The server's processes: the postmaster (the first line of `postmaster.pid`) and
+    /// its children (sessions, checkpointer, WAL writer ...).
+    pub fn pids(&self) -> Vec<u32> {
+        let text = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid")).expect("postmaster.pid");
+        let postmaster: u32 = text.lines().next().and_then(|l| l.trim().parse().ok()).expect("a pid");
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // `pid (comm) state ppid ...`: the comm may hold spaces, so read after its ')'.
+            let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+            if after.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to every process of the server.
+    pub fn signal_all(&self, signal: &str) {
+        let pids: Vec<String> = self.pids().iter().map(u32::to_string).collect();
+        run(Command::new("kill").arg(format!("-{signal}")).args(&pids), "kill");
+    }
+
     /// `pg_ctl promote`: a standby becomes a primary.
     pub fn promote(&self) {
         run(self.pg("pg_ctl").arg("-D").arg(self.dir.join("data")).args(["-w", "promote"]), "pg_ctl promote");

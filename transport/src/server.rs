@@ -46,30 +46,32 @@ const PENDING_MAX: usize = 4_096;
 /// While changes are refused after a failed append, how often the journal is probed for
 /// room again.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// The default of `esim serve --append-deadline-ms`: how long a request waits for the
+/// journal to make its batch durable before it is answered 503 with `Retry-After`
+/// (decision 220). A PostgreSQL store also gives up an append's transaction after it
+/// and reads its outcome back.
+pub const APPEND_DEADLINE_MS: u64 = 5_000;
+/// The deadlines `--append-deadline-ms` accepts.
+pub const APPEND_DEADLINE_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
+/// An append outstanding longer than this is a stall: `/readyz` answers 503 and new
+/// changes are refused at once (503 with `Retry-After`) until it returns (decision 221).
+pub const APPEND_STALL_MS: u64 = 1_000;
+/// The `Retry-After` (seconds) of the 503s of a stalled or refusing journal.
+pub const JOURNAL_RETRY_AFTER_S: u64 = 1;
+/// A process that must end (its journal is wedged, or its shard was taken and there is
+/// no node to forward to) first answers this long as not ready, so that a balancer
+/// polling `/readyz` drains it, then stops gracefully and exits non-zero (decision 222).
+pub const LOST_DRAIN: Duration = Duration::from_secs(5);
+/// How long the owner task waits for a probe of a refusing journal before it goes on
+/// without it (the probe keeps running; its answer is taken when it comes).
+const PROBE_WAIT: Duration = Duration::from_millis(500);
+/// How long a stop waits for the owner tasks (an append stuck in a frozen disk) after
+/// the connections finished.
+const OWNER_STOP_WAIT: Duration = Duration::from_secs(10);
 /// How often an idle owner task looks whether its journal was taken by another process
 /// (a store's lease renewal found a newer epoch): it then refuses changes at once, as
 /// after a fenced append, and `/readyz` says so.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Runs a journal operation on tokio's blocking pool when the journal waits on a disk
-/// (the probe while changes are refused; appends go through [`Appending`]).
-async fn on_journal<T: Send + 'static>(
-    journal: Box<dyn JournalSink>,
-    operation: impl FnOnce(&mut dyn JournalSink) -> T + Send + 'static,
-) -> (Box<dyn JournalSink>, T) {
-    if !journal.blocks() {
-        let mut journal = journal;
-        let result = operation(journal.as_mut());
-        return (journal, result);
-    }
-    tokio::task::spawn_blocking(move || {
-        let mut journal = journal;
-        let result = operation(journal.as_mut());
-        (journal, result)
-    })
-    .await
-    .expect("a journal operation does not panic")
-}
 
 /// Where journal entries go before a response is sent: a small trait, so that a
 /// replicated log can back it later without touching the engine or the server.
@@ -89,13 +91,16 @@ pub trait JournalSink: Send + 'static {
     /// After a failed append: the durable state to continue from.
     fn reload(&mut self) -> Result<Engine, String>;
     /// Why no append can ever succeed again in this process (a failed append could not
-    /// be cut back), if so.
+    /// be cut back, a store's commit whose outcome could not be learnt), if so: the
+    /// process then drains and exits non-zero ([`LOST_DRAIN`]), as a restart continues
+    /// from what is durable.
     fn wedged(&self) -> Option<String> {
         None
     }
     /// Why this process may never append again because another process took the
-    /// journal over (a store's shard with a newer epoch), if so: changes stay refused
-    /// until a restart, and the refusal says so.
+    /// journal over (a store's shard with a newer epoch), if so: a node with a forwarder
+    /// forwards the shard's requests to the new owner; a process without one drains and
+    /// exits non-zero (restarted, it becomes a standby).
     fn fenced(&self) -> Option<String> {
         None
     }
@@ -112,6 +117,67 @@ pub trait JournalSink: Send + 'static {
     /// snapshot age of `GET /metrics` starts.
     fn newest_snapshot_unix_ms(&self) -> Option<i64> {
         None
+    }
+    /// What the journal's own threads raise for `/readyz` (a store's lease renewals).
+    fn alarm(&self) -> Option<Arc<JournalAlarm>> {
+        None
+    }
+}
+
+/// A journal's trouble that `/readyz` reports without asking the owner task (a store's
+/// lease renewals failing), raised and cleared by the journal's own threads.
+#[derive(Default)]
+pub struct JournalAlarm(Mutex<Option<String>>);
+
+impl JournalAlarm {
+    pub fn raise(&self, why: String) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+    /// Clears the alarm; returns what it said, if it was raised.
+    pub fn clear(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+    pub fn reason(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Milliseconds on a monotonic clock from a process-wide origin, never 0 (0 means "none"
+/// in the readiness atomics).
+fn monotonic_ms() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// Why this process must end, once an owner task says so: `serve_nodes` drains
+/// ([`LOST_DRAIN`]), stops gracefully and returns the reason as its error, so that
+/// `esim serve` exits non-zero (a SIGTERM meanwhile too).
+#[derive(Default)]
+struct Wedge {
+    why: Mutex<Option<String>>,
+    notify: tokio::sync::Notify,
+}
+
+impl Wedge {
+    fn set(&self, why: String) {
+        let mut slot = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(why);
+            self.notify.notify_one();
+        }
+    }
+
+    fn get(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    async fn wait(&self) -> String {
+        loop {
+            if let Some(why) = self.get() {
+                return why;
+            }
+            self.notify.notified().await;
+        }
     }
 }
 
@@ -204,6 +270,9 @@ pub struct ServerOptions {
     /// The global eSIM pool the shards take blocks from (a sharded service; `None`:
     /// each engine's counter is its whole stock, decision 185).
     pub pool: Option<PoolSettings>,
+    /// How long a request waits for its batch to be durable before 503 with
+    /// `Retry-After` (`--append-deadline-ms`, [`APPEND_DEADLINE_MS`]).
+    pub append_deadline: Duration,
 }
 
 impl ServerOptions {
@@ -214,6 +283,7 @@ impl ServerOptions {
             header_read_timeout: HEADER_READ_TIMEOUT,
             edge: EdgeLimits::default(),
             pool: None,
+            append_deadline: Duration::from_millis(APPEND_DEADLINE_MS),
         }
     }
 }
@@ -282,6 +352,10 @@ struct Readiness {
     /// Another process took the shard's journal over (its epoch fenced this one): a
     /// node with a forwarder sends the shard's requests to the new owner.
     lost: AtomicBool,
+    /// When the append in flight began ([`monotonic_ms`]; 0: none in flight).
+    append_since_ms: AtomicU64,
+    /// What the journal's own threads raise (a store's lease renewals failing).
+    alarm: Option<Arc<JournalAlarm>>,
 }
 
 impl Shared {
@@ -342,6 +416,16 @@ impl ShardLink {
         if let Some(reason) = self.readiness.refusing.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Some(reason);
         }
+        let since = self.readiness.append_since_ms.load(Ordering::Relaxed);
+        let outstanding_ms = if since == 0 { 0 } else { monotonic_ms().saturating_sub(since) };
+        if outstanding_ms > APPEND_STALL_MS {
+            return Some(format!(
+                "the journal has not confirmed an append for {outstanding_ms} ms (the store or the disk stalls)"
+            ));
+        }
+        if let Some(reason) = self.readiness.alarm.as_ref().and_then(|alarm| alarm.reason()) {
+            return Some(reason);
+        }
         if self.to_owner.capacity() == 0 {
             return Some(format!("behind: the queue of {QUEUE_DEPTH} requests for the engine is full"));
         }
@@ -389,6 +473,7 @@ fn start_owner(
     mut service: Service,
     journal: Box<dyn JournalSink>,
     options: &ServerOptions,
+    ends: &OwnerEnds,
 ) -> (ShardLink, impl Future<Output = ()> + Send + 'static) {
     // QR codes are drawn by the connection tasks (`answer`), off the owner task.
     service.set_defer_qr(true);
@@ -406,7 +491,7 @@ fn start_owner(
         }),
     );
     let shown_ms = Arc::new(AtomicI64::new(service.shown_now().0));
-    let readiness = Arc::new(Readiness::default());
+    let readiness = Arc::new(Readiness { alarm: journal.alarm(), ..Readiness::default() });
     let stock_esims = Arc::new(AtomicU64::new(service.engine().inventory()));
     if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
         crate::metrics::snapshot_written(written_ms, false);
@@ -432,8 +517,21 @@ fn start_owner(
         stale: false,
         stock: options.pool.clone().map(ShardStock::new),
         stock_esims,
+        deadline: options.append_deadline,
+        stalled: false,
+        probing: None,
+        wedge: ends.wedge.clone(),
+        exits_when_fenced: ends.exits_when_fenced,
     };
     (link, owner_task(state, inbox))
+}
+
+/// How an owner task ends the process ([`Wedge`]).
+struct OwnerEnds {
+    wedge: Arc<Wedge>,
+    /// No node to forward a lost shard to (a service without a forwarder): a fenced
+    /// journal ends the process too, not only a wedged one.
+    exits_when_fenced: bool,
 }
 
 /// What a node of a sharded store adds to [`serve_shards`] (`crate::nodes`).
@@ -489,10 +587,11 @@ pub async fn serve_nodes(
         .sum();
     let mut links = Vec::with_capacity(shards.len());
     let mut owners = JoinSet::new();
+    let ends = OwnerEnds { wedge: Arc::new(Wedge::default()), exits_when_fenced: forwarder.is_none() };
     for part in shards {
         let handle = ShardHandle::default();
         if let ShardPart::Local(service, journal) = part {
-            let (link, owner) = start_owner(service, journal, &options);
+            let (link, owner) = start_owner(service, journal, &options, &ends);
             owners.spawn(owner);
             let _ = handle.link.set(link);
         }
@@ -527,6 +626,8 @@ pub async fn serve_nodes(
     let bodies = BodyReader::new(&limits);
     let mut acceptor = edge::Acceptor::new(listener, limits.connections_max);
     tokio::pin!(shutdown);
+    // Set when an owner task says the process must end: the drain's end.
+    let mut drain_ends: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             (stream, peer, slot) = acceptor.accept() => {
@@ -548,7 +649,7 @@ pub async fn serve_nodes(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             Some(adopted) = next_adopted(&mut adopted) => {
                 let AdoptedShard { shard, service, journal } = adopted;
-                let (link, owner) = start_owner(service, journal, &options);
+                let (link, owner) = start_owner(service, journal, &options, &ends);
                 match shared.shards.get(shard).map(|handle| handle.link.set(link)) {
                     Some(Ok(())) => {
                         owners.spawn(owner);
@@ -568,6 +669,11 @@ pub async fn serve_nodes(
                 upkeep.abort();
                 return Err(std::io::Error::other(why));
             }
+            why = ends.wedge.wait(), if drain_ends.is_none() => {
+                tracing::error!(%why, drain_s = LOST_DRAIN.as_secs(), "this process must be restarted: answering as not ready, then stopping with a failure so that its supervisor restarts it");
+                drain_ends = Some(tokio::time::Instant::now() + LOST_DRAIN);
+            }
+            _ = tokio::time::sleep_until(drain_ends.unwrap_or_else(tokio::time::Instant::now)), if drain_ends.is_some() => break,
             _ = &mut shutdown => break,
         }
     }
@@ -584,10 +690,27 @@ pub async fn serve_nodes(
         let _ = link.to_owner.send(Message::Stop).await;
     }
     upkeep.abort();
-    while let Some(ended) = owners.join_next().await {
-        ended.map_err(std::io::Error::other)?;
+    let stopped = tokio::time::timeout(OWNER_STOP_WAIT, async {
+        while let Some(ended) = owners.join_next().await {
+            ended.map_err(std::io::Error::other)?;
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    // A wedged owner ends the process non-zero, whether it drained or a signal came first.
+    if let Some(why) = ends.wedge.get() {
+        return Err(std::io::Error::other(format!(
+            "stopped because the journal must be taken anew by a restart: {why}"
+        )));
     }
-    Ok(())
+    match stopped {
+        Ok(stopped) => stopped,
+        Err(_) => Err(std::io::Error::other(format!(
+            "the journal did not finish its last append within {} s of the stop (a stalled store or disk); what it \
+             did not confirm was not acknowledged",
+            OWNER_STOP_WAIT.as_secs()
+        ))),
+    }
 }
 
 /// The next shard a node took over (never, for a service that adopts none).
@@ -1011,6 +1134,8 @@ struct Answer {
     reply: Reply,
     response: http::Response<Bytes>,
     request: Option<Box<http::Request<Bytes>>>,
+    /// When its batch was applied: the append deadline counts from here.
+    applied: std::time::Instant,
 }
 
 /// Requests applied since the last hand-over to the journal: their entries, and what is
@@ -1034,11 +1159,23 @@ impl Group {
     }
 }
 
+/// What an append on the blocking pool gives back: the journal, whether the batch is
+/// durable, and after a failure the durable state read back (there, not on the owner
+/// task: a store that stalls would hold every request; `None` when the journal is
+/// wedged, the process then ends).
+type AppendDone = (Box<dyn JournalSink>, std::io::Result<()>, Option<Result<Engine, String>>);
+
 /// The append in flight on the blocking pool, and the group it makes durable.
 struct Appending {
-    task: tokio::task::JoinHandle<(Box<dyn JournalSink>, std::io::Result<()>)>,
+    task: tokio::task::JoinHandle<AppendDone>,
     group: Group,
+    /// When it was handed over: past [`APPEND_STALL_MS`] it is a stall.
+    began: std::time::Instant,
 }
+
+/// A probe of a refusing journal (the same parts: the journal, whether it takes writes,
+/// the durable state read back with it when the engine is stale).
+type ProbeDone = AppendDone;
 
 /// The one owner of the engine: applies requests in order, journals, answers.
 ///
@@ -1067,6 +1204,16 @@ struct Owner {
     stock: Option<ShardStock<Parked>>,
     /// The engine's counter after the last batch, for the admin figures.
     stock_esims: Arc<AtomicU64>,
+    /// How long an answer waits for its batch's append before it is 503
+    /// (`ServerOptions::append_deadline`).
+    deadline: Duration,
+    /// The append in flight passed [`APPEND_STALL_MS`]: changes are refused until it returns.
+    stalled: bool,
+    /// A probe that outlasted [`PROBE_WAIT`], still running (it holds the journal).
+    probing: Option<tokio::task::JoinHandle<ProbeDone>>,
+    /// Where this owner says that the process must end.
+    wedge: Arc<Wedge>,
+    exits_when_fenced: bool,
 }
 
 /// A provisioning waiting for the shard's next block of the pool.
@@ -1079,6 +1226,9 @@ async fn stock_refilled(stock: &mut Option<ShardStock<Parked>>) -> std::io::Resu
         None => std::future::pending().await,
     }
 }
+
+/// [`APPEND_STALL_MS`] as a duration.
+const STALL: Duration = Duration::from_millis(APPEND_STALL_MS);
 
 async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
     // Deliveries handed out before a restart are handed out again (receivers de-duplicate).
@@ -1103,12 +1253,25 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
         };
         // Back-pressure: the inbox waits while a full group waits for the disk.
         let accepting = !stopping && owner.pending.requests() < PENDING_MAX;
+        let expiry = owner.next_expiry();
+        let stall_at = owner.appending.as_ref().filter(|_| !owner.stalled).map(|a| a.began + STALL);
         tokio::select! {
             joined = async { (&mut owner.appending.as_mut().expect("guarded").task).await }, if owner.appending.is_some() => {
-                let (journal, appended) = joined.expect("a journal append does not panic");
+                let (journal, appended, reloaded) = joined.expect("a journal append does not panic");
                 let group = owner.appending.take().expect("guarded").group;
+                owner.readiness.append_since_ms.store(0, Ordering::Relaxed);
                 owner.journal = Some(journal);
-                owner.appended(group, appended);
+                owner.appended(group, appended, reloaded);
+            }
+            probed = async { (&mut owner.probing.as_mut().expect("guarded")).await }, if owner.probing.is_some() => {
+                owner.probing = None;
+                owner.probed(probed.expect("a journal probe does not panic"));
+            }
+            _ = tokio::time::sleep_until(expiry.unwrap_or_else(tokio::time::Instant::now)), if expiry.is_some() => {
+                owner.expire_waiting();
+            }
+            _ = tokio::time::sleep_until(stall_at.unwrap_or_else(std::time::Instant::now).into()), if stall_at.is_some() => {
+                owner.stall();
             }
             message = inbox.recv(), if accepting => {
                 batch.clear();
@@ -1141,11 +1304,11 @@ async fn owner_task(mut owner: Owner, mut inbox: mpsc::Receiver<Message>) {
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(stock_wait_ends.unwrap_or_else(std::time::Instant::now))),
                 if stock_wait_ends.is_some() => owner.stock_wait_over(),
         }
-        if owner.appending.is_none() {
+        if owner.appending.is_none() && owner.probing.is_none() {
             owner.hand_over();
         }
         let stock_idle = owner.stock.as_ref().is_none_or(|stock| !stock.refilling() && !stock.has_waiting());
-        if stopping && owner.appending.is_none() && owner.pending.is_empty() && stock_idle {
+        if stopping && owner.appending.is_none() && owner.probing.is_none() && owner.pending.is_empty() && stock_idle {
             break;
         }
     }
@@ -1155,6 +1318,7 @@ impl Owner {
     /// Applies a batch of messages (and due timers) into the pending group.
     fn apply(&mut self, batch: &mut Vec<Message>) {
         let now = self.clock.now();
+        let applied = std::time::Instant::now();
         self.service.tick(now);
         self.sync_stock();
         for message in batch.drain(..) {
@@ -1169,6 +1333,7 @@ impl Owner {
                         reply,
                         response: crate::api::json_response(200, body),
                         request: None,
+                        applied,
                     });
                 }
                 Message::Request(request, reply) => {
@@ -1190,8 +1355,16 @@ impl Owner {
                     let outcome = self.service.handle_admitted(self.clock.now(), &request, digest);
                     crate::metrics::engine_command(began.elapsed());
                     match outcome {
+                        // A change refused while the journal fails or stalls shows no state:
+                        // answered at once, not behind the append it would wait for.
+                        Outcome::Respond(response)
+                            if response.status() == http::StatusCode::SERVICE_UNAVAILABLE
+                                && self.service.refusing_changes().is_some() =>
+                        {
+                            let _ = reply.send(response);
+                        }
                         Outcome::Respond(response) => {
-                            self.pending.answers.push(Answer { reply, response, request: Some(request) })
+                            self.pending.answers.push(Answer { reply, response, request: Some(request), applied })
                         }
                         Outcome::AwaitDelivery(id) => {
                             self.waiting_tests.insert(id, (reply, request));
@@ -1202,7 +1375,7 @@ impl Owner {
                 Message::Delivered(id, result, duration_ms) => {
                     let response = self.service.delivery_outcome(self.clock.now(), id, result, Some(duration_ms));
                     if let Some((reply, _)) = self.waiting_tests.remove(&id) {
-                        self.pending.answers.push(Answer { reply, response, request: None });
+                        self.pending.answers.push(Answer { reply, response, request: None, applied });
                     }
                 }
                 Message::Stop => unreachable!("the inbox loop ends the batch at a stop"),
@@ -1311,6 +1484,21 @@ impl Owner {
                 "this process no longer owns the journal ({why}); restart it to serve changes"
             )));
         }
+        self.end_if_lost();
+    }
+
+    /// Tells `serve_nodes` that this process must end when its journal can never take a
+    /// change again here: wedged, or taken by another process with no node to forward
+    /// its requests to. It never lives on refusing every change (decision 222).
+    fn end_if_lost(&mut self) {
+        let Some(journal) = self.journal.as_ref() else { return };
+        let why = match (journal.fenced(), journal.wedged()) {
+            (Some(why), _) if self.exits_when_fenced => why,
+            (Some(_), _) => return,
+            (None, Some(why)) => why,
+            (None, None) => return,
+        };
+        self.wedge.set(why);
     }
 
     /// Refuses changes for `reason` (or accepts them again), and tells `/readyz`.
@@ -1351,26 +1539,36 @@ impl Owner {
                     Err(error) => tracing::warn!(%error, "snapshot failed; the journal still holds everything"),
                 }
             }
-            appended
+            // After a failure, the durable state to go back to (none from a wedged journal).
+            let reloaded = (appended.is_err() && journal.wedged().is_none()).then(|| journal.reload());
+            (appended, reloaded)
         };
         if !journal.blocks() {
-            let appended = work(journal.as_mut());
+            let (appended, reloaded) = work(journal.as_mut());
             self.journal = Some(journal);
-            self.appended(group, appended);
+            self.appended(group, appended, reloaded);
             return;
         }
         let task = tokio::task::spawn_blocking(move || {
-            let appended = work(journal.as_mut());
-            (journal, appended)
+            let (appended, reloaded) = work(journal.as_mut());
+            (journal, appended, reloaded)
         });
-        self.appending = Some(Appending { task, group });
+        self.readiness.append_since_ms.store(monotonic_ms(), Ordering::Relaxed);
+        self.appending = Some(Appending { task, group, began: std::time::Instant::now() });
     }
 
     /// The end of an append: releases its group, or goes back to the durable state.
-    fn appended(&mut self, group: Group, appended: std::io::Result<()>) {
+    fn appended(&mut self, group: Group, appended: std::io::Result<()>, reloaded: Option<Result<Engine, String>>) {
+        let was_stalled = std::mem::take(&mut self.stalled);
         match appended {
-            Ok(()) => self.release(group),
-            Err(error) => self.append_failed(group, error),
+            Ok(()) => {
+                if was_stalled && self.service.refusing_changes() == Some(stall_reason().as_str()) {
+                    tracing::info!("the journal confirmed the stalled append: changes are accepted");
+                    self.refuse_changes(None);
+                }
+                self.release(group);
+            }
+            Err(error) => self.append_failed(group, error, reloaded),
         }
     }
 
@@ -1385,11 +1583,58 @@ impl Owner {
         }
     }
 
+    /// When the oldest answer still waiting for an append reaches its deadline.
+    fn next_expiry(&self) -> Option<tokio::time::Instant> {
+        let appending = self.appending.as_ref().and_then(|a| a.group.answers.first());
+        let oldest = appending.or(self.pending.answers.first())?;
+        Some((oldest.applied + self.deadline).into())
+    }
+
+    /// Answers 503 with `Retry-After` every request that waited its whole deadline for
+    /// an append (in flight, or queued behind one). What it changed may still become
+    /// durable: a retry with the same `Idempotency-Key` finds out (decision 220).
+    fn expire_waiting(&mut self) {
+        let now = std::time::Instant::now();
+        let deadline = self.deadline;
+        let mut expired = 0;
+        let groups = self.appending.as_mut().map(|a| &mut a.group).into_iter().chain([&mut self.pending]);
+        for group in groups {
+            // Answers are in the order applied: the expired ones are a prefix.
+            let due = group.answers.iter().take_while(|a| now.duration_since(a.applied) >= deadline).count();
+            for answer in group.answers.drain(..due) {
+                let _ = answer.reply.send(journal_late(deadline));
+                expired += 1;
+            }
+        }
+        if expired > 0 {
+            tracing::warn!(
+                expired,
+                deadline_ms = deadline.as_millis() as u64,
+                "requests waited their whole deadline for the journal: answered 503"
+            );
+        }
+    }
+
+    /// The append in flight passed [`APPEND_STALL_MS`]: new changes are refused at once
+    /// (503 with `Retry-After`) until it returns, so that nothing piles up in doubt behind it.
+    fn stall(&mut self) {
+        self.stalled = true;
+        if self.service.refusing_changes().is_none() {
+            tracing::warn!(
+                stall_ms = APPEND_STALL_MS,
+                "the journal's append stalls: refusing changes until it returns"
+            );
+            self.refuse_changes(Some(stall_reason()));
+        }
+    }
+
     /// Nothing of the failed group, nor of the group applied after it, is acknowledged;
     /// the journal was cut back to its last durable record. Go back to the durable state
-    /// once, then refuse changes (reads go on) until the journal takes writes again: a
-    /// full disk costs one reload per episode, not one per batch.
-    fn append_failed(&mut self, failed: Group, error: std::io::Error) {
+    /// once (read back with the failed append, off this task), then refuse changes
+    /// (reads go on) until the journal takes writes again: a full disk costs one reload
+    /// per episode, not one per batch. A wedged journal, or a fenced one with nowhere to
+    /// forward to, ends the process ([`Owner::end_if_lost`]).
+    fn append_failed(&mut self, failed: Group, error: std::io::Error, reloaded: Option<Result<Engine, String>>) {
         let journal = self.journal.as_mut().expect("the append returned the journal");
         let reason = match (journal.fenced(), journal.wedged()) {
             (Some(why), _) => {
@@ -1397,36 +1642,40 @@ impl Owner {
                 format!("this process no longer owns the journal ({why}); restart it to serve changes")
             }
             (None, Some(why)) => format!(
-                "the journal cannot be written and its tail could not be cut back ({why}); restart the service once the disk is sound"
+                "the journal cannot be written and this process cannot continue ({why}); it stops so that a restart continues from what is durable"
             ),
             (None, None) => {
                 format!("the journal cannot be written ({error}); retrying every {} s", PROBE_INTERVAL.as_secs())
             }
         };
         tracing::error!(%error, %reason, "journal append failed: answering 503 to changes and going back to the durable state");
-        match journal.reload() {
-            Ok(engine) => self.service.replace_engine(engine),
-            Err(why) => {
+        match reloaded {
+            Some(Ok(engine)) => self.service.replace_engine(engine),
+            Some(Err(why)) => {
                 tracing::error!(%why, "cannot reload the durable state; changes stay refused");
                 self.stale = true;
             }
+            None => self.stale = true,
         }
         self.refuse_changes(Some(reason));
+        self.end_if_lost();
         // The answers saw changes that are not durable: each request is answered again
-        // from the durable state (its changes now refused, 503; its reads served). Their
-        // deliveries are dropped (the durable state hands out its own).
+        // from the durable state (its changes now refused, 503; its reads served), or 503
+        // when that state could not be read back. Their deliveries are dropped (the
+        // durable state hands out its own).
         let later = std::mem::take(&mut self.pending);
         for group in [failed, later] {
             for answer in group.answers {
                 let response = match answer.request {
-                    Some(request) => self.answer_again(&request),
-                    None => unavailable(),
+                    Some(request) if !self.stale => self.answer_again(&request),
+                    _ => journal_unavailable(),
                 };
                 let _ = answer.reply.send(response);
             }
             for id in group.tests {
                 if let Some((reply, request)) = self.waiting_tests.remove(&id) {
-                    let _ = reply.send(self.answer_again(&request));
+                    let response = if self.stale { journal_unavailable() } else { self.answer_again(&request) };
+                    let _ = reply.send(response);
                 }
             }
         }
@@ -1444,49 +1693,109 @@ impl Owner {
         }
     }
 
-    /// While changes are refused: probes the journal for room (before each batch, and
-    /// every [`PROBE_INTERVAL`] without one) and accepts changes again when it has some.
+    /// While changes are refused after a failed append: probes the journal for room
+    /// (before each batch, and every [`PROBE_INTERVAL`] without one), reading the
+    /// durable state back with it when the engine is stale. Waits at most
+    /// [`PROBE_WAIT`]: a slower probe goes on without this task ([`Owner::probed`]).
     async fn probe_if_refusing(&mut self) {
-        if self.service.refusing_changes().is_none() || self.appending.is_some() {
+        if self.service.refusing_changes().is_none() || self.appending.is_some() || self.probing.is_some() {
             return;
         }
         let Some(journal) = self.journal.take() else { return };
         if journal.wedged().is_some() {
             self.journal = Some(journal);
+            self.end_if_lost();
             return;
         }
-        let (journal, probed) = on_journal(journal, |journal| journal.probe()).await;
-        let fenced = journal.fenced();
+        let stale = self.stale;
+        let work = move |journal: &mut dyn JournalSink| {
+            let probed = journal.probe();
+            let reloaded = (probed.is_ok() && stale).then(|| journal.reload());
+            (probed, reloaded)
+        };
+        if !journal.blocks() {
+            let mut journal = journal;
+            let (probed, reloaded) = work(journal.as_mut());
+            self.probed((journal, probed, reloaded));
+            return;
+        }
+        let mut task = tokio::task::spawn_blocking(move || {
+            let mut journal = journal;
+            let (probed, reloaded) = work(journal.as_mut());
+            (journal, probed, reloaded)
+        });
+        match tokio::time::timeout(PROBE_WAIT, &mut task).await {
+            Ok(joined) => self.probed(joined.expect("a journal probe does not panic")),
+            Err(_) => self.probing = Some(task),
+        }
+    }
+
+    /// A probe's answer: changes accepted again when the journal takes writes and the
+    /// durable state is in the engine; the process ends when the journal was lost.
+    fn probed(&mut self, (journal, probed, reloaded): ProbeDone) {
         self.journal = Some(journal);
-        if let Some(why) = fenced {
+        if let Some(why) = self.journal.as_ref().and_then(|journal| journal.fenced()) {
+            self.readiness.lost.store(true, Ordering::Relaxed);
             self.refuse_changes(Some(format!(
                 "this process no longer owns the journal ({why}); restart it to serve changes"
             )));
+            self.end_if_lost();
             return;
         }
-        if probed.is_ok() && self.stale {
-            let journal = self.journal.take().expect("put back above");
-            let (journal, reloaded) = on_journal(journal, |journal| journal.reload()).await;
-            self.journal = Some(journal);
-            match reloaded {
-                Ok(engine) => {
-                    self.service.replace_engine(engine);
-                    self.stale = false;
-                }
-                Err(why) => {
-                    tracing::warn!(%why, "cannot reload the durable state yet; changes stay refused");
-                    return;
-                }
+        self.end_if_lost();
+        if let Err(error) = &probed {
+            tracing::debug!(%error, "the journal does not take writes yet");
+            return;
+        }
+        match reloaded {
+            Some(Ok(engine)) => {
+                self.service.replace_engine(engine);
+                self.stale = false;
             }
+            Some(Err(why)) => {
+                tracing::warn!(%why, "cannot reload the durable state yet; changes stay refused");
+                return;
+            }
+            None => {}
         }
-        if probed.is_ok() {
-            tracing::info!("the journal takes writes again: changes are accepted");
-            self.refuse_changes(None);
-            // Outcomes of deliveries that came back meanwhile were not recorded: hand
-            // the deliveries in flight out again (receivers de-duplicate).
-            self.service.engine_mut().restart();
+        if self.stale {
+            return;
         }
+        tracing::info!("the journal takes writes again: changes are accepted");
+        self.refuse_changes(None);
+        // Outcomes of deliveries that came back meanwhile were not recorded: hand
+        // the deliveries in flight out again (receivers de-duplicate).
+        self.service.engine_mut().restart();
     }
+}
+
+/// Why changes are refused while an append stalls.
+fn stall_reason() -> String {
+    format!("the journal has not confirmed an append for {APPEND_STALL_MS} ms (the store or the disk stalls)")
+}
+
+/// 503 for a request that waited its whole deadline for the journal.
+fn journal_late(deadline: Duration) -> http::Response<Bytes> {
+    let mut error = ApiError::new(
+        ErrorCode::ServiceUnavailable,
+        format!(
+            "the journal did not confirm this request within {} ms (the store or the disk stalls); a change it made \
+             may still become durable: retry with the same Idempotency-Key",
+            deadline.as_millis()
+        ),
+    );
+    error.retry_after_secs = Some(JOURNAL_RETRY_AFTER_S);
+    error_response(error)
+}
+
+/// 503 with `Retry-After` for a request whose answer cannot be given from a durable state.
+fn journal_unavailable() -> http::Response<Bytes> {
+    let mut error = ApiError::new(
+        ErrorCode::ServiceUnavailable,
+        "the journal cannot take changes now; nothing of this request was acknowledged",
+    );
+    error.retry_after_secs = Some(JOURNAL_RETRY_AFTER_S);
+    error_response(error)
 }
 
 #[cfg(test)]

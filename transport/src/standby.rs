@@ -416,6 +416,7 @@ async fn follow_until_taken(
         // The lease renewal starts at once, before the catch-up.
         let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
         let mut store = PgStore::resume_shard(config.clone(), shard, epoch, header, head as u64, policy, lease);
+        store.set_append_deadline(options.append_deadline);
         let caught_up = loop {
             match follower.catch_up(Some(head as u64)).await {
                 Ok(_) if follower.next_index == head as u64 => break Ok(()),

@@ -41,7 +41,7 @@
 //! is inside tokio), because the server calls the [`JournalSink`] synchronously.
 
 use crate::journal::{self, JournalError, Recovery, SegmentHeader, SnapshotPolicy};
-use crate::server::JournalSink;
+use crate::server::{JournalAlarm, JournalSink};
 use crate::service::JournalEntry;
 use esim_engine::{Engine, Millis};
 use std::future::Future;
@@ -140,6 +140,72 @@ fn store_error(what: &str, error: impl std::fmt::Display) -> JournalError {
     JournalError(format!("the PostgreSQL store: {what}: {error}"))
 }
 
+/// What a SQLSTATE means, for the codes an operator meets at start or during a stall.
+fn sqlstate_meaning(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "28P01" => "wrong password (invalid_password)",
+        "28000" => "the role may not connect: no such role, or no pg_hba.conf entry lets it (invalid_authorization_specification)",
+        "3D000" => "the database does not exist (invalid_catalog_name)",
+        "3F000" => "the schema does not exist (invalid_schema_name)",
+        "42501" => "the role lacks a permission it needs (insufficient_privilege)",
+        "42P01" => "a table is missing (undefined_table)",
+        "53300" => "the server has no connection slot left (too_many_connections)",
+        "53100" => "the server's disk is full (disk_full)",
+        "57P01" => "the server ended the session (admin_shutdown)",
+        "57P02" => "the server crashed (crash_shutdown)",
+        "57P03" => "the server is starting up or shutting down (cannot_connect_now)",
+        "57014" => "the statement was cancelled, e.g. by statement_timeout (query_canceled)",
+        "55P03" => "a lock was not granted in time (lock_not_available)",
+        "25P03" => "the session sat idle inside a transaction too long (idle_in_transaction_session_timeout)",
+        "25006" => "the server only reads: a hot standby, not the primary (read_only_sql_transaction)",
+        "40001" => "the transaction was not serializable (serialization_failure)",
+        "40P01" => "a deadlock was detected (deadlock_detected)",
+        "23505" => "a row with that key exists (unique_violation)",
+        _ => return None,
+    })
+}
+
+/// A client error in words an operator can act on: the SQLSTATE with its meaning and the
+/// server's message for an error the server sent (tokio-postgres says only "db error"),
+/// else the kind of failure with its cause (connection refused, timed out, closed).
+pub(crate) fn explain(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let code = db.code().code();
+        let meaning = sqlstate_meaning(code).unwrap_or("see PostgreSQL's error codes");
+        return format!("{meaning}: SQLSTATE {code}: {}", db.message());
+    }
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        if let Some(io_error) = inner.downcast_ref::<io::Error>() {
+            let hint = match io_error.kind() {
+                io::ErrorKind::ConnectionRefused => "connection refused: is PostgreSQL running and listening there? ",
+                io::ErrorKind::TimedOut => "timed out: ",
+                io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof => "the connection broke: ",
+                _ => "",
+            };
+            text = format!("{hint}{text}");
+        }
+        text.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    text
+}
+
+/// A store error whose cause is a client error, explained.
+fn pg_error(what: &str, error: tokio_postgres::Error) -> JournalError {
+    store_error(what, Pg(&error))
+}
+
+/// [`explain`], as a `Display` for [`store_error`].
+struct Pg<'a>(&'a tokio_postgres::Error);
+
+impl std::fmt::Display for Pg<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&explain(self.0))
+    }
+}
+
 /// The connection settings of a `--store` value (a `postgres://` URL or libpq's
 /// `key=value` form), with the timeouts of the store's sessions.
 pub fn parse_url(url: &str) -> Result<Config, JournalError> {
@@ -200,6 +266,19 @@ impl Io {
             Err(panic) => std::panic::resume_unwind(panic),
         })
     }
+    /// [`Io::run`] bounded by `limit`: `Err` names what did not answer in time.
+    fn run_within<F>(&self, limit: Duration, what: &str, future: F) -> io::Result<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        self.run(async { tokio::time::timeout(limit, future).await }).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the PostgreSQL store: {what}: no answer within {} ms", limit.as_millis()),
+            )
+        })
+    }
 }
 
 /// A connection and its server process id (to end it when a commit's outcome is unknown).
@@ -208,31 +287,47 @@ pub(crate) struct Connection {
     backend_pid: i32,
 }
 
-pub(crate) async fn connect(config: &Config) -> Result<Connection, tokio_postgres::Error> {
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "PostgreSQL connection ended");
-        }
-    });
-    let backend_pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
-    Ok(Connection { client, backend_pid })
+/// A new connection, bounded as a whole by [`CONNECT_TIMEOUT`] (tokio-postgres bounds
+/// only the socket's connect: the handshake with a frozen server would wait for good);
+/// its error explained ([`explain`]).
+pub(crate) async fn connect(config: &Config) -> Result<Connection, String> {
+    let connecting = async {
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(error = %explain(&error), "PostgreSQL connection ended");
+            }
+        });
+        let backend_pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        Ok::<_, tokio_postgres::Error>(Connection { client, backend_pid })
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(connected) => connected.map_err(|e| explain(&e)),
+        Err(_) => Err(format!("no answer from the server within {} s (connecting)", CONNECT_TIMEOUT.as_secs())),
+    }
 }
 
 /// Applies the migrations not applied yet; returns how many were.
 async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
-    let failed = |e: tokio_postgres::Error| store_error("migrations failed", e);
+    let failed = |e: tokio_postgres::Error| pg_error("migrations failed", e);
     let transaction = client.transaction().await.map_err(failed)?;
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(failed)?;
-    transaction
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (
-                version integer PRIMARY KEY,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )",
-        )
-        .await
-        .map_err(failed)?;
+    // Made only when missing: `CREATE TABLE IF NOT EXISTS` needs CREATE on the schema
+    // even when the table exists, and a store whose migrations are done needs no more
+    // than the rights its owner uses (decision 224).
+    let exists: bool =
+        transaction.query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[]).await.map_err(failed)?.get(0);
+    if !exists {
+        transaction
+            .batch_execute(
+                "CREATE TABLE schema_migrations (
+                    version integer PRIMARY KEY,
+                    applied_at timestamptz NOT NULL DEFAULT now()
+                )",
+            )
+            .await
+            .map_err(failed)?;
+    }
     let done: Vec<i32> = transaction
         .query("SELECT version FROM schema_migrations", &[])
         .await
@@ -259,6 +354,47 @@ async fn migrate(client: &mut Client) -> Result<usize, JournalError> {
     Ok(applied)
 }
 
+/// The table rights an owner uses after the migrations (read and write its shard's row,
+/// append entries, write and prune snapshots).
+const OWNER_RIGHTS: &[(&str, &str)] = &[
+    ("shard_owner", "SELECT"),
+    ("shard_owner", "UPDATE"),
+    ("journal", "SELECT"),
+    ("journal", "INSERT"),
+    ("snapshot", "SELECT"),
+    ("snapshot", "INSERT"),
+    ("snapshot", "DELETE"),
+];
+
+/// Refuses a start whose role lacks a right an owner uses, naming each and the GRANT
+/// that gives it: without INSERT on `journal` every append would fail (SQLSTATE 42501)
+/// while the probe, which only reads, said the store takes writes again.
+async fn check_rights(client: &Client) -> Result<(), JournalError> {
+    let (tables, rights): (Vec<&str>, Vec<&str>) = OWNER_RIGHTS.iter().copied().unzip();
+    let rows = client
+        .query(
+            "SELECT current_user::text, r.t, r.p FROM unnest($1::text[], $2::text[]) AS r(t, p) \
+             WHERE NOT has_table_privilege(r.t, r.p)",
+            &[&tables, &rights],
+        )
+        .await
+        .map_err(|e| pg_error("cannot check the role's rights", e))?;
+    let Some(first) = rows.first() else { return Ok(()) };
+    let role: String = first.get(0);
+    let missing: Vec<String> =
+        rows.iter().map(|row| format!("{} on {}", row.get::<_, String>(2), row.get::<_, String>(1))).collect();
+    let grants: Vec<String> = rows
+        .iter()
+        .map(|row| format!("GRANT {} ON {} TO {role};", row.get::<_, String>(2), row.get::<_, String>(1)))
+        .collect();
+    Err(JournalError(format!(
+        "the PostgreSQL store: the role {role:?} lacks {} (every append would fail with SQLSTATE 42501 \
+         insufficient_privilege); grant them: {}",
+        missing.join(", "),
+        grants.join(" ")
+    )))
+}
+
 /// Applies the migrations, then checks the shard count `asked` (`--shards`) against
 /// the one the store was made with, recording it in a new store (`asked`, else 1). A
 /// store made before sharding (owner rows and no count) was made with one shard. Under
@@ -275,7 +411,7 @@ pub fn prepare_shards(url: &str, asked: Option<u32>, initial_pool: u64) -> Resul
         let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
         let applied = migrate(&mut connection.client).await?;
         tracing::info!(applied, "migrated the PostgreSQL store");
-        let failed = |e: tokio_postgres::Error| store_error("cannot read the shard count", e);
+        let failed = |e: tokio_postgres::Error| pg_error("cannot read the shard count", e);
         let transaction = connection.client.transaction().await.map_err(failed)?;
         transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(failed)?;
         let recorded = transaction
@@ -326,7 +462,7 @@ pub fn read_shard_count(url: &str) -> Result<u32, JournalError> {
     let io = Io::new()?;
     io.run(async {
         let connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
-        let failed = |e: tokio_postgres::Error| store_error("cannot read the shard count", e);
+        let failed = |e: tokio_postgres::Error| pg_error("cannot read the shard count", e);
         let exists: bool = connection
             .client
             .query_one("SELECT to_regclass('store_meta') IS NOT NULL", &[])
@@ -397,7 +533,7 @@ pub(crate) async fn load_shard(
     until: Option<Millis>,
     max_entries: Option<u64>,
 ) -> Result<Recovery, JournalError> {
-    let failed = |e: tokio_postgres::Error| store_error("cannot read the journal", e);
+    let failed = |e: tokio_postgres::Error| pg_error("cannot read the journal", e);
     let transaction = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
@@ -499,7 +635,7 @@ pub fn read_only_shard(
         let exists: bool = client
             .query_one("SELECT to_regclass('shard_owner') IS NOT NULL", &[])
             .await
-            .map_err(|e| store_error("cannot read", e))?
+            .map_err(|e| pg_error("cannot read", e))?
             .get(0);
         if !exists {
             return Ok((
@@ -515,7 +651,7 @@ pub fn read_only_shard(
             ));
         }
         let recovery = load_shard(client, shard, until, None).await?;
-        let owner = read_shard_owner(client, shard).await.map_err(|e| store_error("cannot read the shard owner", e))?;
+        let owner = read_shard_owner(client, shard).await.map_err(|e| pg_error("cannot read the shard owner", e))?;
         Ok((recovery, owner))
     })
 }
@@ -530,28 +666,53 @@ enum Appended {
     /// `COMMIT` failed (the connection broke, or the server ended the session): it may
     /// have committed.
     Unknown(tokio_postgres::Error),
+    /// The transaction did not end within the append deadline: it may have committed.
+    Late,
+}
+
+/// How this process lost the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    /// Another process took it (a newer epoch, or another head): what a standby's
+    /// takeover or `--take-over` does.
+    Fenced,
+    /// Where this process stands is unknown (a commit's outcome could not be learnt):
+    /// only a restart, which reads what is durable, continues safely.
+    Unknown,
 }
 
 /// What this process knows of its lease, shared by the store (the owner task's appends)
 /// and the renewal thread.
 struct LeaseState {
-    /// Why this process appends no more (another took the shard, or a commit's outcome
-    /// could not be learnt).
-    lost: Mutex<Option<String>>,
+    /// Why this process appends no more, and how it lost the shard.
+    lost: Mutex<Option<(Loss, String)>>,
     /// The renewal thread ends when set (the store is dropped).
     stop: AtomicBool,
+    /// Raised while the lease renewals fail: `/readyz` says so (the owner task is not asked).
+    alarm: Arc<JournalAlarm>,
 }
 
 impl LeaseState {
-    fn lost(&self) -> Option<String> {
-        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn new() -> LeaseState {
+        LeaseState { lost: Mutex::new(None), stop: AtomicBool::new(false), alarm: Arc::new(JournalAlarm::default()) }
     }
 
-    fn lose(&self, why: &str) {
+    fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(_, why)| why.clone())
+    }
+
+    fn fenced(&self) -> Option<String> {
+        match &*self.lost.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((Loss::Fenced, why)) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    fn lose(&self, loss: Loss, why: &str) {
         let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
         if lost.is_none() {
-            tracing::error!(%why, "no more changes are acknowledged by this process");
-            *lost = Some(why.to_string());
+            tracing::error!(%why, ?loss, "no more changes are acknowledged by this process");
+            *lost = Some((loss, why.to_string()));
         }
     }
 }
@@ -559,9 +720,11 @@ impl LeaseState {
 /// Renews the lease of `epoch` every third of it on a connection of its own, until the
 /// store is dropped or the shard is lost: a renewal that touches no owner row means
 /// another process took the shard (the store is then lost: no further append is tried).
-/// A renewal that fails (the store cannot be reached) is tried again at the next tick;
-/// meanwhile the lease runs out and a standby may take over, which the epoch compare of
-/// the next append (or renewal) finds.
+/// A renewal that fails (the store cannot be reached) raises the store's alarm (`/readyz`
+/// 503) and is tried again at the next tick; meanwhile the lease runs out and a standby
+/// may take over, which the epoch compare of the next append (or renewal) finds. The
+/// first renewal that succeeds again re-takes the lease (the epoch is still this
+/// process's, so no other process took the shard) and clears the alarm.
 fn spawn_renewal(
     config: Config,
     shard: i32,
@@ -569,79 +732,93 @@ fn spawn_renewal(
     lease: Duration,
     state: Arc<LeaseState>,
 ) -> Option<std::thread::JoinHandle<()>> {
-    let every = lease / 3;
     let thread_state = state.clone();
     let spawned = std::thread::Builder::new().name("esim-lease".into()).spawn(move || {
         let state = thread_state;
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-            state.lose("the lease renewal cannot start its runtime");
+            state.lose(Loss::Unknown, "the lease renewal cannot start its runtime");
             return;
         };
-        runtime.block_on(async {
-            let mut connection: Option<Connection> = None;
-            let sql = format!(
-                "UPDATE shard_owner SET lease_until = now() + interval '{} milliseconds' WHERE shard = $1 AND epoch = $2",
-                lease.as_millis()
-            );
-            loop {
-                let wake = Instant::now() + every;
-                while Instant::now() < wake {
-                    if state.stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    tokio::time::sleep(RENEWAL_STOP_POLL.min(wake.saturating_duration_since(Instant::now()))).await;
-                }
-                if state.stop.load(Ordering::Relaxed) || state.lost().is_some() {
-                    return;
-                }
-                let began = Instant::now();
-                let attempt = tokio::time::timeout(every, async {
-                    if connection.as_ref().is_none_or(|c| c.client.is_closed()) {
-                        connection = Some(connect(&config).await?);
-                    }
-                    let client = &connection.as_ref().expect("connected above").client;
-                    client.execute(sql.as_str(), &[&shard, &epoch]).await
-                })
-                .await;
-                match attempt {
-                    Ok(Ok(1)) => {
-                        if began.elapsed() > lease {
-                            tracing::warn!("a lease renewal took longer than the lease");
-                        }
-                    }
-                    Ok(Ok(_)) => {
-                        let owner = match connection.as_ref() {
-                            Some(c) => read_shard_owner(&c.client, shard).await.ok().flatten(),
-                            None => None,
-                        };
-                        let now = owner.map_or_else(
-                            || "the owner row could not be read".to_string(),
-                            |o| format!("the store now says epoch {}, head {}, owner {:?}", o.epoch, o.head, o.owner),
-                        );
-                        state.lose(&format!(
-                            "shard {shard} of the PostgreSQL store was taken by another process: the lease renewal with \
-                             epoch {epoch} touched no owner row ({now})"
-                        ));
-                        return;
-                    }
-                    Ok(Err(error)) => {
-                        tracing::warn!(%error, "the lease renewal failed; trying again");
-                        connection = None;
-                    }
-                    Err(_) => {
-                        tracing::warn!(after_ms = every.as_millis() as u64, "the lease renewal timed out; trying again");
-                        connection = None;
-                    }
-                }
-            }
-        });
+        runtime.block_on(renew_until_stopped(config, shard, epoch, lease, &state));
     });
     match spawned {
         Ok(handle) => Some(handle),
         Err(error) => {
-            state.lose(&format!("the lease renewal thread cannot start: {error}"));
+            state.lose(Loss::Unknown, &format!("the lease renewal thread cannot start: {error}"));
             None
         }
+    }
+}
+
+/// The renewal thread's loop ([`spawn_renewal`]).
+async fn renew_until_stopped(config: Config, shard: i32, epoch: i64, lease: Duration, state: &LeaseState) {
+    let every = lease / 3;
+    let mut connection: Option<Connection> = None;
+    let sql = format!(
+        "UPDATE shard_owner SET lease_until = now() + interval '{} milliseconds' WHERE shard = $1 AND epoch = $2",
+        lease.as_millis()
+    );
+    loop {
+        let wake = Instant::now() + every;
+        while Instant::now() < wake {
+            if state.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            tokio::time::sleep(RENEWAL_STOP_POLL.min(wake.saturating_duration_since(Instant::now()))).await;
+        }
+        if state.stop.load(Ordering::Relaxed) || state.lost().is_some() {
+            return;
+        }
+        let began = Instant::now();
+        let attempt = tokio::time::timeout(every, async {
+            if connection.as_ref().is_none_or(|c| c.client.is_closed()) {
+                connection = Some(connect(&config).await?);
+            }
+            let client = &connection.as_ref().expect("connected above").client;
+            client.execute(sql.as_str(), &[&shard, &epoch]).await.map_err(|e| explain(&e))
+        })
+        .await;
+        let failed = match attempt {
+            Ok(Ok(1)) => {
+                if began.elapsed() > lease {
+                    tracing::warn!("a lease renewal took longer than the lease");
+                }
+                if let Some(was) = state.alarm.clear() {
+                    tracing::info!(%was, epoch, "the lease of shard {shard} is renewed again");
+                }
+                continue;
+            }
+            Ok(Ok(_)) => {
+                let owner = match connection.as_ref() {
+                    Some(c) => read_shard_owner(&c.client, shard).await.ok().flatten(),
+                    None => None,
+                };
+                let now = owner.map_or_else(
+                    || "the owner row could not be read".to_string(),
+                    |o| format!("the store now says epoch {}, head {}, owner {:?}", o.epoch, o.head, o.owner),
+                );
+                state.lose(
+                    Loss::Fenced,
+                    &format!(
+                        "shard {shard} of the PostgreSQL store was taken by another process: the lease renewal with \
+                         epoch {epoch} touched no owner row ({now})"
+                    ),
+                );
+                return;
+            }
+            Ok(Err(error)) => error,
+            Err(_) => format!("no answer within {} ms", every.as_millis()),
+        };
+        // Said once per episode (a renewal is tried three times a lease).
+        if state.alarm.reason().is_none() {
+            tracing::warn!(error = %failed, "the lease renewal failed; trying again every {} ms", every.as_millis());
+        } else {
+            tracing::debug!(error = %failed, "the lease renewal failed again");
+        }
+        state.alarm.raise(format!(
+            "the lease of shard {shard} cannot be renewed ({failed}): the PostgreSQL store does not answer"
+        ));
+        connection = None;
     }
 }
 
@@ -663,6 +840,9 @@ pub enum Opened {
 pub struct StoreOptions {
     /// The lease ([`LEASE_MS`] unless overridden).
     pub lease: Duration,
+    /// How long one append's transaction may take before its outcome is looked up
+    /// instead of waited for (`--append-deadline-ms`, [`crate::server::APPEND_DEADLINE_MS`]).
+    pub append_deadline: Duration,
     /// Take the shard even while another process's lease is live (`--take-over`: a
     /// planned switch; the other process is fenced at its next append or renewal).
     pub take_over: bool,
@@ -670,7 +850,11 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> StoreOptions {
-        StoreOptions { lease: Duration::from_millis(LEASE_MS), take_over: false }
+        StoreOptions {
+            lease: Duration::from_millis(LEASE_MS),
+            append_deadline: Duration::from_millis(crate::server::APPEND_DEADLINE_MS),
+            take_over: false,
+        }
     }
 }
 
@@ -694,6 +878,8 @@ pub struct PgStore {
     /// The snapshot being made off the owner task (one at a time, decision 202).
     snapshotting: Option<std::thread::JoinHandle<()>>,
     lease: Duration,
+    /// How long an append's transaction, and each other call of the owner's, may take.
+    deadline: Duration,
     state: Arc<LeaseState>,
     renewal: Option<std::thread::JoinHandle<()>>,
 }
@@ -784,6 +970,7 @@ impl Drop for PgStore {
                         &[&shard, &epoch],
                     )
                     .await
+                    .map_err(|e| explain(&e))
             })
             .await
         });
@@ -839,13 +1026,14 @@ impl PgStore {
         let opened = io.run(async {
             let mut connection = connect(&config).await.map_err(|e| store_error("cannot connect", e))?;
             let applied = migrate(&mut connection.client).await?;
+            check_rights(&connection.client).await?;
             let taken = take_shard(
                 &mut connection.client,
                 TakeShard { shard, owner: &owner, address, header_json: &header_json, lease_ms },
                 !options.take_over,
             )
             .await
-            .map_err(|e| store_error(&format!("cannot take shard {shard}"), e))?;
+            .map_err(|e| pg_error(&format!("cannot take shard {shard}"), e))?;
             let epoch = match taken {
                 Taken::Epoch(epoch) => epoch,
                 Taken::Leased(holder) => return Ok(Err(holder)),
@@ -878,6 +1066,7 @@ impl PgStore {
         store.connection = Some(connection);
         store.entries_since_snapshot = recovery.replayed;
         store.newest_snapshot_unix_ms.store(newest.unwrap_or(0), Ordering::Relaxed);
+        store.set_append_deadline(options.append_deadline);
         Ok(Opened::Owner(Box::new(store), Box::new(recovery)))
     }
 
@@ -893,7 +1082,7 @@ impl PgStore {
         lease: Duration,
     ) -> PgStore {
         header.first_index = next_index;
-        let state = Arc::new(LeaseState { lost: Mutex::new(None), stop: AtomicBool::new(false) });
+        let state = Arc::new(LeaseState::new());
         let renewal = spawn_renewal(config.clone(), shard, epoch, lease, state.clone());
         PgStore {
             io: Io::new().expect("a current-thread runtime starts"),
@@ -909,9 +1098,16 @@ impl PgStore {
             newest_snapshot_unix_ms: Arc::new(AtomicI64::new(0)),
             snapshotting: None,
             lease,
+            deadline: Duration::from_millis(crate::server::APPEND_DEADLINE_MS),
             state,
             renewal,
         }
+    }
+
+    /// How long one append's transaction may take (`--append-deadline-ms`): past it, the
+    /// append's outcome is read back from the store instead of waited for.
+    pub fn set_append_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
     }
 
     /// Starts a snapshot when the policy says one is due and none is being made: a
@@ -970,15 +1166,16 @@ impl PgStore {
     pub fn set_header(&mut self, header: SegmentHeader) -> Result<(), JournalError> {
         let json = serde_json::to_vec(&header).map_err(|e| store_error("cannot encode the header", e))?;
         let (epoch, shard) = (self.epoch, self.shard);
-        self.connect_again().map_err(|e| store_error("cannot connect", e))?;
+        self.connect_again().map_err(|e| JournalError(e.to_string()))?;
         let connection = self.connection.as_mut().expect("connected");
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&shard, &epoch, &json];
+        let writing =
+            connection.client.execute("UPDATE shard_owner SET header = $3 WHERE shard = $1 AND epoch = $2", &params);
         let updated = self
             .io
-            .run(connection.client.execute(
-                "UPDATE shard_owner SET header = $3 WHERE shard = $1 AND epoch = $2",
-                &[&shard, &epoch, &json],
-            ))
-            .map_err(|e| store_error("cannot write the header", e))?;
+            .run_within(self.deadline, "writing the header", writing)
+            .map_err(|e| JournalError(e.to_string()))?
+            .map_err(|e| pg_error("cannot write the header", e))?;
         if updated != 1 {
             return Err(JournalError(format!("shard {shard} of the PostgreSQL store was taken by another process")));
         }
@@ -991,25 +1188,29 @@ impl PgStore {
         self.epoch
     }
 
-    /// Makes sure there is a live connection (made again after a failure).
+    /// Makes sure there is a live connection (made again after a failure; bounded by
+    /// [`CONNECT_TIMEOUT`]).
     fn connect_again(&mut self) -> io::Result<()> {
         if self.connection.as_ref().is_some_and(|c| c.client.is_closed()) {
             self.connection = None;
         }
         if self.connection.is_none() {
-            let connected = self.io.run(connect(&self.config)).map_err(io::Error::other)?;
+            let connected =
+                self.io.run(connect(&self.config)).map_err(|e| io::Error::other(store_error("cannot connect", e)))?;
             self.connection = Some(connected);
         }
         Ok(())
     }
 
-    fn lose(&mut self, why: String) -> io::Error {
-        self.state.lose(&why);
+    fn lose(&mut self, loss: Loss, why: String) -> io::Error {
+        self.state.lose(loss, &why);
         io::Error::other(why)
     }
 
-    /// Learns whether the batch at `old_head` committed after its `COMMIT` failed: ends
-    /// the old session (so its outcome is final), then reads the row at `old_head`.
+    /// Learns whether the batch at `old_head` committed after its `COMMIT` failed (or its
+    /// transaction passed the deadline): ends the old session (so its outcome is final),
+    /// then reads the row at `old_head`. Tried for [`RESOLVE_WINDOW`], each attempt bounded
+    /// by what is left of it (a frozen server answers no attempt).
     fn resolve(&mut self, old_head: i64, old_pid: i32) -> Result<bool, String> {
         let (config, epoch, shard) = (self.config.clone(), self.epoch, self.shard);
         let resolved = self.io.run(async move {
@@ -1017,32 +1218,31 @@ impl PgStore {
             let mut last_error = String::from("no attempt");
             while began.elapsed() < RESOLVE_WINDOW {
                 let attempt = async {
-                    let connection = connect(&config).await.map_err(|e| e.to_string())?;
+                    let connection = connect(&config).await?;
                     let client = &connection.client;
                     let _ = client.execute("SELECT pg_terminate_backend($1)", &[&old_pid]).await;
                     loop {
                         let alive = client
                             .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&old_pid])
                             .await
-                            .map_err(|e| e.to_string())?;
+                            .map_err(|e| explain(&e))?;
                         if alive.is_none() {
                             break;
-                        }
-                        if began.elapsed() >= RESOLVE_WINDOW {
-                            return Err(format!("the session {old_pid} of the failed commit does not end"));
                         }
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     let row = client
                         .query_opt("SELECT epoch FROM journal WHERE shard = $1 AND seq = $2", &[&shard, &old_head])
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| explain(&e))?;
                     let written_by = row.map(|row| row.get::<_, i64>(0));
                     Ok::<_, String>((connection, crate::fence::committed(written_by, epoch)))
                 };
-                match attempt.await {
-                    Ok(found) => return Ok(found),
-                    Err(error) => last_error = error,
+                let left = RESOLVE_WINDOW.saturating_sub(began.elapsed());
+                match tokio::time::timeout(left, attempt).await {
+                    Ok(Ok(found)) => return Ok(found),
+                    Ok(Err(error)) => last_error = error,
+                    Err(_) => last_error = format!("the session {old_pid} of the failed commit did not end in time"),
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -1051,6 +1251,64 @@ impl PgStore {
         let (connection, committed) = resolved;
         self.connection = Some(connection);
         Ok(committed)
+    }
+
+    /// After a batch that committed but took longer than the lease: re-takes the lease
+    /// when nothing moved (decision 222). `UPDATE ... WHERE epoch = mine AND head = the
+    /// batch's end` renews it only if no other process took the shard meanwhile (a
+    /// takeover bumps the epoch) and nothing else was appended; the database evaluates
+    /// both under the row lock, so a standby taking over at the same moment either sees
+    /// the renewed lease or fences this update. No row: the shard is lost (fenced); no
+    /// answer: an error (the batch is durable, the server answers its requests again from
+    /// the durable state and probes).
+    fn retake_lease(&mut self) -> io::Result<()> {
+        let (shard, epoch, head, lease_ms) = (self.shard, self.epoch, self.next_index as i64, self.lease.as_millis());
+        self.connect_again()?;
+        let client = &self.connection.as_ref().expect("connected").client;
+        let sql = format!(
+            "UPDATE shard_owner SET lease_until = now() + interval '{lease_ms} milliseconds' \
+             WHERE shard = $1 AND epoch = $2 AND head = $3"
+        );
+        let renewed = self.io.run_within(
+            self.deadline,
+            "re-taking the lease",
+            client.execute(sql.as_str(), &[&shard, &epoch, &head]),
+        );
+        match renewed {
+            Ok(Ok(1)) => {
+                tracing::warn!(
+                    shard,
+                    epoch,
+                    head,
+                    "an append outlasted the lease; nothing moved meanwhile: re-took the lease"
+                );
+                Ok(())
+            }
+            Ok(Ok(_)) => {
+                let owner = self.io.run_within(self.deadline, "reading the owner row", read_shard_owner(client, shard));
+                let now = match owner {
+                    Ok(Ok(Some(o))) => {
+                        format!("the store now says epoch {}, head {}, owner {:?}", o.epoch, o.head, o.owner)
+                    }
+                    _ => "the owner row could not be read".into(),
+                };
+                Err(self.lose(
+                    Loss::Fenced,
+                    format!(
+                        "shard {shard} of the PostgreSQL store moved on while an append outlasted the lease \
+                         (this process: epoch {epoch} head {head}; {now})"
+                    ),
+                ))
+            }
+            Ok(Err(error)) => {
+                self.connection = None;
+                Err(io::Error::other(store_error("cannot re-take the lease after a slow append", Pg(&error))))
+            }
+            Err(error) => {
+                self.connection = None;
+                Err(error)
+            }
+        }
     }
 }
 
@@ -1069,7 +1327,7 @@ pub(crate) async fn newest_snapshot_ms_of(client: &Client, shard: i32) -> Result
             &[&shard],
         )
         .await
-        .map_err(|e| store_error("cannot read the snapshots", e))?
+        .map_err(|e| pg_error("cannot read the snapshots", e))?
         .map(|row| row.get(0)))
 }
 
@@ -1207,6 +1465,9 @@ async fn append_batch(
 }
 
 impl JournalSink for PgStore {
+    /// One batch in one transaction, bounded by the append deadline: past it (a stalled
+    /// or frozen server) the transaction is given up and its outcome read back, as for a
+    /// failed `COMMIT` ([`PgStore::resolve`]).
     fn append(&mut self, entries: &[JournalEntry]) -> io::Result<()> {
         if let Some(why) = self.state.lost() {
             return Err(io::Error::other(why));
@@ -1227,9 +1488,10 @@ impl JournalSink for PgStore {
         let old_pid = connection.backend_pid;
         let client = &mut connection.client;
         let lease_ms = lease.as_millis() as u64;
-        let appended = self.io.run(append_batch(client, shard, lease_ms, epoch, old_head, &seqs, &ats, &payloads));
-        let committed = match appended {
-            Appended::Committed => true,
+        let batch = append_batch(client, shard, lease_ms, epoch, old_head, &seqs, &ats, &payloads);
+        let appended = self.io.run_within(self.deadline, "the append", batch).unwrap_or(Appended::Late);
+        match appended {
+            Appended::Committed => {}
             Appended::Fenced(owner) => {
                 let now = match owner {
                     Some(owner) => format!(
@@ -1238,65 +1500,53 @@ impl JournalSink for PgStore {
                     ),
                     None => "the owner row could not be read".into(),
                 };
-                return Err(self.lose(format!(
-                    "shard {shard} of the PostgreSQL store was taken by another process: the append at head {old_head} \
-                     with epoch {epoch} touched no owner row ({now})"
-                )));
+                return Err(self.lose(
+                    Loss::Fenced,
+                    format!(
+                        "shard {shard} of the PostgreSQL store was taken by another process: the append at head \
+                         {old_head} with epoch {epoch} touched no owner row ({now})"
+                    ),
+                ));
             }
             Appended::NotCommitted(error) => {
+                let error = explain(&error);
                 tracing::warn!(%error, "a journal append to PostgreSQL failed; nothing of it is durable");
                 return Err(io::Error::other(format!("the PostgreSQL store: {error}")));
             }
-            Appended::Unknown(error) => {
-                tracing::warn!(%error, "the connection failed during COMMIT: reading whether it committed");
-                self.connection = None;
-                match self.resolve(old_head, old_pid) {
-                    Ok(committed) => {
-                        tracing::warn!(committed, "the outcome of the failed COMMIT");
-                        if !committed {
-                            return Err(io::Error::other(format!(
-                                "the PostgreSQL store: the connection failed during COMMIT ({error}) and the batch \
-                                 is not in the store"
-                            )));
-                        }
-                        true
-                    }
-                    Err(why) => {
-                        return Err(self.lose(format!(
-                            "the connection failed during COMMIT ({error}) and whether it committed could not be \
-                             read within {} s ({why}); restart the service to continue from what is durable",
-                            RESOLVE_WINDOW.as_secs()
-                        )))
-                    }
-                }
-            }
-        };
-        debug_assert!(committed);
-        // The batch renewed the lease from (after) `began`. One that took longer than
-        // the lease is not acknowledged: a standby may own the shard by now (decision
-        // 147). It is durable, so a client's retry with the same Idempotency-Key finds
-        // it on the new owner; this process appends nothing more.
-        let took = began.elapsed();
-        if took > lease {
-            return Err(self.lose(format!(
-                "the append at head {old_head} took {} ms, longer than the lease of {} ms: another process may own \
-                 shard {shard} now; restart the service to continue from what is durable",
-                took.as_millis(),
-                lease.as_millis()
-            )));
+            Appended::Unknown(_) | Appended::Late => self.resolve_failed_commit(old_head, old_pid, &appended)?,
         }
         self.next_index += entries.len() as u64;
         self.entries_since_snapshot += entries.len() as u64;
         self.bytes_since_snapshot += bytes;
+        // The batch renewed the lease from (after) `began`. One that took longer than the
+        // lease may have let it run out: it is acknowledged only once the lease is taken
+        // again with nothing moved (decision 222; before, such a process refused every
+        // change until restarted).
+        let took = began.elapsed();
+        if took > lease {
+            tracing::warn!(took_ms = took.as_millis() as u64, lease_ms, "an append took longer than the lease");
+            self.retake_lease()?;
+        }
         self.snapshot_if_due();
         Ok(())
     }
 
     fn reload(&mut self) -> Result<Engine, String> {
         let (next_index, shard) = (self.next_index, self.shard);
-        self.connect_again().map_err(|e| format!("the PostgreSQL store: {e}"))?;
+        self.connect_again().map_err(|e| e.to_string())?;
         let client = &mut self.connection.as_mut().expect("connected").client;
-        let recovery = self.io.run(load_shard(client, shard, None, Some(next_index))).map_err(|e| e.0)?;
+        let loaded = self.io.run_within(
+            RELOAD_TIMEOUT,
+            "reloading the durable state",
+            load_shard(client, shard, None, Some(next_index)),
+        );
+        let recovery = match loaded {
+            Ok(loaded) => loaded.map_err(|e| e.0)?,
+            Err(error) => {
+                self.connection = None;
+                return Err(error.to_string());
+            }
+        };
         if recovery.next_index != next_index {
             return Err(format!("the store holds {} entries but {next_index} were acknowledged", recovery.next_index));
         }
@@ -1308,25 +1558,30 @@ impl JournalSink for PgStore {
     }
 
     fn fenced(&self) -> Option<String> {
-        self.state.lost()
+        self.state.fenced()
     }
 
     /// Whether appends would succeed again: the store answers, and this process still
-    /// owns the shard at the head it acknowledged.
+    /// owns the shard at the head it acknowledged. Bounded by [`PROBE_TIMEOUT`] in all.
     fn probe(&mut self) -> io::Result<()> {
         if let Some(why) = self.state.lost() {
             return Err(io::Error::other(why));
         }
-        self.connect_again()?;
-        let shard = self.shard;
-        let owner = self.io.run(read_shard_owner(&self.connection.as_ref().expect("connected").client, shard));
-        let owner = match owner {
-            Ok(owner) => owner,
-            Err(error) => {
-                self.connection = None;
-                return Err(io::Error::other(format!("the PostgreSQL store: {error}")));
+        let (config, shard) = (self.config.clone(), self.shard);
+        let mut connection = self.connection.take().filter(|c| !c.client.is_closed());
+        let read = self.io.run_within(PROBE_TIMEOUT, "the probe", async {
+            if connection.is_none() {
+                connection = Some(connect(&config).await?);
             }
+            let client = &connection.as_ref().expect("connected above").client;
+            read_shard_owner(client, shard).await.map_err(|e| explain(&e))
+        });
+        let owner = match read {
+            Ok(Ok(owner)) => owner,
+            Ok(Err(error)) => return Err(io::Error::other(format!("the PostgreSQL store: {error}"))),
+            Err(error) => return Err(error),
         };
+        self.connection = connection;
         match owner {
             Some(owner)
                 if crate::fence::still_owns(
@@ -1337,18 +1592,65 @@ impl JournalSink for PgStore {
             {
                 Ok(())
             }
-            Some(owner) => Err(self.lose(format!(
-                "shard {shard} of the PostgreSQL store moved on: epoch {} head {} (this process: epoch {} head {})",
-                owner.epoch, owner.head, self.epoch, self.next_index
-            ))),
-            None => Err(self.lose(format!("shard {shard} of the PostgreSQL store has no owner row"))),
+            Some(owner) => Err(self.lose(
+                Loss::Fenced,
+                format!(
+                    "shard {shard} of the PostgreSQL store moved on: epoch {} head {} (this process: epoch {} head {})",
+                    owner.epoch, owner.head, self.epoch, self.next_index
+                ),
+            )),
+            None => Err(self.lose(Loss::Fenced, format!("shard {shard} of the PostgreSQL store has no owner row"))),
         }
     }
 
     fn newest_snapshot_unix_ms(&self) -> Option<i64> {
         Some(self.newest_snapshot_unix_ms.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
+
+    fn alarm(&self) -> Option<Arc<JournalAlarm>> {
+        Some(self.state.alarm.clone())
+    }
 }
+
+impl PgStore {
+    /// An append whose `COMMIT` failed or whose transaction passed the deadline: its
+    /// outcome read back ([`PgStore::resolve`]). `Ok` when it committed; an error when it
+    /// did not (nothing of it is durable: the server goes back to the durable state);
+    /// the shard lost when the outcome cannot be learnt within [`RESOLVE_WINDOW`].
+    fn resolve_failed_commit(&mut self, old_head: i64, old_pid: i32, appended: &Appended) -> io::Result<()> {
+        let error = match appended {
+            Appended::Unknown(error) => explain(error),
+            _ => format!("the transaction did not end within the append deadline of {} ms", self.deadline.as_millis()),
+        };
+        tracing::warn!(%error, "the append's outcome is unknown: reading whether it committed");
+        self.connection = None;
+        match self.resolve(old_head, old_pid) {
+            Ok(true) => {
+                tracing::warn!(committed = true, "the outcome of the append");
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::warn!(committed = false, "the outcome of the append");
+                Err(io::Error::other(format!(
+                    "the PostgreSQL store: the append failed ({error}) and the batch is not in the store"
+                )))
+            }
+            Err(why) => Err(self.lose(
+                Loss::Unknown,
+                format!(
+                    "the append failed ({error}) and whether it committed could not be read within {} s ({why}); \
+                     this process exits so that a restart continues from what is durable",
+                    RESOLVE_WINDOW.as_secs()
+                ),
+            )),
+        }
+    }
+}
+
+/// How long the probe of a refusing owner (connecting included) may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long reading the durable state back after a failed append may take.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The global eSIM pool of a sharded store (issue 17; decisions 185, 190, 191): the one
 /// row of `inventory_pool`, shared by every node of the store. A take is one statement,
@@ -1409,7 +1711,7 @@ impl PgPool {
                         Some(connect(config).await.map_err(|e| io::Error::other(store_error("cannot connect", e)))?);
                 }
                 let client = &connection.as_ref().expect("just made").client;
-                client.query_opt(sql, params).await.map_err(|e| io::Error::other(store_error("the inventory pool", e)))
+                client.query_opt(sql, params).await.map_err(|e| io::Error::other(pg_error("the inventory pool", e)))
             };
             match tokio::time::timeout(POOL_CALL_TIMEOUT, work).await {
                 Ok(outcome) => outcome,

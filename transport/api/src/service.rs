@@ -175,9 +175,11 @@ impl Service {
     }
 
     fn refused(&self) -> Option<ApiError> {
-        self.refusal
-            .as_ref()
-            .map(|why| ApiError::new(ErrorCode::ServiceUnavailable, format!("changes are refused for now: {why}")))
+        self.refusal.as_ref().map(|why| {
+            let mut error = ApiError::new(ErrorCode::ServiceUnavailable, format!("changes are refused for now: {why}"));
+            error.retry_after_secs = Some(crate::server::JOURNAL_RETRY_AFTER_S);
+            error
+        })
     }
 
     /// The admission checks, for a server's connection tasks (before a body is read).
