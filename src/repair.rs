@@ -44,7 +44,7 @@ pub fn run(args: RepairArgs) -> Result<(), String> {
     println!("damage           {}", damage.message);
     if damage.gap {
         println!(
-            "cut              nothing in {}: the entries missing after it are gone and cannot be counted",
+            "cut              nothing in {} (missing, or cut short): the entries missing there are gone and cannot be counted",
             damage.file.display()
         );
     } else if damage.whole_segment {
