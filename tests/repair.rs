@@ -198,6 +198,11 @@ fn a_damaged_snapshot_cannot_be_repaired_here_and_a_live_dir_is_refused() {
         stdout(&replaced)
     );
     assert_eq!(field(&stdout(&replaced), "entries"), 10);
+    let replay = esim(&["replay"], &dir);
+    let log = String::from_utf8_lossy(&replay.stderr);
+    assert!(replay.status.success(), "{log}");
+    assert_eq!(field(&stdout(&replay), "entries"), 10);
+    assert!(log.contains("WARN") && log.contains(&format!("snapshot {} is damaged", snapshot.display())), "{log}");
     // With that copy gone too, only a backup helps.
     std::fs::remove_file(dir.join("journal").join(format!("{:020}.seg", 0))).unwrap();
     let untouched = contents(&dir);

@@ -157,7 +157,10 @@ impl Default for SnapshotPolicy {
 
 impl SnapshotPolicy {
     /// Whether a snapshot is due after `entries` entries of `bytes` bytes since the last
-    /// one (the rule of every store: the file journal, PostgreSQL and the in-memory one).
+    /// one written (the rule of every store: the file journal, PostgreSQL and the
+    /// in-memory one). A store counts from the last snapshot written, not the last one
+    /// tried: after a failure one is still due, and the next append tries again
+    /// (decision 228).
     pub fn due(&self, entries: u64, bytes: u64) -> bool {
         entries >= self.every_entries || bytes >= self.every_bytes
     }
@@ -609,6 +612,12 @@ struct Recovered {
 /// [`recover`], stopping after `max_entries` entries.
 fn recover_with(data_dir: &Path, options: &RecoverOptions, max_entries: Option<u64>) -> Recovered {
     let tries = if options.repair { 1 } else { LIVE_READ_TRIES };
+    recover_tries(data_dir, options, max_entries, tries)
+}
+
+/// [`recover_with`], reading up to `tries` times while files vanish or entries are
+/// missing (1 when no live server can hold the data dir).
+fn recover_tries(data_dir: &Path, options: &RecoverOptions, max_entries: Option<u64>, tries: u32) -> Recovered {
     let mut attempt = 1;
     loop {
         let mut recovery = Recovery::empty();
@@ -1018,8 +1027,9 @@ pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError
         }
         None
     };
+    // Nothing is cut while reading, and no live server holds the data dir: one read.
     let options = RecoverOptions { repair: false, until: None };
-    let Recovered { result, recovery, last, warnings } = recover_with(data_dir, &options, None);
+    let Recovered { result, recovery, last, warnings } = recover_tries(data_dir, &options, None, 1);
     let damage = match result {
         Ok(()) => {
             if apply && !recovery.repaired.is_empty() {
@@ -1537,10 +1547,11 @@ impl FileJournal {
         encode_snapshot(&self.header, engine, self.next_index + pending_entries)
     }
 
-    /// Writes an encoded snapshot atomically (temporary file, sync, rename, sync of the
-    /// directory), starts a new segment, and removes the segments and snapshots it
-    /// covers. On failure no temporary file is left, and appends continue in the
-    /// current segment. The snapshot must cover exactly the appended entries.
+    /// Writes an encoded snapshot atomically (temporary file, sync, read back and
+    /// decoded, rename, sync of the directory), starts a new segment, and retires what
+    /// the previous snapshot covers (that one and the segments since it stay). On
+    /// failure no temporary file is left, the snapshot is still due, and appends continue
+    /// in the current segment. The snapshot must cover exactly the appended entries.
     pub fn write_encoded_snapshot(&mut self, snapshot: EncodedSnapshot) -> io::Result<()> {
         if self.health != JournalHealth::Ok {
             return Err(io::Error::other("the journal is wedged"));

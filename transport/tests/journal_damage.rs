@@ -425,3 +425,23 @@ fn a_corrupted_newest_snapshot_recovers_exactly_from_the_previous_one() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// The newest listed segment was renamed into place whole and synced before the
+/// manifest listed it: cut inside its header it was cut short, not torn while created.
+/// The same bytes in a segment the manifest does not list are a creation torn by a crash.
+#[test]
+fn the_newest_listed_segment_cut_in_its_header_is_damage() {
+    use esim_transport::journal::MANIFEST_FILE;
+    let dir = temp_dir("newest-header");
+    let (found, digests) = three_segments(&dir);
+    fs::OpenOptions::new().write(true).open(&found[2]).unwrap().set_len(5).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains(&found[2].display().to_string()) && error.contains("cut short"), "{error}");
+    assert!(found[2].exists(), "nothing removed");
+    // Listed no more (the manifest of the two first): a torn creation, removed.
+    fs::remove_file(dir.join(MANIFEST_FILE)).unwrap();
+    let recovery = try_recover(&dir, true).unwrap();
+    assert!(recovery.repaired[0].contains("removed the empty segment"), "{:?}", recovery.repaired);
+    assert_eq!(recovery.engine.unwrap().state_digest(), digests[1]);
+    fs::remove_dir_all(&dir).unwrap();
+}
