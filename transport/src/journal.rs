@@ -719,18 +719,21 @@ fn recover_once(
         0 => "the journal from its start".to_string(),
         covered => format!("the previous snapshot ({covered} entries) and the segments since it"),
     };
+    // What replaces a damaged snapshot must reach as far as it did (unless `--until`
+    // stopped the replay before): otherwise entries only it covered are lost.
+    let short = passed_over.iter().any(|(covered, _)| recovery.next_index < *covered);
+    let damaged: Vec<&str> = passed_over.iter().map(|(_, why)| why.as_str()).collect();
+    let no_copy = |why: String| {
+        Failure::Fatal(JournalError(format!(
+            "{}, and {instead} cannot replace it ({why}); refusing to start (a snapshot cannot be repaired by \
+             cutting the journal: restore the data dir from a backup)",
+            damaged.join("; ")
+        )))
+    };
     match replayed {
-        // Entries missing that only the damaged snapshot covered: no copy is left.
-        Err(Failure::Gap(gap) | Failure::Damage(gap))
-            if gap.gap && passed_over.iter().any(|(covered, _)| recovery.next_index < *covered) =>
-        {
-            let damaged: Vec<&str> = passed_over.iter().map(|(_, why)| why.as_str()).collect();
-            Err(Failure::Fatal(JournalError(format!(
-                "{}, and {instead} do not replace it ({}); refusing to start (a snapshot cannot be repaired by \
-                 cutting the journal: restore the data dir from a backup)",
-                damaged.join("; "),
-                gap.message
-            ))))
+        Err(Failure::Gap(gap)) if short => Err(no_copy(gap.message)),
+        Ok(()) if short && options.until.is_none() => {
+            Err(no_copy(format!("they hold {} entries", recovery.next_index)))
         }
         Ok(()) => {
             warnings.extend(passed_over.into_iter().map(|(_, why)| format!("{why}; recovered from {instead}")));

@@ -445,3 +445,34 @@ fn the_newest_listed_segment_cut_in_its_header_is_damage() {
     assert_eq!(recovery.engine.unwrap().state_digest(), digests[1]);
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A damaged snapshot whose entries no other copy holds is refused, never read as less:
+/// with the journal since the start gone too, and with every segment gone.
+#[test]
+fn a_damaged_snapshot_with_no_copy_left_is_refused() {
+    let dir = temp_dir("no-copy");
+    let policy = SnapshotPolicy { every_entries: 20, every_bytes: u64::MAX };
+    let mut journal = FileJournal::open(&dir, header(27), policy).unwrap();
+    let (mut work, first) = Workload::new(27);
+    journal.append_entries(&first).unwrap();
+    journal.append_entries(&work.batch(25)).unwrap();
+    journal.write_snapshot(work.service.engine()).unwrap();
+    journal.append_entries(&work.batch(3)).unwrap();
+    drop(journal);
+    let snapshot = dir.join("snapshots").join(format!("{:020}.snap", 26));
+    let mut bytes = fs::read(&snapshot).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    fs::write(&snapshot, &bytes).unwrap();
+    fs::remove_file(seg(&dir, 0)).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains(&format!("snapshot {} is damaged", snapshot.display())), "{error}");
+    assert!(error.contains("(entries 0 to 25)") && error.contains("from a backup"), "{error}");
+    for path in segments(&dir) {
+        fs::remove_file(path).unwrap();
+    }
+    fs::remove_file(dir.join(esim_transport::journal::MANIFEST_FILE)).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains("they hold 0 entries") && error.contains("from a backup"), "{error}");
+    fs::remove_dir_all(&dir).unwrap();
+}
