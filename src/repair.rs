@@ -10,8 +10,9 @@ pub struct RepairArgs {
     #[arg(long)]
     pub data_dir: PathBuf,
     /// Cut the damaged segment at the damage offset and remove every later segment,
-    /// dropping the entries listed. Without it nothing is changed: the damage and what
-    /// cutting would drop are only reported.
+    /// dropping the entries listed (when entries are missing, a segment deleted or cut
+    /// short, every segment after the gap is removed). Without it nothing is changed: the
+    /// damage and what cutting would drop are only reported.
     #[arg(long)]
     pub cut_at_damage: bool,
 }
@@ -27,6 +28,9 @@ fn describe(kept: Option<KeptEntry>) -> String {
 pub fn run(args: RepairArgs) -> Result<(), String> {
     let applied = args.cut_at_damage;
     let report = journal::repair(&args.data_dir, applied).map_err(|e| e.to_string())?;
+    for warning in &report.warnings {
+        println!("warning          {warning}");
+    }
     for note in &report.torn_tails {
         let what = if applied { "cut here" } else { "not damage: `esim serve` cuts it on start" };
         println!("torn tail        {note} ({what})");
@@ -38,7 +42,12 @@ pub fn run(args: RepairArgs) -> Result<(), String> {
         return Ok(());
     };
     println!("damage           {}", damage.message);
-    if damage.whole_segment {
+    if damage.gap {
+        println!(
+            "cut              nothing in {} (missing, or cut short): the entries missing there are gone and cannot be counted",
+            damage.file.display()
+        );
+    } else if damage.whole_segment {
         println!("cut              {} (the whole file: its header is damaged)", damage.file.display());
     } else {
         println!("cut              {} at byte offset {}", damage.file.display(), damage.offset);
@@ -56,7 +65,7 @@ pub fn run(args: RepairArgs) -> Result<(), String> {
     println!("last entry kept  {}", describe(report.last_kept));
     println!("entries kept     {}", report.entries_kept);
     if applied {
-        println!("result           cut: the data dir starts cleanly now");
+        println!("result           cut: the data dir starts cleanly now; the manifest lists the segments left");
         Ok(())
     } else {
         println!("result           nothing changed");

@@ -12,9 +12,24 @@
 //! - `snapshots/<entries covered, 20 digits>.snap`: the magic `ESIMSNP1` and one record
 //!   holding the whole engine state after that many entries.
 //!
+//! - `manifest`: the magic `ESIMMAN1` and one record listing the first entry index of
+//!   every segment written and not yet retired (decision 225). It is written atomically
+//!   (temporary file, sync, rename, sync of the data dir) after a segment is created and
+//!   before covered segments are removed, so it never lists less than what a start needs.
+//!
 //! A record is `[payload length: u32 LE][CRC-32C of the payload: u32 LE][payload]`, the
 //! payload being JSON. A length of 0 is never written. Files are mode 0600, the
 //! `journal/` and `snapshots/` dirs 0700.
+//!
+//! # The journal knows its own end
+//!
+//! A start needs the newest readable snapshot and every segment from the one holding its
+//! first uncovered entry to the newest the manifest lists. A listed segment that is not
+//! there, or a segment that does not start where the one before it ends (a middle segment
+//! cut short), is damage: the start refuses, naming the file and the entries missing, and
+//! `esim repair --cut-at-damage` can drop everything from there on. A data dir without a
+//! manifest (made by an older build) is read as it is, its segments checked for gaps, and
+//! gets one at its first start (decision 226).
 //!
 //! # Writing
 //!
@@ -34,7 +49,12 @@
 //! A snapshot is never encoded by the server's owner task: when one is due, the append
 //! that made it due starts a new segment and a thread that rebuilds the state before
 //! that segment by replay from the data dir and writes it ([`FileJournal::compact_if_due`],
-//! decision 160); the covered segments are then removed.
+//! decision 160). Once the new snapshot is written, synced, read back and decoded to the
+//! same state digest, it is named `.snap`; then what the previous snapshot (the one the
+//! replay started from) made needless goes, and that previous snapshot and the segments
+//! since it stay: one bad snapshot is never the only copy of the state (decision 227). A
+//! start passes over a damaged newest snapshot with a warning naming it and recovers from
+//! the previous one. A snapshot that fails is tried again at the next append.
 //!
 //! # Torn tail versus damage
 //!
@@ -58,6 +78,10 @@ use std::sync::{Arc, Mutex};
 
 const SEGMENT_MAGIC: &[u8; 8] = b"ESIMJRN1";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"ESIMSNP1";
+const MANIFEST_MAGIC: &[u8; 8] = b"ESIMMAN1";
+/// The manifest's name in the data dir (beside `journal/`, so that tools listing
+/// `journal/` see segments only).
+pub const MANIFEST_FILE: &str = "manifest";
 /// Largest journal entry record accepted when reading a segment (a larger length field
 /// is damage).
 const MAX_RECORD_BYTES: u32 = 256 * 1024 * 1024;
@@ -133,7 +157,10 @@ impl Default for SnapshotPolicy {
 
 impl SnapshotPolicy {
     /// Whether a snapshot is due after `entries` entries of `bytes` bytes since the last
-    /// one (the rule of every store: the file journal, PostgreSQL and the in-memory one).
+    /// one written (the rule of every store: the file journal, PostgreSQL and the
+    /// in-memory one). A store counts from the last snapshot written, not the last one
+    /// tried: after a failure one is still due, and the next append tries again
+    /// (decision 228).
     pub fn due(&self, entries: u64, bytes: u64) -> bool {
         entries >= self.every_entries || bytes >= self.every_bytes
     }
@@ -353,6 +380,108 @@ fn list(dir: &Path, extension: &str) -> Result<Vec<(u64, PathBuf)>, JournalError
     Ok(found)
 }
 
+/// What the manifest holds: the first entry index of every segment written and not yet
+/// retired, ascending.
+#[derive(Serialize, Deserialize)]
+struct Manifest {
+    segments: Vec<u64>,
+}
+
+/// The manifest's list, shared by a journal and its compaction thread (each write of the
+/// file happens under the lock, so the two never interleave).
+type SharedManifest = Arc<Mutex<Vec<u64>>>;
+
+/// The segments the manifest lists, or `None` when the data dir has no manifest (one made
+/// by an older build: decision 226). A manifest that does not read is damage.
+fn read_manifest(data_dir: &Path) -> Result<Option<Vec<u64>>, JournalError> {
+    let path = data_dir.join(MANIFEST_FILE);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(io_error(&path, error)),
+    };
+    let mut offset = MANIFEST_MAGIC.len();
+    let listed = match next_record(&bytes, &mut offset) {
+        Next::Record(payload) if bytes.starts_with(MANIFEST_MAGIC) && offset == bytes.len() => {
+            serde_json::from_slice::<Manifest>(payload).ok().map(|manifest| manifest.segments)
+        }
+        _ => None,
+    };
+    match listed {
+        Some(segments) if segments.windows(2).all(|pair| pair[0] < pair[1]) => Ok(Some(segments)),
+        _ => Err(JournalError(format!(
+            "the manifest {} is damaged; refusing to start (remove it to read the data dir as one made by an \
+             older build: its segments are then checked for gaps only, and the start writes a new manifest)",
+            path.display()
+        ))),
+    }
+}
+
+/// Writes the manifest atomically: a temporary file, synced, renamed over the old one, and
+/// the data dir synced.
+fn write_manifest(data_dir: &Path, segments: &[u64]) -> io::Result<()> {
+    let mut bytes = MANIFEST_MAGIC.to_vec();
+    let manifest = Manifest { segments: segments.to_vec() };
+    encode_record(&serde_json::to_vec(&manifest).map_err(io::Error::other)?, &mut bytes);
+    let temporary = data_dir.join(format!("{MANIFEST_FILE}.tmp"));
+    let written = (|| {
+        let mut file = create_private_file(&temporary)?;
+        io::Write::write_all(&mut file, &bytes)?;
+        file.sync_all()?;
+        fs::rename(&temporary, data_dir.join(MANIFEST_FILE))?;
+        sync_dir(data_dir)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    written
+}
+
+/// Changes the manifest's list and writes it; the shared list changes only once written.
+fn update_manifest(data_dir: &Path, manifest: &SharedManifest, change: impl FnOnce(&mut Vec<u64>)) -> io::Result<()> {
+    let mut listed = manifest.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut next = listed.clone();
+    change(&mut next);
+    next.sort_unstable();
+    next.dedup();
+    write_manifest(data_dir, &next)?;
+    *listed = next;
+    Ok(())
+}
+
+/// The manifest's segments a recovery from a snapshot covering `from` entries needs:
+/// every one holding an entry at or after `from`, with where the next one starts.
+fn needed_segments(listed: Option<&[u64]>, from: u64) -> Vec<(u64, Option<u64>)> {
+    let listed = listed.unwrap_or_default();
+    let with_next = listed.iter().enumerate().map(|(at, &first)| (first, listed.get(at + 1).copied()));
+    with_next.filter(|(_, next)| next.is_none_or(|next| next > from)).collect()
+}
+
+/// The first segment in `needed` starting before `before` that is not in `present`: a
+/// gap at `position` (the first present segment after it), naming the file and entries.
+fn missing_listed(
+    needed: &[(u64, Option<u64>)],
+    present: &[(u64, PathBuf)],
+    before: u64,
+    position: usize,
+    journal: &Path,
+    recovered: u64,
+) -> Option<Failure> {
+    let absent = |first: &u64| present.binary_search_by_key(first, |(at, _)| *at).is_err();
+    let &(first, next) = needed.iter().find(|(first, _)| *first < before && absent(first))?;
+    let path = journal.join(format!("{first:020}.seg"));
+    let entries = match next {
+        Some(next) => format!("entries {first} to {}", next - 1),
+        None => format!("entries from {first} on: the newest segment written"),
+    };
+    let message = format!(
+        "journal segment missing: {} ({entries}) is listed in the manifest but not there ({recovered} entries \
+         recovered before it); refusing to start (`esim repair --data-dir DIR` tells what cutting there drops)",
+        path.display()
+    );
+    Some(Failure::Gap(Damage { position, path, offset: 0, whole_segment: true, gap: true, message }))
+}
+
 /// The result of reading a data dir.
 pub struct Recovery {
     /// The rebuilt engine, or `None` for a new data dir.
@@ -406,12 +535,19 @@ struct Damage {
     offset: usize,
     /// The damage is in the magic or header: the whole segment goes.
     whole_segment: bool,
+    /// Entries are missing before the segment at `position` (a listed segment is not
+    /// there, or the one before was cut short): nothing is cut in `path`, which names
+    /// where they were, and every segment from `position` on goes.
+    gap: bool,
     message: String,
 }
 
 enum Failure {
-    /// A file vanished or a gap appeared: a live server may have compacted meanwhile.
+    /// A file vanished while it was read: a live server may have compacted meanwhile.
     Retry(JournalError),
+    /// Entries are missing: damage, unless a live server compacted meanwhile (retried
+    /// like [`Failure::Retry`], then damage).
+    Gap(Damage),
     Damage(Damage),
     Fatal(JournalError),
 }
@@ -420,7 +556,7 @@ impl Failure {
     fn into_error(self) -> JournalError {
         match self {
             Failure::Retry(error) | Failure::Fatal(error) => error,
-            Failure::Damage(damage) => JournalError(damage.message),
+            Failure::Damage(damage) | Failure::Gap(damage) => JournalError(damage.message),
         }
     }
 }
@@ -455,74 +591,100 @@ fn cut_file(path: &Path, len: u64) -> Result<(), JournalError> {
     file.sync_all().map_err(|e| io_error(path, e))
 }
 
-/// Rebuilds the state of a data dir: the newest snapshot, then the journal after it.
+/// Rebuilds the state of a data dir: the newest snapshot that reads, then the journal
+/// after it. A damaged newest snapshot passed over is logged as a warning naming it.
 pub fn recover(data_dir: &Path, options: &RecoverOptions) -> Result<Recovery, JournalError> {
-    let (result, recovery, _) = recover_with(data_dir, options, None);
-    result.map_err(Failure::into_error)?;
-    Ok(recovery)
+    let read = recover_with(data_dir, options, None);
+    read.result.map_err(Failure::into_error)?;
+    Ok(read.recovery)
 }
 
-/// [`recover`], stopping after `max_entries` entries; on failure the state read so far
-/// is returned too (what `repair` keeps).
-fn recover_with(
-    data_dir: &Path,
-    options: &RecoverOptions,
-    max_entries: Option<u64>,
-) -> (Result<(), Failure>, Recovery, Option<KeptEntry>) {
+/// What [`recover_with`] read.
+struct Recovered {
+    result: Result<(), Failure>,
+    /// The state read so far, also on failure (what `repair` keeps).
+    recovery: Recovery,
+    last: Option<KeptEntry>,
+    /// Damaged snapshots passed over, each with the one recovered from instead.
+    warnings: Vec<String>,
+}
+
+/// [`recover`], stopping after `max_entries` entries.
+fn recover_with(data_dir: &Path, options: &RecoverOptions, max_entries: Option<u64>) -> Recovered {
     let tries = if options.repair { 1 } else { LIVE_READ_TRIES };
+    recover_tries(data_dir, options, max_entries, tries)
+}
+
+/// [`recover_with`], reading up to `tries` times while files vanish or entries are
+/// missing (1 when no live server can hold the data dir).
+fn recover_tries(data_dir: &Path, options: &RecoverOptions, max_entries: Option<u64>, tries: u32) -> Recovered {
     let mut attempt = 1;
     loop {
         let mut recovery = Recovery::empty();
         let mut last = None;
-        let result = recover_once(data_dir, options, max_entries, &mut recovery, &mut last);
-        match result {
-            Err(Failure::Retry(_)) if attempt < tries => {
+        let mut warnings = Vec::new();
+        let result = recover_once(data_dir, options, max_entries, &mut recovery, &mut last, &mut warnings);
+        let result = match result {
+            Err(Failure::Retry(_) | Failure::Gap(_)) if attempt < tries => {
                 attempt += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20 * u64::from(attempt)));
+                continue;
             }
-            result => return (result, recovery, last),
+            // Still missing after every try: no compaction explains it.
+            Err(Failure::Gap(damage)) => Err(Failure::Damage(damage)),
+            result => result,
+        };
+        if result.is_ok() {
+            for warning in &warnings {
+                tracing::warn!("{warning}");
+            }
         }
+        return Recovered { result, recovery, last, warnings };
     }
 }
 
-fn recover_once(
+/// A snapshot file's content, or why it is damaged (`Ok(Err)`); a vanished file and
+/// another format version are failures.
+fn read_snapshot(path: &Path, covered: u64) -> Result<Result<Snapshot, String>, Failure> {
+    let bytes = read_file(path)?;
+    let Some(payload) = snapshot_payload(&bytes) else {
+        return Ok(Err("not one whole record with its checksum".into()));
+    };
+    match serde_json::from_slice::<Snapshot>(payload) {
+        Ok(snapshot) if snapshot.header.version != FORMAT_VERSION => {
+            Err(Failure::Fatal(version_refusal(path, snapshot.header.version)))
+        }
+        Ok(snapshot) if snapshot.covered_entries != covered => {
+            Ok(Err(format!("it says it covers {} entries, its name {covered}", snapshot.covered_entries)))
+        }
+        Ok(snapshot) => Ok(Ok(snapshot)),
+        Err(error) => match serde_json::from_slice::<SnapshotVersion>(payload) {
+            Ok(found) if found.header.version != FORMAT_VERSION => {
+                Err(Failure::Fatal(version_refusal(path, found.header.version)))
+            }
+            _ => Ok(Err(format!("it cannot be read: {error}"))),
+        },
+    }
+}
+
+/// Starts `recovery` from the newest snapshot that reads; each damaged newer one is
+/// added to `passed_over` (the entries it covers, and why).
+fn recover_snapshot(
     data_dir: &Path,
     options: &RecoverOptions,
-    max_entries: Option<u64>,
     recovery: &mut Recovery,
     last: &mut Option<KeptEntry>,
+    passed_over: &mut Vec<(u64, String)>,
 ) -> Result<(), Failure> {
     let snapshots = list(&data_dir.join("snapshots"), "snap").map_err(Failure::Fatal)?;
-    if let Some((covered, path)) = snapshots.last() {
-        let bytes = read_file(path)?;
-        let damaged = || {
-            Failure::Fatal(JournalError(format!(
-                "snapshot {} is damaged; refusing to start (a snapshot cannot be repaired by cutting the \
-                 journal: restore the data dir from a backup)",
-                path.display()
-            )))
-        };
-        let payload = snapshot_payload(&bytes).ok_or_else(damaged)?;
-        let snapshot: Snapshot = match serde_json::from_slice(payload) {
+    for (covered, path) in snapshots.iter().rev() {
+        let snapshot = match read_snapshot(path, *covered)? {
             Ok(snapshot) => snapshot,
-            Err(error) => {
-                if let Ok(found) = serde_json::from_slice::<SnapshotVersion>(payload) {
-                    if found.header.version != FORMAT_VERSION {
-                        return Err(Failure::Fatal(version_refusal(path, found.header.version)));
-                    }
-                }
-                return Err(Failure::Fatal(JournalError(format!(
-                    "snapshot {} cannot be read: {error}",
-                    path.display()
-                ))));
+            Err(why) => {
+                passed_over.push((*covered, format!("snapshot {} is damaged ({why})", path.display())));
+                continue;
             }
         };
-        if snapshot.header.version != FORMAT_VERSION {
-            return Err(Failure::Fatal(version_refusal(path, snapshot.header.version)));
-        }
-        if *covered != snapshot.covered_entries {
-            return Err(damaged());
-        }
         if options.until.is_some_and(|until| snapshot.engine.now() > until) {
             return Err(Failure::Fatal(JournalError(format!(
                 "--until is before the newest snapshot ({}); the journal before it was compacted",
@@ -534,21 +696,187 @@ fn recover_once(
         recovery.header = Some(snapshot.header);
         recovery.next_index = snapshot.covered_entries;
         recovery.from_snapshot = snapshot.covered_entries;
+        return Ok(());
     }
-    let segments = list(&data_dir.join("journal"), "seg").map_err(Failure::Fatal)?;
+    Ok(())
+}
+
+fn recover_once(
+    data_dir: &Path,
+    options: &RecoverOptions,
+    max_entries: Option<u64>,
+    recovery: &mut Recovery,
+    last: &mut Option<KeptEntry>,
+    warnings: &mut Vec<String>,
+) -> Result<(), Failure> {
+    // The manifest first: a segment a live server creates meanwhile is renamed into
+    // place before the manifest lists it, so the listing below holds it.
+    let listed = read_manifest(data_dir).map_err(Failure::Fatal)?;
+    let mut passed_over = Vec::new();
+    recover_snapshot(data_dir, options, recovery, last, &mut passed_over)?;
+    let replayed = replay_segments(data_dir, options, max_entries, listed.as_deref(), recovery, last);
+    let instead = match recovery.from_snapshot {
+        0 => "the journal from its start".to_string(),
+        covered => format!("the previous snapshot ({covered} entries) and the segments since it"),
+    };
+    // What replaces a damaged snapshot must reach as far as it did (unless `--until`
+    // stopped the replay before): otherwise entries only it covered are lost.
+    let short = passed_over.iter().any(|(covered, _)| recovery.next_index < *covered);
+    let damaged: Vec<&str> = passed_over.iter().map(|(_, why)| why.as_str()).collect();
+    let no_copy = |why: String| {
+        Failure::Fatal(JournalError(format!(
+            "{}, and {instead} cannot replace it ({why}); refusing to start (a snapshot cannot be repaired by \
+             cutting the journal: restore the data dir from a backup)",
+            damaged.join("; ")
+        )))
+    };
+    match replayed {
+        Err(Failure::Gap(gap)) if short => Err(no_copy(gap.message)),
+        Ok(()) if short && options.until.is_none() => {
+            Err(no_copy(format!("they hold {} entries", recovery.next_index)))
+        }
+        Ok(()) => {
+            warnings.extend(passed_over.into_iter().map(|(_, why)| format!("{why}; recovered from {instead}")));
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The entries after a gap: entries `recovered..first` are missing before the segment
+/// `path` at `position`, after the segment `previous` (or the snapshot).
+fn gap_before(
+    path: &Path,
+    position: usize,
+    first: u64,
+    recovered: u64,
+    previous: Option<&Path>,
+    listed: bool,
+) -> Failure {
+    let missing = format!("entries {recovered} to {} are missing", first - 1);
+    let expected = path.with_file_name(format!("{recovered:020}.seg"));
+    let (named, why) = match previous {
+        Some(previous) if listed => (
+            previous.to_path_buf(),
+            format!("{} was cut short: it ends before entry {recovered}, and {} starts at {first}", previous.display(), path.display()),
+        ),
+        Some(previous) => (
+            previous.to_path_buf(),
+            format!(
+                "{} ends before entry {recovered} and {} starts at {first}: the first was cut short, or {} is missing",
+                previous.display(),
+                path.display(),
+                expected.display()
+            ),
+        ),
+        None => (
+            expected.clone(),
+            format!(
+                "the snapshot used covers {recovered} entries but the first segment, {}, starts at {first}: {} is missing",
+                path.display(),
+                expected.display()
+            ),
+        ),
+    };
+    let message = format!(
+        "journal gap: {missing} ({why}); refusing to start (`esim repair --data-dir DIR` tells what cutting there drops)"
+    );
+    Failure::Gap(Damage { position, path: named, offset: 0, whole_segment: true, gap: true, message })
+}
+
+/// How the entries of one segment were applied.
+enum Applied {
+    /// To its end.
+    Whole,
+    /// Stopped by `--until` or the entry bound: the recovery ends here.
+    Stopped,
+    /// A record whose checksum held but whose content is not an entry, at an offset.
+    Unreadable(usize),
+    /// A bad record at an offset (a torn tail or damage, the caller decides).
+    Bad { offset: usize, why: &'static str },
+}
+
+/// Applies the entries of a segment from byte `offset` (after its header) that the
+/// recovery has not applied yet. Decoding runs on a second thread while this one
+/// applies: the two halves of the work take about as long, so recovery runs near twice
+/// as fast on 2 cores.
+fn apply_entries(
+    bytes: &[u8],
+    offset: usize,
+    header: &SegmentHeader,
+    options: &RecoverOptions,
+    max_entries: Option<u64>,
+    recovery: &mut Recovery,
+    last: &mut Option<KeptEntry>,
+) -> Applied {
+    let engine = recovery.engine.get_or_insert_with(|| Engine::new(header.config.clone(), header.start));
+    recovery.header.get_or_insert(header.clone());
+    std::thread::scope(|scope| {
+        let (batches, decoded) = std::sync::mpsc::sync_channel::<Decoded>(DECODE_QUEUE_BATCHES);
+        scope.spawn(move || decode_records(bytes, offset, batches));
+        let mut index = header.first_index;
+        for message in decoded {
+            let entries = match message {
+                Decoded::Batch(entries) => entries,
+                Decoded::Unreadable(at) => return Applied::Unreadable(at),
+                Decoded::Bad { offset, why } => return Applied::Bad { offset, why },
+            };
+            for entry in entries {
+                if index >= recovery.next_index {
+                    let at = entry_time(&entry);
+                    if options.until.is_some_and(|until| at > until)
+                        || max_entries.is_some_and(|max| recovery.next_index >= max)
+                    {
+                        return Applied::Stopped;
+                    }
+                    entry.replay(engine);
+                    *last = Some(KeptEntry { index, at });
+                    recovery.next_index += 1;
+                    recovery.replayed += 1;
+                }
+                index += 1;
+            }
+        }
+        Applied::Whole
+    })
+}
+
+/// Replays the segments after the snapshot `recovery` starts from: each must start where
+/// the entries before it end, every segment of the manifest's list that holds an entry
+/// after the snapshot must be there, and only the last segment may end in a torn tail.
+fn replay_segments(
+    data_dir: &Path,
+    options: &RecoverOptions,
+    max_entries: Option<u64>,
+    listed: Option<&[u64]>,
+    recovery: &mut Recovery,
+    last: &mut Option<KeptEntry>,
+) -> Result<(), Failure> {
+    let journal = data_dir.join("journal");
+    let segments = list(&journal, "seg").map_err(Failure::Fatal)?;
+    let needed = needed_segments(listed, recovery.from_snapshot);
+    let newest_listed = needed.last().map(|(first, _)| *first);
     let final_position = segments.len().saturating_sub(1);
+    let mut previous: Option<&Path> = None;
     for (position, (first_index, path)) in segments.iter().enumerate() {
         if max_entries.is_some_and(|max| recovery.next_index >= max) {
             return Ok(());
         }
+        if let Some(missing) = missing_listed(&needed, &segments, *first_index, position, &journal, recovery.next_index)
+        {
+            return Err(missing);
+        }
         let bytes = read_file(path)?;
         let is_last = position == final_position;
+        // The newest listed segment had its whole header synced before it was listed.
+        let listed_newest = is_last && newest_listed == Some(*first_index);
         let damage = |offset: usize, whole_segment: bool, why: &str| {
             Failure::Damage(Damage {
                 position,
                 path: path.clone(),
                 offset,
                 whole_segment,
+                gap: false,
                 message: format!(
                     "journal damaged in {} at byte offset {offset} ({why}); refusing to start \
                      (`esim repair --data-dir DIR` tells what cutting there drops)",
@@ -556,10 +884,14 @@ fn recover_once(
                 ),
             })
         };
+        let cut_short = "the manifest lists it as the newest segment, written whole before it was listed: cut short";
         // A bad record at `offset` of the last segment: a torn tail, or damage.
         let torn_or_damage = |offset: usize, whole_segment: bool, why: &str, repaired: &mut Vec<String>| {
             if !is_last {
                 return Err(damage(offset, whole_segment, why));
+            }
+            if whole_segment && listed_newest {
+                return Err(damage(offset, whole_segment, &format!("{why}; {cut_short}")));
             }
             if let Some(reason) = not_a_torn_tail(&bytes, offset) {
                 return Err(damage(offset, whole_segment, &format!("{why}; not a torn tail: {reason}")));
@@ -583,6 +915,9 @@ fn recover_once(
         };
         if bytes.len() < 8 || &bytes[..8] != SEGMENT_MAGIC {
             if is_last && bytes.len() < 8 && SEGMENT_MAGIC.starts_with(&bytes) {
+                if listed_newest {
+                    return Err(damage(0, true, &format!("{} bytes; {cut_short}", bytes.len())));
+                }
                 // A crash while creating the segment: nothing in it was acknowledged.
                 if options.repair {
                     fs::remove_file(path).map_err(|e| Failure::Fatal(io_error(path, e)))?;
@@ -621,57 +956,19 @@ fn recover_once(
             return Err(damage(8, true, "header index does not match the file name"));
         }
         if header.first_index > recovery.next_index {
-            return Err(Failure::Retry(JournalError(format!(
-                "journal gap: {} starts at entry {} but entries up to {} are missing; refusing to start",
-                path.display(),
-                header.first_index,
-                recovery.next_index
-            ))));
+            let first = header.first_index;
+            return Err(gap_before(path, position, first, recovery.next_index, previous, listed.is_some()));
         }
-        let engine = recovery.engine.get_or_insert_with(|| Engine::new(header.config.clone(), header.start));
-        recovery.header.get_or_insert(header.clone());
-        // Decoding runs on a second thread while this one applies: the two halves of
-        // the work take about as long, so recovery runs near twice as fast on 2 cores.
-        let mut stop_all = false;
-        let outcome: Result<(), Failure> = std::thread::scope(|scope| {
-            let (batches, decoded) = std::sync::mpsc::sync_channel::<Decoded>(DECODE_QUEUE_BATCHES);
-            let bytes = &bytes;
-            scope.spawn(move || decode_records(bytes, offset, batches));
-            let mut index = header.first_index;
-            for message in decoded {
-                match message {
-                    Decoded::Batch(entries) => {
-                        for entry in entries {
-                            if index >= recovery.next_index {
-                                let at = entry_time(&entry);
-                                if options.until.is_some_and(|until| at > until)
-                                    || max_entries.is_some_and(|max| recovery.next_index >= max)
-                                {
-                                    stop_all = true;
-                                    return Ok(());
-                                }
-                                entry.replay(engine);
-                                *last = Some(KeptEntry { index, at });
-                                recovery.next_index += 1;
-                                recovery.replayed += 1;
-                            }
-                            index += 1;
-                        }
-                    }
-                    Decoded::Unreadable(at) => return Err(damage(at, false, "unreadable entry")),
-                    Decoded::Bad { offset: at, why } => {
-                        return torn_or_damage(at, false, why, &mut recovery.repaired);
-                    }
-                }
-            }
-            Ok(())
-        });
-        outcome?;
-        if stop_all {
-            return Ok(());
+        match apply_entries(&bytes, offset, &header, options, max_entries, recovery, last) {
+            Applied::Whole => {}
+            Applied::Stopped => return Ok(()),
+            Applied::Unreadable(at) => return Err(damage(at, false, "unreadable entry")),
+            Applied::Bad { offset, why } => torn_or_damage(offset, false, why, &mut recovery.repaired)?,
         }
+        previous = Some(path.as_path());
     }
-    Ok(())
+    let after_all = segments.len();
+    missing_listed(&needed, &segments, u64::MAX, after_all, &journal, recovery.next_index).map_or(Ok(()), Err)
 }
 
 /// What `esim repair` found in a data dir, and did when asked to cut.
@@ -687,6 +984,8 @@ pub struct RepairReport {
     pub entries_kept: u64,
     /// The last entry kept: its index and service time.
     pub last_kept: Option<KeptEntry>,
+    /// Damaged snapshots passed over, each with what the state was read from instead.
+    pub warnings: Vec<String>,
 }
 
 /// Damage in a segment and what cutting there drops.
@@ -698,6 +997,10 @@ pub struct DamageReport {
     pub offset: u64,
     /// The whole file goes (its magic or header is damaged).
     pub whole_segment: bool,
+    /// Entries are missing before the later segments (a segment is not there, or `file`
+    /// was cut short): nothing is cut in `file`, its entries cannot be counted, and the
+    /// later segments go.
+    pub gap: bool,
     /// Records that decode as entries in the dropped bytes and segments.
     pub dropped_entries: u64,
     /// Stretches of non-zero bytes in the dropped part that do not decode: each is at
@@ -710,9 +1013,11 @@ pub struct DamageReport {
 }
 
 /// Finds the first damage in a data dir and, with `apply`, cuts the damaged segment at
-/// the damage offset (the whole segment when its header is damaged) and removes the
-/// later segments. Refuses a data dir held by a live process, a damaged snapshot and a
-/// journal of another format version (not repairable by cutting).
+/// the damage offset (the whole segment when its header is damaged; nothing of it when
+/// entries are missing before the next one) and removes the later segments; the manifest
+/// then lists what is left. Refuses a data dir held by a live process, a damaged snapshot
+/// with no previous one to replace it, and a journal of another format version (not
+/// repairable by cutting).
 pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError> {
     let _lock = if apply {
         Some(crate::lock::DataDirLock::acquire(data_dir).map_err(|e| JournalError(e.to_string()))?)
@@ -725,8 +1030,9 @@ pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError
         }
         None
     };
+    // Nothing is cut while reading, and no live server holds the data dir: one read.
     let options = RecoverOptions { repair: false, until: None };
-    let (result, recovery, last) = recover_with(data_dir, &options, None);
+    let Recovered { result, recovery, last, warnings } = recover_tries(data_dir, &options, None, 1);
     let damage = match result {
         Ok(()) => {
             if apply && !recovery.repaired.is_empty() {
@@ -738,15 +1044,32 @@ pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError
                 damage: None,
                 entries_kept: recovery.next_index,
                 last_kept: last,
+                warnings,
             });
         }
-        Err(Failure::Damage(damage)) => damage,
+        Err(Failure::Damage(damage) | Failure::Gap(damage)) => damage,
         Err(Failure::Fatal(error)) | Err(Failure::Retry(error)) => {
             return Err(JournalError(format!("{error}\nesim repair cannot fix this by cutting the journal")));
         }
     };
+    let report = measure_damage(data_dir, damage)?;
+    if apply {
+        cut_at(data_dir, &report)?;
+    }
+    Ok(RepairReport {
+        applied: apply,
+        torn_tails: recovery.repaired,
+        damage: Some(report),
+        entries_kept: recovery.next_index,
+        last_kept: last,
+        warnings,
+    })
+}
+
+/// What cutting at `damage` drops: the damaged segment from the offset (or whole), or
+/// nothing of it after a gap, and every later segment.
+fn measure_damage(data_dir: &Path, damage: Damage) -> Result<DamageReport, JournalError> {
     let segments = list(&data_dir.join("journal"), "seg")?;
-    let bytes = fs::read(&damage.path).map_err(|e| io_error(&damage.path, e))?;
     // A whole segment dropped: its entries start after its header when that frames.
     let entries_from = |bytes: &[u8]| {
         let mut offset = 8;
@@ -755,11 +1078,16 @@ pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError
             _ => 8.min(bytes.len()),
         }
     };
-    let from = if damage.whole_segment { entries_from(&bytes) } else { damage.offset };
-    let (mut dropped_entries, mut unreadable_stretches) = count_entries(&bytes, from);
-    let mut dropped_bytes = (bytes.len() - if damage.whole_segment { 0 } else { damage.offset }) as u64;
+    let (mut dropped_entries, mut unreadable_stretches, mut dropped_bytes) = (0, 0, 0);
+    if !damage.gap {
+        let bytes = fs::read(&damage.path).map_err(|e| io_error(&damage.path, e))?;
+        let from = if damage.whole_segment { entries_from(&bytes) } else { damage.offset };
+        (dropped_entries, unreadable_stretches) = count_entries(&bytes, from);
+        dropped_bytes = (bytes.len() - if damage.whole_segment { 0 } else { damage.offset }) as u64;
+    }
+    let first_later = if damage.gap { damage.position } else { damage.position + 1 };
     let mut later_segments = Vec::new();
-    for (_, path) in segments.iter().skip(damage.position + 1) {
+    for (_, path) in segments.iter().skip(first_later) {
         let later = fs::read(path).map_err(|e| io_error(path, e))?;
         let (entries, stretches) = count_entries(&later, entries_from(&later));
         dropped_entries += entries;
@@ -767,36 +1095,39 @@ pub fn repair(data_dir: &Path, apply: bool) -> Result<RepairReport, JournalError
         dropped_bytes += later.len() as u64;
         later_segments.push(path.clone());
     }
-    if apply {
-        for path in later_segments.iter().rev() {
-            fs::remove_file(path).map_err(|e| io_error(path, e))?;
-        }
-        sync_dir(&data_dir.join("journal")).map_err(|e| io_error(data_dir, e))?;
-        if damage.whole_segment {
-            fs::remove_file(&damage.path).map_err(|e| io_error(&damage.path, e))?;
-        } else {
-            cut_file(&damage.path, damage.offset as u64)?;
-        }
-        sync_dir(&data_dir.join("journal")).map_err(|e| io_error(data_dir, e))?;
-        // What is left must start cleanly now.
-        recover(data_dir, &RecoverOptions { repair: true, until: None })?;
-    }
-    Ok(RepairReport {
-        applied: apply,
-        torn_tails: recovery.repaired,
-        damage: Some(DamageReport {
-            message: damage.message,
-            file: damage.path,
-            offset: damage.offset as u64,
-            whole_segment: damage.whole_segment,
-            dropped_entries,
-            unreadable_stretches,
-            dropped_bytes,
-            later_segments,
-        }),
-        entries_kept: recovery.next_index,
-        last_kept: last,
+    Ok(DamageReport {
+        message: damage.message,
+        file: damage.path,
+        offset: damage.offset as u64,
+        whole_segment: damage.whole_segment,
+        gap: damage.gap,
+        dropped_entries,
+        unreadable_stretches,
+        dropped_bytes,
+        later_segments,
     })
+}
+
+/// Cuts what `report` says: the later segments, then the damaged one (at its offset, or
+/// whole; nothing after a gap); the manifest then lists the segments left, and what is
+/// left must start cleanly.
+fn cut_at(data_dir: &Path, report: &DamageReport) -> Result<(), JournalError> {
+    let journal = data_dir.join("journal");
+    for path in report.later_segments.iter().rev() {
+        fs::remove_file(path).map_err(|e| io_error(path, e))?;
+    }
+    sync_dir(&journal).map_err(|e| io_error(&journal, e))?;
+    match (report.gap, report.whole_segment) {
+        // Nothing to cut: the entries are gone.
+        (true, _) => {}
+        (false, true) => fs::remove_file(&report.file).map_err(|e| io_error(&report.file, e))?,
+        (false, false) => cut_file(&report.file, report.offset)?,
+    }
+    sync_dir(&journal).map_err(|e| io_error(&journal, e))?;
+    let left: Vec<u64> = list(&journal, "seg")?.into_iter().map(|(first, _)| first).collect();
+    write_manifest(data_dir, &left).map_err(|e| io_error(&data_dir.join(MANIFEST_FILE), e))?;
+    recover(data_dir, &RecoverOptions { repair: true, until: None })?;
+    Ok(())
 }
 
 /// The file a segment or snapshot is written through: positional writes, a data sync
@@ -898,6 +1229,8 @@ pub struct FileJournal {
     header: SegmentHeader,
     /// Shared with a compaction thread, which writes its snapshot through it too.
     opener: SharedOpener,
+    /// The segments the manifest lists; the compaction thread retires some.
+    manifest: SharedManifest,
     file: Box<dyn SegmentFile>,
     segment: PathBuf,
     /// The end of the last acknowledged batch in the current segment: everything
@@ -992,10 +1325,13 @@ pub fn replay_segment(bytes: &[u8]) -> Result<(Engine, SegmentHeader, u64), Jour
     }
 }
 
-/// Creates a segment durably: written as `.seg.tmp`, synced, renamed, directory synced.
-/// On failure the temporary file is removed (a `.seg` never lacks its header).
+/// Creates a segment durably: written as `.seg.tmp`, synced, renamed, directory synced,
+/// then listed in the manifest. On failure the temporary file is removed (a `.seg` never
+/// lacks its header); a segment renamed but not listed is harmless (nothing is appended
+/// to it, and a start needs only what the manifest lists).
 fn new_segment(
     opener: &SharedOpener,
+    manifest: &SharedManifest,
     dir: &Path,
     header: &SegmentHeader,
 ) -> io::Result<(Box<dyn SegmentFile>, PathBuf, u64)> {
@@ -1009,6 +1345,7 @@ fn new_segment(
         file.sync_data()?;
         fs::rename(&temporary, &path)?;
         sync_dir(&journal)?;
+        update_manifest(dir, manifest, |listed| listed.push(header.first_index))?;
         Ok(file)
     })();
     match made {
@@ -1053,13 +1390,20 @@ impl FileJournal {
             private_dir(&dir.join(sub))?;
             remove_temporaries(&dir.join(sub))?;
         }
+        let _ = fs::remove_file(dir.join(format!("{MANIFEST_FILE}.tmp")));
         let opener: SharedOpener = Arc::new(Mutex::new(Box::new(opener)));
-        let (file, segment, durable_len) = new_segment(&opener, &dir, &header)?;
+        // The recovery before this checked what is there: the manifest lists it and the
+        // new segment (a data dir of an older build gets its first manifest here).
+        let kept = list(&dir.join("journal"), "seg").map_err(|e| io::Error::other(e.0))?;
+        let kept = kept.into_iter().map(|(first, _)| first).filter(|&first| first < header.first_index).collect();
+        let manifest: SharedManifest = Arc::new(Mutex::new(kept));
+        let (file, segment, durable_len) = new_segment(&opener, &manifest, &dir, &header)?;
         Ok(FileJournal {
             next_index: header.first_index,
             dir,
             header,
             opener,
+            manifest,
             file,
             segment,
             durable_len,
@@ -1177,7 +1521,7 @@ impl FileJournal {
     /// Reads only; the journal itself needs no reload to continue.
     pub fn reload(&mut self) -> Result<Engine, JournalError> {
         let options = RecoverOptions { repair: false, until: None };
-        let (result, recovery, _) = recover_with(&self.dir, &options, Some(self.next_index));
+        let Recovered { result, recovery, .. } = recover_with(&self.dir, &options, Some(self.next_index));
         result.map_err(Failure::into_error)?;
         if recovery.next_index != self.next_index {
             return Err(JournalError(format!(
@@ -1206,10 +1550,11 @@ impl FileJournal {
         encode_snapshot(&self.header, engine, self.next_index + pending_entries)
     }
 
-    /// Writes an encoded snapshot atomically (temporary file, sync, rename, sync of the
-    /// directory), starts a new segment, and removes the segments and snapshots it
-    /// covers. On failure no temporary file is left, and appends continue in the
-    /// current segment. The snapshot must cover exactly the appended entries.
+    /// Writes an encoded snapshot atomically (temporary file, sync, read back and
+    /// decoded, rename, sync of the directory), starts a new segment, and retires what
+    /// the previous snapshot covers (that one and the segments since it stay). On
+    /// failure no temporary file is left, the snapshot is still due, and appends continue
+    /// in the current segment. The snapshot must cover exactly the appended entries.
     pub fn write_encoded_snapshot(&mut self, snapshot: EncodedSnapshot) -> io::Result<()> {
         if self.health != JournalHealth::Ok {
             return Err(io::Error::other("the journal is wedged"));
@@ -1220,15 +1565,26 @@ impl FileJournal {
                 snapshot.covered_entries, self.next_index
             )));
         }
-        let EncodedSnapshot { bytes, .. } = snapshot;
+        let EncodedSnapshot { bytes, covered_entries } = snapshot;
         let snapshots = self.dir.join("snapshots");
-        let final_path = snapshots.join(format!("{:020}.snap", self.next_index));
-        let temporary = snapshots.join(format!("{:020}.snap.tmp", self.next_index));
+        let final_path = snapshots.join(format!("{covered_entries:020}.snap"));
+        let temporary = snapshots.join(format!("{covered_entries:020}.snap.tmp"));
+        // The snapshot kept as the previous one: the newest before this one.
+        let previous = list(&snapshots, "snap").map_err(|e| io::Error::other(e.0))?;
+        let previous = previous.iter().map(|(covered, _)| *covered).filter(|&c| c < covered_entries).max();
         let written = (|| {
             let mut file = open_file(&self.opener, &temporary)?;
             file.write_all_at(&bytes, 0)?;
             file.sync_data()?;
             drop(file);
+            let read_back = fs::read(&temporary)?;
+            if read_back != bytes {
+                return Err(io::Error::other(format!("{} does not read back as written", temporary.display())));
+            }
+            let decoded = decode_snapshot(&read_back, &temporary.display().to_string()).map_err(io::Error::other)?;
+            if decoded.covered_entries != covered_entries {
+                return Err(io::Error::other(format!("{} reads back as another snapshot", temporary.display())));
+            }
             fs::rename(&temporary, &final_path)?;
             sync_dir(&snapshots)
         })();
@@ -1239,7 +1595,7 @@ impl FileJournal {
         self.entries_since_snapshot = 0;
         self.bytes_since_snapshot = 0;
         self.start_segment_here()?;
-        remove_covered(&self.dir, self.next_index)
+        retire(&self.dir, &self.manifest, covered_entries, previous.unwrap_or(0))
     }
 
     /// Starts a new segment at the next entry (unless the current one starts there), so
@@ -1248,7 +1604,7 @@ impl FileJournal {
         if self.header.first_index != self.next_index {
             let mut header = self.header.clone();
             header.first_index = self.next_index;
-            let (file, segment, durable_len) = new_segment(&self.opener, &self.dir, &header)?;
+            let (file, segment, durable_len) = new_segment(&self.opener, &self.manifest, &self.dir, &header)?;
             self.header = header;
             self.file = file;
             self.segment = segment;
@@ -1261,34 +1617,50 @@ impl FileJournal {
     /// segment here and a thread that makes the snapshot of everything before it by
     /// replay (see [`compact`]). The caller (the server's owner task) never encodes the
     /// state: a snapshot stalls no request, whatever the size of the state.
+    ///
+    /// The entries and bytes counted towards the next snapshot are discounted only when
+    /// one is written: after a failure (no segment, no thread, or the thread failed) a
+    /// snapshot is still due, and the next append tries again (decision 228).
     pub fn compact_if_due(&mut self) {
-        if !self.snapshot_due() || self.health != JournalHealth::Ok {
-            return;
-        }
-        if self.compaction.as_ref().is_some_and(|running| !running.thread.is_finished()) {
+        if self.health != JournalHealth::Ok || self.snapshot_in_progress() {
             return;
         }
         if let Some(done) = self.compaction.take() {
-            let _ = done.join();
+            let _ = self.finish_compaction(done);
         }
-        // Due again only after another policy's worth, whatever happens next: a failing
-        // disk is not asked for a segment at every append.
-        self.entries_since_snapshot = 0;
-        self.bytes_since_snapshot = 0;
+        if !self.snapshot_due() {
+            return;
+        }
         if let Err(error) = self.start_segment_here() {
-            tracing::warn!(%error, "a snapshot was due but no new segment could be started; the journal still holds everything");
+            tracing::warn!(%error, "a snapshot was due but no new segment could be started; the journal still holds everything, trying again at the next append");
             return;
         }
         let covered_entries = self.next_index;
         let cancel = Arc::new(AtomicBool::new(false));
-        let (dir, header, opener, stop) = (self.dir.clone(), self.header.clone(), self.opener.clone(), cancel.clone());
+        let (dir, header, stop) = (self.dir.clone(), self.header.clone(), cancel.clone());
+        let (opener, manifest) = (self.opener.clone(), self.manifest.clone());
         let spawned = std::thread::Builder::new()
             .name("esim-snapshot".into())
-            .spawn(move || compact(&dir, &header, covered_entries, &opener, &stop));
+            .spawn(move || compact(&dir, &header, covered_entries, &opener, &manifest, &stop));
         match spawned {
-            Ok(thread) => self.compaction = Some(Compaction { covered_entries, cancel, thread }),
+            Ok(thread) => {
+                let (counted_entries, counted_bytes) = (self.entries_since_snapshot, self.bytes_since_snapshot);
+                self.compaction = Some(Compaction { covered_entries, counted_entries, counted_bytes, cancel, thread });
+            }
             Err(error) => tracing::warn!(%error, "no thread for a snapshot; the journal still holds everything"),
         }
+    }
+
+    /// Waits for a compaction; when it wrote its snapshot, what it covered no longer
+    /// counts towards the next one.
+    fn finish_compaction(&mut self, done: Compaction) -> Result<u64, String> {
+        let (entries, bytes) = (done.counted_entries, done.counted_bytes);
+        let ended = done.join();
+        if ended.is_ok() {
+            self.entries_since_snapshot = self.entries_since_snapshot.saturating_sub(entries);
+            self.bytes_since_snapshot = self.bytes_since_snapshot.saturating_sub(bytes);
+        }
+        ended
     }
 
     /// When to write the next snapshots.
@@ -1304,7 +1676,8 @@ impl FileJournal {
     /// Waits for the snapshot being made, if any: the entries it covers when it was
     /// written, or why it was not.
     pub fn wait_for_snapshot(&mut self) -> Option<Result<u64, String>> {
-        self.compaction.take().map(Compaction::join)
+        let done = self.compaction.take()?;
+        Some(self.finish_compaction(done))
     }
 
     /// When the newest snapshot in the data dir was written (its file's modification
@@ -1344,6 +1717,9 @@ impl Drop for FileJournal {
 /// A snapshot being made on its own thread.
 struct Compaction {
     covered_entries: u64,
+    /// The entries and bytes counted towards a snapshot when it started.
+    counted_entries: u64,
+    counted_bytes: u64,
     /// Asks the thread to stop at its next step (the journal is going away).
     cancel: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<(), String>>,
@@ -1365,27 +1741,34 @@ impl Compaction {
 /// Makes the snapshot covering the first `covered_entries` entries, off the owner task:
 /// rebuilds that state by replay from the data dir (the newest snapshot and the whole
 /// segments before `covered_entries`, all durable and never written again), streams it
-/// to a temporary file, syncs, renames, and removes the segments and snapshots it covers.
+/// to a temporary file, syncs it, reads it back and decodes it to the same state digest,
+/// renames it, and retires what the snapshot the replay started from made needless
+/// (that one and the segments since it stay: [`retire`]).
 ///
 /// The state it writes is the one a restart would rebuild from the same files, so it
 /// needs no copy of the live engine; the price is a second engine in memory and a core
-/// busy while it runs (about the time of a restart).
+/// busy while it runs (about the time of a restart, and a decoding more to verify).
 fn compact(
     dir: &Path,
     header: &SegmentHeader,
     covered_entries: u64,
     opener: &SharedOpener,
+    manifest: &SharedManifest,
     cancel: &AtomicBool,
 ) -> Result<(), String> {
     let began = std::time::Instant::now();
     let cancelled = || cancel.load(Ordering::SeqCst).then(|| "cancelled: the journal was closed".to_string());
     let options = RecoverOptions { repair: false, until: None };
-    let (result, recovery, _) = recover_with(dir, &options, Some(covered_entries));
-    result.map_err(|failure| failure.into_error().0)?;
-    if recovery.next_index != covered_entries {
-        return Err(format!("the data dir holds {} entries, not the {covered_entries} to cover", recovery.next_index));
+    let read = recover_with(dir, &options, Some(covered_entries));
+    read.result.map_err(|failure| failure.into_error().0)?;
+    if read.recovery.next_index != covered_entries {
+        return Err(format!(
+            "the data dir holds {} entries, not the {covered_entries} to cover",
+            read.recovery.next_index
+        ));
     }
-    let engine = recovery.engine.ok_or("the data dir holds no state")?;
+    let previous = read.recovery.from_snapshot;
+    let engine = read.recovery.engine.ok_or("the data dir holds no state")?;
     let rebuilt_ms = began.elapsed().as_millis() as u64;
     if let Some(why) = cancelled() {
         return Err(why);
@@ -1398,6 +1781,10 @@ fn compact(
         let bytes = stream_snapshot(file.as_mut(), header, &engine, covered_entries)?;
         file.sync_data()?;
         drop(file);
+        let digest = engine.state_digest();
+        // The rebuilt engine goes before the read-back: one engine in memory at a time.
+        drop(engine);
+        verify_snapshot(&temporary, covered_entries, &digest)?;
         if let Some(why) = cancelled() {
             return Err(io::Error::other(why));
         }
@@ -1405,7 +1792,6 @@ fn compact(
         sync_dir(&snapshots)?;
         Ok(bytes)
     })();
-    drop(engine);
     let bytes = match written {
         Ok(bytes) => bytes,
         Err(error) => {
@@ -1413,29 +1799,53 @@ fn compact(
             return Err(error.to_string());
         }
     };
-    remove_covered(dir, covered_entries).map_err(|error| format!("removing what the snapshot covers: {error}"))?;
+    retire(dir, manifest, covered_entries, previous).map_err(|error| format!("retiring what it covers: {error}"))?;
     crate::metrics::snapshot_written(crate::server::real_now_ms(), true);
     tracing::info!(
         covered_entries,
         bytes,
         rebuilt_ms,
         total_ms = began.elapsed().as_millis() as u64,
-        "snapshot written (made by replay, off the owner task)"
+        kept_previous = previous,
+        "snapshot written and verified (made by replay, off the owner task)"
     );
     Ok(())
 }
 
-/// Removes the segments and snapshots a snapshot covering `covered_entries` makes
-/// useless ([`remove_gradually`]), and syncs both dirs.
-fn remove_covered(dir: &Path, covered_entries: u64) -> io::Result<()> {
+/// Reads a written snapshot back from its file and decodes it: it must cover
+/// `covered_entries` and hold the state of digest `digest`.
+fn verify_snapshot(path: &Path, covered_entries: u64, digest: &str) -> io::Result<()> {
+    let bytes = fs::read(path)?;
+    let decoded = decode_snapshot(&bytes, &path.display().to_string()).map_err(io::Error::other)?;
+    drop(bytes);
+    if decoded.covered_entries != covered_entries || decoded.engine.state_digest() != digest {
+        return Err(io::Error::other(format!(
+            "{} does not read back as the state it was written from",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// After a snapshot covering `covered_entries` was verified: removes the snapshots
+/// before it but the one covering `previous` (0: none, the journal from its start is the
+/// previous copy), and the segments that end before `previous`, listing them out of the
+/// manifest first (a crash between leaves files the manifest does not need).
+fn retire(dir: &Path, manifest: &SharedManifest, covered_entries: u64, previous: u64) -> io::Result<()> {
     let (journal, snapshots) = (dir.join("journal"), dir.join("snapshots"));
-    for (first, path) in list(&journal, "seg").map_err(|e| io::Error::other(e.0))? {
-        if first < covered_entries {
-            remove_gradually(&path)?;
+    let segments = list(&journal, "seg").map_err(|e| io::Error::other(e.0))?;
+    // The segment holding entry `previous` stays, with all after it.
+    let listed = manifest.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+    let firsts = segments.iter().map(|(first, _)| *first).chain(listed);
+    let keep_from = firsts.filter(|&first| first <= previous).max().unwrap_or(0);
+    update_manifest(dir, manifest, |listed| listed.retain(|&first| first >= keep_from))?;
+    for (first, path) in &segments {
+        if *first < keep_from {
+            remove_gradually(path)?;
         }
     }
     for (covered, path) in list(&snapshots, "snap").map_err(|e| io::Error::other(e.0))? {
-        if covered < covered_entries {
+        if covered < covered_entries && covered != previous {
             remove_gradually(&path)?;
         }
     }

@@ -84,7 +84,11 @@ fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
 }
 
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = fs::read_dir(dir.join("journal")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut found: Vec<PathBuf> = fs::read_dir(dir.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
     found.sort();
     found
 }
@@ -139,13 +143,22 @@ fn a_flipped_byte_in_the_middle_refuses_to_start_naming_the_offset() {
     assert_eq!(fs::read(&segment).unwrap(), bytes, "nothing was cut");
 }
 
+/// The first entry index in a segment's or snapshot's file name.
+fn number(path: &Path) -> u64 {
+    path.file_stem().unwrap().to_str().unwrap().parse().unwrap()
+}
+
 #[test]
 fn a_snapshot_plus_the_journal_after_it_recovers_and_old_segments_are_removed() {
     let dir = temp_dir("snapshot");
     let digests = run(&dir, 50, SnapshotPolicy { every_entries: 16, every_bytes: u64::MAX });
-    let snapshots: Vec<_> = fs::read_dir(dir.join("snapshots")).unwrap().collect();
-    assert_eq!(snapshots.len(), 1, "older snapshots are removed");
-    assert!(segments(&dir).len() <= 2, "covered segments are removed: {:?}", segments(&dir));
+    let mut snapshots: Vec<u64> =
+        fs::read_dir(dir.join("snapshots")).unwrap().map(|e| number(&e.unwrap().path())).collect();
+    snapshots.sort();
+    assert_eq!(snapshots.len(), 2, "older snapshots are removed, the previous one is kept: {snapshots:?}");
+    let kept: Vec<u64> = segments(&dir).iter().map(|p| number(p)).collect();
+    assert_eq!(kept[0], snapshots[0], "the segments since the previous snapshot are kept, none before: {kept:?}");
+    assert!(kept.len() <= 3, "covered segments are removed: {kept:?}");
     let (digest, recovery) = recovered_digest(&dir, true).unwrap();
     assert_eq!(&digest, digests.last().unwrap());
     assert!(recovery.from_snapshot >= 48, "{}", recovery.from_snapshot);

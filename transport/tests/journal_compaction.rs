@@ -1,7 +1,7 @@
 //! Snapshots made by replay on their own thread (`FileJournal::compact_if_due`, what
 //! `JournalSink::append` calls for the server): appends go on while one is made, it
-//! covers whole segments, a failed one leaves no file and loses nothing, and a journal
-//! closed while one runs cancels it.
+//! covers whole segments, a failed one leaves no file, loses nothing and is tried again at
+//! the next append, and a journal closed while one runs cancels it.
 
 mod journal_support;
 use esim_transport::journal::{recover, FileJournal, RecoverOptions, SnapshotPolicy};
@@ -48,10 +48,15 @@ fn snapshots_are_made_off_the_appending_thread_and_cover_whole_segments() {
     }
     assert!(made.len() >= 2, "snapshots made: {made:?}");
     let newest = *made.iter().max().unwrap();
-    assert_eq!(snapshots(&dir), vec![format!("{newest:020}.snap")], "older snapshots removed");
+    // The newest and the previous one (each verified when it was written) stay.
+    let kept = snapshots(&dir);
+    assert_eq!(kept.len(), 2, "older snapshots removed, the previous one kept: {kept:?}");
+    assert_eq!(kept[1], format!("{newest:020}.snap"));
+    let previous: u64 = kept[0].strip_suffix(".snap").unwrap().parse().unwrap();
     let segments = segments(&dir);
     let firsts: Vec<u64> = segments.iter().map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap()).collect();
-    assert_eq!(firsts[0], newest, "the covered segments are removed, the first kept starts where it ends");
+    assert_eq!(firsts[0], previous, "the segments the previous snapshot covers are removed, those since it kept");
+    assert!(firsts.contains(&newest), "{firsts:?}");
     assert_eq!(journal.next_index(), appended);
     drop(journal);
     let recovery = recovered(&dir);
@@ -87,6 +92,38 @@ fn a_failed_background_snapshot_leaves_no_file_and_loses_nothing() {
         JournalSink::append(&mut journal, &work.batch(5)).unwrap();
     }
     let made = journal.wait_for_snapshot().expect("due again").expect("written");
+    drop(journal);
+    let recovery = recovered(&dir);
+    assert_eq!(recovery.from_snapshot, made);
+    assert_eq!(recovery.engine.unwrap().state_digest(), work.service.engine().state_digest());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// README: a failed snapshot is tried again at the next append, not after another
+/// policy's worth of entries (here 1,000: the old rule made none in this test).
+#[test]
+fn a_failed_snapshot_is_tried_again_at_the_next_append() {
+    let dir = temp_dir("compaction-retry");
+    let faults: SharedFaults = Arc::new(Mutex::new(Faults::default()));
+    let policy = SnapshotPolicy { every_entries: 1_000, every_bytes: u64::MAX };
+    let mut journal = FileJournal::open_with(&dir, header(24), policy, faulty_opener(faults.clone())).unwrap();
+    let (mut work, first) = Workload::new(24);
+    JournalSink::append(&mut journal, &first).unwrap();
+    {
+        let mut faults = faults.lock().unwrap();
+        faults.only_suffix = ".snap.tmp".into();
+        faults.fail_writes = 1;
+    }
+    JournalSink::append(&mut journal, &work.batch(1_000)).unwrap();
+    let failed = journal.wait_for_snapshot().expect("a snapshot was due and started");
+    assert!(failed.is_err(), "the injected fault fails it: {failed:?}");
+    assert!(journal.snapshot_due(), "still due after the failure");
+    // One more entry: the next append makes the snapshot.
+    JournalSink::append(&mut journal, &work.batch(1)).unwrap();
+    let made = journal.wait_for_snapshot().expect("tried again at this append").expect("written");
+    assert_eq!(made, journal.next_index(), "it covers every entry up to this append");
+    assert!(!journal.snapshot_due(), "what it covered no longer counts");
+    assert_eq!(snapshots(&dir), vec![format!("{made:020}.snap")]);
     drop(journal);
     let recovery = recovered(&dir);
     assert_eq!(recovery.from_snapshot, made);

@@ -259,3 +259,220 @@ fn reading_a_live_data_dir_while_it_compacts_never_fails() {
     assert!(snapshots >= 5 && reads >= 5, "{snapshots} snapshots, {reads} reads");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A data dir of three segments, as three starts of the service make it (each start
+/// opens a segment where the journal ends): 10, 20 and 30 entries. Returns the segments
+/// and the digest after each.
+fn three_segments(dir: &Path) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut work, first) = Workload::new(25);
+    let mut journal = FileJournal::open(dir, header(25), NO_SNAPSHOT).unwrap();
+    journal.append_entries(&first).unwrap();
+    let mut digests = Vec::new();
+    for (round, entries) in [(0, 9), (1, 20), (2, 30)] {
+        if round > 0 {
+            drop(journal);
+            let recovery = try_recover(dir, true).unwrap();
+            let mut next = recovery.header.unwrap();
+            next.first_index = recovery.next_index;
+            journal = FileJournal::open(dir, next, NO_SNAPSHOT).unwrap();
+        }
+        for _ in 0..entries {
+            journal.append_entries(&work.batch(1)).unwrap();
+        }
+        digests.push(work.service.engine().state_digest());
+    }
+    drop(journal);
+    let found = segments(dir);
+    assert_eq!(found.len(), 3, "{found:?}");
+    (found, digests)
+}
+
+fn seg(dir: &Path, first: u64) -> PathBuf {
+    dir.join("journal").join(format!("{first:020}.seg"))
+}
+
+/// Issue 35: the newest segment deleted was silent (the start took the journal before
+/// it for all there was). Now the manifest names it: the start refuses, naming the file
+/// and the entries, and repair cuts there, saying it drops nothing it can count.
+#[test]
+fn a_deleted_newest_segment_refuses_naming_it_and_repair_cuts_there() {
+    let dir = temp_dir("deleted-newest");
+    let (found, digests) = three_segments(&dir);
+    assert_eq!(found, vec![seg(&dir, 0), seg(&dir, 10), seg(&dir, 30)]);
+    fs::remove_file(&found[2]).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains(&found[2].display().to_string()), "{error}");
+    assert!(error.contains("entries from 30 on: the newest segment written"), "{error}");
+    assert!(error.contains("refusing to start") && error.contains("30 entries recovered before it"), "{error}");
+    assert!(try_recover(&dir, false).is_err(), "esim replay refuses too");
+    println!("{error}");
+
+    let report = esim_transport::journal::repair(&dir, false).unwrap();
+    let damage = report.damage.expect("damage");
+    assert!(damage.gap && damage.later_segments.is_empty() && damage.dropped_entries == 0, "{damage:?}");
+    assert_eq!(damage.file, found[2]);
+    assert_eq!(report.entries_kept, 30);
+    assert!(segments(&dir).len() == 2, "nothing changed without --cut-at-damage");
+    let cut = esim_transport::journal::repair(&dir, true).unwrap();
+    assert!(cut.applied && cut.damage.is_some());
+    let recovery = try_recover(&dir, true).unwrap();
+    assert_eq!(recovery.next_index, 30);
+    assert_eq!(recovery.engine.unwrap().state_digest(), digests[1], "the state the kept segments hold");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A middle segment deleted, or cut short at a record boundary: the next segment does
+/// not start where the entries end. The start refuses naming the file and the entries
+/// missing; repair drops every later segment, counting their entries.
+#[test]
+fn a_deleted_or_cut_short_middle_segment_refuses_naming_it_and_repair_cuts_there() {
+    let dir = temp_dir("deleted-middle");
+    let (found, digests) = three_segments(&dir);
+    let middle = fs::read(&found[1]).unwrap();
+    fs::remove_file(&found[1]).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains(&found[1].display().to_string()), "{error}");
+    assert!(error.contains("(entries 10 to 29)") && error.contains("listed in the manifest"), "{error}");
+    println!("{error}");
+    let report = esim_transport::journal::repair(&dir, false).unwrap();
+    let damage = report.damage.expect("damage");
+    assert!(damage.gap, "{damage:?}");
+    assert_eq!(damage.later_segments, vec![found[2].clone()]);
+    assert_eq!(damage.dropped_entries, 30, "the newest segment's entries");
+    assert_eq!(report.entries_kept, 10);
+
+    // Cut short at a record boundary instead: five entries of twenty kept.
+    fs::write(&found[1], &middle[..record_offsets(&middle)[6]]).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains("entries 15 to 29 are missing"), "{error}");
+    assert!(error.contains(&format!("{} was cut short", found[1].display())), "{error}");
+    println!("{error}");
+    let cut = esim_transport::journal::repair(&dir, true).unwrap();
+    assert_eq!(cut.damage.unwrap().dropped_entries, 30);
+    assert_eq!(segments(&dir), found[..2].to_vec());
+    let recovery = try_recover(&dir, true).unwrap();
+    assert_eq!(recovery.next_index, 15);
+    assert_ne!(recovery.engine.unwrap().state_digest(), digests[1]);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A data dir made before the manifest opens as it is (its segments checked for gaps)
+/// and gets a manifest at its first start; a gap in it is still refused.
+#[test]
+fn a_data_dir_without_a_manifest_opens_and_gets_one() {
+    use esim_transport::journal::MANIFEST_FILE;
+    let dir = temp_dir("legacy");
+    let (found, digests) = three_segments(&dir);
+    fs::remove_file(dir.join(MANIFEST_FILE)).unwrap();
+    let recovery = try_recover(&dir, true).unwrap();
+    assert_eq!(recovery.engine.as_ref().unwrap().state_digest(), digests[2]);
+    let mut next = recovery.header.unwrap();
+    next.first_index = recovery.next_index;
+    drop(FileJournal::open(&dir, next, NO_SNAPSHOT).unwrap());
+    assert!(dir.join(MANIFEST_FILE).exists(), "written at the first start");
+    assert_eq!(mode(&dir.join(MANIFEST_FILE)), 0o600);
+    // Now it lists the newest segment, so deleting it is refused.
+    fs::remove_file(seg(&dir, 60)).unwrap();
+    assert!(try_recover(&dir, true).err().unwrap().contains(&seg(&dir, 60).display().to_string()));
+    // Without a manifest, a deleted middle segment is a gap all the same.
+    fs::remove_file(dir.join(MANIFEST_FILE)).unwrap();
+    fs::remove_file(&found[1]).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains("entries 10 to 29 are missing"), "{error}");
+    assert!(error.contains(&format!("or {} is missing", found[1].display())), "{error}");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The newest snapshot damaged, the previous one kept: the start recovers from the
+/// previous snapshot and the segments since it, to the exact state, and names the bad
+/// file. With no previous snapshot the journal from its start is the copy.
+#[test]
+fn a_corrupted_newest_snapshot_recovers_exactly_from_the_previous_one() {
+    for snapshots_made in [1, 3] {
+        let dir = temp_dir(&format!("bad-snapshot-{snapshots_made}"));
+        let policy = SnapshotPolicy { every_entries: 20, every_bytes: u64::MAX };
+        let mut journal = FileJournal::open(&dir, header(26), policy).unwrap();
+        let (mut work, first) = Workload::new(26);
+        esim_transport::server::JournalSink::append(&mut journal, &first).unwrap();
+        for _ in 0..snapshots_made {
+            esim_transport::server::JournalSink::append(&mut journal, &work.batch(25)).unwrap();
+            journal.wait_for_snapshot().expect("due").expect("written");
+        }
+        journal.append_entries(&work.batch(7)).unwrap();
+        drop(journal);
+        let clean = try_recover(&dir, false).unwrap();
+        let digest = work.service.engine().state_digest();
+        assert_eq!(clean.engine.unwrap().state_digest(), digest);
+        let mut snapshots: Vec<PathBuf> =
+            fs::read_dir(dir.join("snapshots")).unwrap().map(|e| e.unwrap().path()).collect();
+        snapshots.sort();
+        assert_eq!(snapshots.len(), snapshots_made.min(2), "{snapshots:?}");
+        let newest = snapshots.last().unwrap().clone();
+        let mut bytes = fs::read(&newest).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x20;
+        fs::write(&newest, &bytes).unwrap();
+
+        let recovery = try_recover(&dir, true).unwrap();
+        assert_eq!(recovery.engine.unwrap().state_digest(), digest, "exactly the state");
+        assert_eq!(recovery.next_index, clean.next_index);
+        assert_eq!(recovery.from_snapshot, if snapshots_made == 1 { 0 } else { clean.from_snapshot - 25 });
+        let report = esim_transport::journal::repair(&dir, false).unwrap();
+        assert!(report.damage.is_none());
+        assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+        assert!(report.warnings[0].contains(&format!("snapshot {} is damaged", newest.display())));
+        println!("{}", report.warnings[0]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The newest listed segment was renamed into place whole and synced before the
+/// manifest listed it: cut inside its header it was cut short, not torn while created.
+/// The same bytes in a segment the manifest does not list are a creation torn by a crash.
+#[test]
+fn the_newest_listed_segment_cut_in_its_header_is_damage() {
+    use esim_transport::journal::MANIFEST_FILE;
+    let dir = temp_dir("newest-header");
+    let (found, digests) = three_segments(&dir);
+    fs::OpenOptions::new().write(true).open(&found[2]).unwrap().set_len(5).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains(&found[2].display().to_string()) && error.contains("cut short"), "{error}");
+    assert!(found[2].exists(), "nothing removed");
+    // Listed no more (the manifest of the two first): a torn creation, removed.
+    fs::remove_file(dir.join(MANIFEST_FILE)).unwrap();
+    let recovery = try_recover(&dir, true).unwrap();
+    assert!(recovery.repaired[0].contains("removed the empty segment"), "{:?}", recovery.repaired);
+    assert_eq!(recovery.engine.unwrap().state_digest(), digests[1]);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A damaged snapshot whose entries no other copy holds is refused, never read as less:
+/// with the journal since the start gone too, and with every segment gone.
+#[test]
+fn a_damaged_snapshot_with_no_copy_left_is_refused() {
+    let dir = temp_dir("no-copy");
+    let policy = SnapshotPolicy { every_entries: 20, every_bytes: u64::MAX };
+    let mut journal = FileJournal::open(&dir, header(27), policy).unwrap();
+    let (mut work, first) = Workload::new(27);
+    journal.append_entries(&first).unwrap();
+    journal.append_entries(&work.batch(25)).unwrap();
+    journal.write_snapshot(work.service.engine()).unwrap();
+    journal.append_entries(&work.batch(3)).unwrap();
+    drop(journal);
+    let snapshot = dir.join("snapshots").join(format!("{:020}.snap", 26));
+    let mut bytes = fs::read(&snapshot).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    fs::write(&snapshot, &bytes).unwrap();
+    fs::remove_file(seg(&dir, 0)).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains(&format!("snapshot {} is damaged", snapshot.display())), "{error}");
+    assert!(error.contains("(entries 0 to 25)") && error.contains("from a backup"), "{error}");
+    for path in segments(&dir) {
+        fs::remove_file(path).unwrap();
+    }
+    fs::remove_file(dir.join(esim_transport::journal::MANIFEST_FILE)).unwrap();
+    let error = try_recover(&dir, true).err().expect("refused");
+    assert!(error.contains("they hold 0 entries") && error.contains("from a backup"), "{error}");
+    fs::remove_dir_all(&dir).unwrap();
+}
