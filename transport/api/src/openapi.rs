@@ -5,15 +5,18 @@
 //! else; the tests check both ways. Response schemas are derived from the reply types of
 //! `esim_engine::reply` with `schemars`, as they serialize (money as JSON numbers,
 //! timestamps as RFC 3339 strings, nullable fields as `["...", "null"]` types or
-//! `anyOf` with null, `skip_serializing_if` fields not required); request bodies, the
-//! error body and the event names are written here. Error statuses come from
+//! `anyOf` with null, `skip_serializing_if` fields not required); request bodies from
+//! their types in [`crate::bodies`], as they deserialize (each operation names its body
+//! type, which registers its schema); the error body is written here. Error statuses come from
 //! [`ErrorCode::http_status`], so a documented status can never disagree with the code
 //! that produces it. A test drives the real [`crate::Service`] through every operation
 //! and validates each answer against this document.
 
+use crate::bodies::*;
 use crate::routes::{Api, Endpoint, RESELLER_BASE};
 use esim_engine::{ErrorCode, EventName};
 use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 
@@ -47,22 +50,26 @@ fn object(description: &str, required: &[&str], properties: Value) -> Value {
 
 const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"];
 
-/// Names a webhook can subscribe to (`*` for all current and future events).
-fn subscribable_events() -> Vec<&'static str> {
-    std::iter::once("*").chain(EventName::SUBSCRIBABLE.iter().map(|event| event.as_str())).collect()
+/// JSON Schema 2020-12 (OpenAPI 3.1's dialect), with the named schemas under
+/// `components/schemas`.
+fn component_settings() -> SchemaSettings {
+    SchemaSettings::draft2020_12().with(|settings| {
+        settings.definitions_path = "/components/schemas".into();
+        settings.meta_schema = None;
+    })
+}
+
+/// The generator of the request body schemas: as the bodies deserialize (an optional
+/// field is not required).
+fn request_generator() -> SchemaGenerator {
+    component_settings().for_deserialize().into_generator()
 }
 
 /// The response schemas, derived from the reply types of the engine (`schemars`, as they
 /// serialize), by the names the operations use.
 fn reply_schemas() -> Map<String, Value> {
     use esim_engine::reply::*;
-    let mut generator = SchemaSettings::draft2020_12()
-        .with(|settings| {
-            settings.definitions_path = "/components/schemas".into();
-            settings.meta_schema = None;
-        })
-        .for_serialize()
-        .into_generator();
+    let mut generator = component_settings().for_serialize().into_generator();
     generator.subschema_for::<ProvisionedEsim>();
     generator.subschema_for::<EsimDetail>();
     generator.subschema_for::<EsimPage>();
@@ -92,7 +99,73 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<ApiKeyCreated>();
     generator.subschema_for::<ApiKeyRevoked>();
     generator.subschema_for::<AutoRefillSettings>();
-    generator.take_definitions(true)
+    let named = [named_enum::<EuiccState>(&mut generator), named_enum::<EsimStatus>(&mut generator)];
+    let mut definitions = generator.take_definitions(true);
+    for (plain, nullable) in named {
+        let name = plain.get("$ref").and_then(Value::as_str).and_then(|to| to.rsplit('/').next());
+        let name = name.expect("a named enum is a $ref to its component");
+        let values = definitions[name]["enum"].clone();
+        for schema in definitions.values_mut() {
+            refer_to_enum(schema, &values, &plain, &nullable);
+        }
+    }
+    definitions
+}
+
+/// The profile's state on the device, as the network reports it
+#[derive(JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(dead_code)] // only its schema is used; a test pairs them with the engine's
+enum EuiccState {
+    Released,
+    Downloaded,
+    Installed,
+    Enabled,
+}
+
+/// pending until first installed, active, suspended while data is disabled, terminated for good
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // only its schema is used; a test pairs them with the engine's
+enum EsimStatus {
+    Pending,
+    Active,
+    Suspended,
+    Terminated,
+}
+
+/// An enum's `$ref`, and the `anyOf` of that `$ref` and null, as `schemars` writes them.
+fn named_enum<T: JsonSchema>(generator: &mut SchemaGenerator) -> (Value, Value) {
+    (generator.subschema_for::<T>().to_value(), generator.subschema_for::<Option<T>>().to_value())
+}
+
+/// The reply types write some enums inline (`extend("enum" = ...)`), and a generated
+/// client would make one class of each place: a property of `schema` (at any depth)
+/// whose values are exactly `values` (and null, when nullable) refers to the named enum
+/// instead (`plain`, or `nullable`: `anyOf` with null), keeping its own description.
+fn refer_to_enum(schema: &mut Value, values: &Value, plain: &Value, nullable: &Value) {
+    let Some(object) = schema.as_object_mut() else { return };
+    for property in object.get_mut("properties").and_then(Value::as_object_mut).into_iter().flat_map(|p| p.values_mut())
+    {
+        let Some(given) = property.get("enum").and_then(Value::as_array) else {
+            refer_to_enum(property, values, plain, nullable);
+            continue;
+        };
+        let with_null = given.contains(&Value::Null);
+        let given: Vec<&Value> = given.iter().filter(|value| !value.is_null()).collect();
+        if values.as_array().is_some_and(|values| values.iter().eq(given.iter().copied())) {
+            let mut named = if with_null { nullable.clone() } else { plain.clone() };
+            if let Some(description) = property.get("description") {
+                named["description"] = description.clone();
+            }
+            *property = named;
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(inner) = object.get_mut(key) {
+            refer_to_enum(inner, values, plain, nullable);
+        }
+    }
 }
 
 /// The one reply type of the three member changes, narrowed per answer: `status` fixed,
@@ -111,7 +184,9 @@ fn member_change(base: &Value, description: &str, status: &str) -> Value {
     schema
 }
 
-fn schemas() -> Value {
+/// Every component schema: the replies, the request bodies (`requests`, as the
+/// operations registered them), the error body and the document.
+fn schemas(requests: Map<String, Value>) -> Value {
     let mut all = reply_schemas();
     let change = all.remove("GroupMemberChange").expect("derived above");
     all.insert(
@@ -128,46 +203,16 @@ fn schemas() -> Value {
         member_change(&change, "The eSIM left the group and is standalone at $0", "removed"),
     );
 
-    // Hand-kept: the error body (serialized by hand from an `ApiError`), the event names,
-    // the document itself, and the request bodies (parsed field by field by `api`, with
-    // no Rust type to derive from).
-    let amount_request = |description: &str| {
-        object(
-            description,
-            &["amount"],
-            json!({
-                "amount": {
-                    "type": "number",
-                    "minimum": 0.01,
-                    "maximum": 10000,
-                    "multipleOf": 0.01,
-                    "description": "USD, 0.01 to 10000, at most 2 decimals; taken from the reseller balance",
-                },
-            }),
-        )
-    };
-    let group_settings = json!({
-        "name": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Unique on the account (compared after trimming)" },
-        "low_balance_threshold_usd": { "type": "number", "minimum": 0, "maximum": 10000, "multipleOf": 0.01, "description": "USD, default 10, at most 2 decimals" },
-        "refill_amount_usd": { "type": "number", "minimum": 0.01, "maximum": 10000, "multipleOf": 0.01, "description": "USD, default 25, at most 2 decimals" },
-    });
-    let events = json!({
-        "type": "array",
-        "minItems": 1,
-        "items": schema_ref("WebhookEventName"),
-        "description": "Event names to receive, or [\"*\"] for all current and future events (test needs no subscription)",
-    });
-    let webhook_url = json!({
-        "type": "string",
-        "format": "uri",
-        "maxLength": 2048,
-        "description": "Absolute https:// URL of a public host",
-    });
-    let mut add = |name: &str, schema: Value| {
-        all.insert(name.to_string(), schema);
-    };
-    add(
-        "Error",
+    // Hand-kept: the error body (serialized by hand from an `ApiError`) and the document
+    // itself. The request bodies come from their types (`crate::bodies`).
+    for (name, schema) in requests {
+        if let Some(reply) = all.get(&name) {
+            assert_eq!(reply, &schema, "{name} is derived for replies and requests alike");
+        }
+        all.insert(name, schema);
+    }
+    all.insert(
+        "Error".into(),
         object(
             "The error body of every failure",
             &["error", "code", "message"],
@@ -178,99 +223,13 @@ fn schemas() -> Value {
             }),
         ),
     );
-    add(
-        "WebhookEventName",
-        json!({
-            "type": "string",
-            "enum": subscribable_events(),
-            "description": "A subscribable event name, or * for all current and future events",
-        }),
-    );
-    add(
-        "OpenApiDocument",
+    all.insert(
+        "OpenApiDocument".into(),
         json!({
                 "type": "object",
                 "description": "This OpenAPI 3.1 document",
                 "required": ["openapi", "info", "paths"],
         }),
-    );
-    add(
-        "ProvisionRequest",
-        object(
-            "Optional body of a provisioning",
-            &[],
-            json!({
-                "end_user_reference": { "type": "string", "maxLength": 256, "description": "Your customer or order reference; surfaced in webhook payloads" },
-                "label": { "type": "string", "maxLength": 256, "description": "Human label; surfaced in webhook payloads" },
-                "group_id": uuid("Issue the eSIM into this group; omit for a standalone eSIM"),
-            }),
-        ),
-    );
-    add("ThrottleRequest", object("Speed limit to apply", &["speed"], json!({ "speed": schema_ref("ThrottleSpeed") })));
-    add("FundRequest", amount_request("Amount to move from the reseller balance into the eSIM wallet"));
-    add("GroupFundRequest", amount_request("Amount to move from the reseller balance into the group balance"));
-    add("GroupCreateRequest", object("A new group", &["name"], group_settings.clone()));
-    add(
-        "GroupUpdateRequest",
-        json!({
-                "type": "object",
-                "description": "At least one of the fields",
-                "minProperties": 1,
-                "properties": group_settings,
-        }),
-    );
-    add(
-        "GroupAddEsimRequest",
-        object(
-            "The eSIM to move into the group",
-            &["iccid"],
-            json!({ "iccid": string("ICCID of a standalone eSIM of the account") }),
-        ),
-    );
-    add(
-        "WebhookCreateRequest",
-        object(
-            "A webhook endpoint to register (at most 5 per account)",
-            &["url", "events"],
-            json!({ "url": webhook_url, "events": events }),
-        ),
-    );
-    add(
-        "WebhookUpdateRequest",
-        object(
-            "Fields to change",
-            &[],
-            json!({
-                "url": webhook_url,
-                "events": events,
-                "active": boolean("true re-activates the webhook and resets failure_count to 0"),
-            }),
-        ),
-    );
-    add(
-        "EventResendRequest",
-        object(
-            "Where to send the event again",
-            &["webhook_id"],
-            json!({ "webhook_id": string("One of the account's webhooks (active or not)") }),
-        ),
-    );
-    add(
-        "AutoRefillUpdateRequest",
-        object(
-            "Fields to change (at least one); the saved card is not changed here",
-            &[],
-            json!({
-                "enabled": boolean("true charges the saved card when real spend leaves the balance low"),
-                "amount_usd": {
-                    "type": "number",
-                    "minimum": 10,
-                    "maximum": 1000000,
-                    "multipleOf": 0.01,
-                    "description": "USD charged to the card per refill, at most 2 decimals",
-                },
-            }),
-        ),
     );
     Value::Object(all)
 }
@@ -284,8 +243,9 @@ struct Operation {
     summary: &'static str,
     description: &'static str,
     query: Vec<Value>,
-    /// Request body schema name, and whether the body is required.
-    body: Option<(&'static str, bool)>,
+    /// The request body's schema (registered with the request generator, answering its
+    /// `$ref`), and whether the body is required.
+    body: Option<(fn(&mut SchemaGenerator) -> Schema, bool)>,
     /// (status, schema name, description) of each success.
     success: Vec<(u16, &'static str, &'static str)>,
     /// Errors of this operation with their conditions (statuses from the codes).
@@ -313,8 +273,9 @@ impl Operation {
         self.success.push((status, schema, description));
         self
     }
-    fn body(mut self, schema: &'static str, required: bool) -> Self {
-        self.body = Some((schema, required));
+    /// The request body is a `T` (one of `crate::bodies`).
+    fn body<T: JsonSchema>(mut self, required: bool) -> Self {
+        self.body = Some((SchemaGenerator::subschema_for::<T>, required));
         self
     }
     fn query(mut self, parameters: Vec<Value>) -> Self {
@@ -362,7 +323,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::ProvisionEsim => Operation::new("provisionEsim", "eSIMs", "Provision an eSIM")
             .describe("Deducts the 1.75 USD fee from the reseller balance. A standalone eSIM starts with a $0 wallet; with group_id it is issued into that group. Emits esim.provisioned.")
             .ok(201, "ProvisionedEsim", "The new eSIM with its installation details")
-            .body("ProvisionRequest", false)
+            .body::<ProvisionRequest>(false)
             .errors(&[
                 (ValidationError, "a malformed body, or end_user_reference or label longer than 256 characters"),
                 (InsufficientBalance, "the reseller balance is below the 1.75 fee"),
@@ -410,12 +371,12 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .errors(&[(EsimAlreadyTerminated, "the eSIM is already terminated"), NO_ESIM]),
         E::ThrottleEsim => Operation::new("throttleEsim", "eSIMs", "Throttle speed")
             .ok(200, "Throttled", "The speed limit is applied")
-            .body("ThrottleRequest", true)
+            .body::<ThrottleRequest>(true)
             .errors(&[(ValidationError, "speed is missing or not an accepted value"), TERMINATED, NO_ESIM]),
         E::FundEsim => Operation::new("fundEsim", "eSIMs", "Fund the eSIM wallet")
             .describe("Moves the amount from the reseller balance into the eSIM wallet; data can be used at once. Usage reporting pauses for about 15 minutes after every fund.")
             .ok(200, "Funded", "The wallet is funded")
-            .body("FundRequest", true)
+            .body::<FundRequest>(true)
             .errors(&[
                 AMOUNT,
                 TERMINATED,
@@ -445,7 +406,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::CreateGroup => Operation::new("createGroup", "Groups", "Create a group")
             .describe("A new group starts with a $0 balance. Groups cannot be deleted; rename one to reuse it.")
             .ok(201, "Group", "The new group")
-            .body("GroupCreateRequest", true)
+            .body::<GroupCreateRequest>(true)
             .errors(&[
                 (ValidationError, "name missing or not 1 to 100 characters, or an amount out of bounds"),
                 (GroupNameTaken, "a group of the account already has this name"),
@@ -456,7 +417,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         }
         E::UpdateGroup => Operation::new("updateGroup", "Groups", "Rename a group or change its thresholds")
             .ok(200, "Group", "The updated group")
-            .body("GroupUpdateRequest", true)
+            .body::<GroupUpdateRequest>(true)
             .errors(&[
                 (ValidationError, "no field given, name not 1 to 100 characters, or an amount out of bounds"),
                 NO_GROUP,
@@ -465,7 +426,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::FundGroup => Operation::new("fundGroup", "Groups", "Fund a group")
             .describe("Moves the amount from the reseller balance into the group balance and re-arms group.balance_low. Emits group.funded.")
             .ok(200, "GroupFunded", "The group is funded")
-            .body("GroupFundRequest", true)
+            .body::<GroupFundRequest>(true)
             .errors(&[
                 AMOUNT,
                 (InsufficientBalance, "the reseller balance is below the amount"),
@@ -490,7 +451,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("An eSIM without balance joins at once (200). An eSIM holding a balance answers 202 move_pending: its data pauses, the balance returns to the reseller balance and it joins when upstream reporting settles. Emits esim.group_assigned when it joins.")
             .ok(200, "GroupMemberAssigned", "The eSIM is a member")
             .ok(202, "GroupMovePending", "The move is under way")
-            .body("GroupAddEsimRequest", true)
+            .body::<GroupAddEsimRequest>(true)
             .errors(&[
                 (ValidationError, "iccid is missing"),
                 TERMINATED,
@@ -524,7 +485,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::CreateWebhook => Operation::new("createWebhook", "Webhooks", "Register a webhook")
             .describe("The signing secret is returned only here.")
             .ok(201, "WebhookWithSecret", "The webhook with its signing secret")
-            .body("WebhookCreateRequest", true)
+            .body::<WebhookCreateRequest>(true)
             .errors(&[
                 (ValidationError, "url not an absolute https:// URL of a public host, or events empty or naming an unknown event"),
                 (WebhookLimitReached, "the account already has 5 webhooks"),
@@ -535,7 +496,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::UpdateWebhook => Operation::new("updateWebhook", "Webhooks", "Update a webhook")
             .describe("Setting active to true resets failure_count to 0.")
             .ok(200, "Webhook", "The updated webhook")
-            .body("WebhookUpdateRequest", false)
+            .body::<WebhookUpdateRequest>(false)
             .errors(&[(ValidationError, "an invalid url or events, or a field of the wrong type"), NO_WEBHOOK]),
         E::DeleteWebhook => Operation::new("deleteWebhook", "Webhooks", "Delete a webhook")
             .ok(200, "Success", "The webhook is deleted")
@@ -584,7 +545,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::ResendEvent => Operation::new("resendEvent", "Events", "Resend an event to a webhook")
             .describe("Sends the event again, byte for byte and with the same id, to one of the account's webhooks (active or not, subscribed or not), at once and once: a manual resend is not retried and does not count in failure_count. The attempt shows in the webhook's delivery log.")
             .ok(202, "ResendAccepted", "The event is on its way")
-            .body("EventResendRequest", true)
+            .body::<EventResendRequest>(true)
             .errors(&[
                 (ValidationError, "webhook_id is missing or not a string"),
                 (NotFound, "the event id is unknown, expired or of another account, or the webhook id is unknown"),
@@ -609,7 +570,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::UpdateAutoRefill => Operation::new("updateAutoRefill", "Account", "Change the auto-refill settings")
             .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
             .ok(200, "AutoRefillSettings", "The settings as they now are")
-            .body("AutoRefillUpdateRequest", true)
+            .body::<AutoRefillUpdateRequest>(true)
             .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
         E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
             .describe("Public: needs no API key.")
@@ -697,7 +658,7 @@ fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
         .collect()
 }
 
-fn build_operation(endpoint: Endpoint, op: Operation) -> Value {
+fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGenerator) -> Value {
     let keyed = endpoint.api() == Api::Reseller;
     let write = endpoint.method() != "GET";
     let mut parameters = path_parameters(endpoint.pattern());
@@ -738,8 +699,9 @@ fn build_operation(endpoint: Endpoint, op: Operation) -> Value {
     if !op.description.is_empty() {
         value["description"] = json!(op.description);
     }
-    if let Some((schema, required)) = op.body {
-        value["requestBody"] = json!({ "required": required, "content": json_content(schema) });
+    if let Some((schema_of, required)) = op.body {
+        let schema = schema_of(requests);
+        value["requestBody"] = json!({ "required": required, "content": { "application/json": { "schema": schema } } });
     }
     if !keyed {
         value["security"] = json!([]);
@@ -1139,14 +1101,17 @@ fn path_parameters_of(path: &str) -> Vec<&str> {
 
 fn build() -> Value {
     let mut paths = Map::new();
+    let mut requests = request_generator();
     for &endpoint in Endpoint::ALL {
         let Some(op) = operation(endpoint) else { continue };
         // Relative to the server's URL (the spec's base), as client generators expect.
         let item = paths.entry(endpoint.pattern().to_string()).or_insert_with(|| json!({}));
-        item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op);
+        item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op, &mut requests);
     }
     add_links(&mut paths);
-    let Value::Object(mut schemas) = schemas() else { unreachable!("the schemas are an object") };
+    let Value::Object(mut schemas) = schemas(requests.take_definitions(true)) else {
+        unreachable!("the schemas are an object")
+    };
     for name in delivered_events() {
         schemas.insert(envelope_schema_name(name), event_envelope(name));
     }
@@ -1210,6 +1175,34 @@ mod tests {
         assert_eq!(schemas["FundRequest"]["properties"]["amount"]["multipleOf"], json!(0.01));
         assert_eq!(schemas["GroupFundRequest"]["properties"]["amount"]["multipleOf"], json!(0.01));
         assert!(document().contains("\n  \"openapi\""), "pretty-printed");
+    }
+
+    /// A nullable enum is one named enum in `anyOf` with null (one class in a generated
+    /// client, not one per field), and the named enums write the engine's values.
+    #[test]
+    fn enums_are_named_once_and_nullable_ones_refer_to_them() {
+        let doc = parsed();
+        let mut values = Vec::new();
+        walk(&doc["components"]["schemas"], String::new(), &mut values);
+        for (at, value) in &values {
+            let inline = value.get("enum").and_then(Value::as_array);
+            assert!(!inline.is_some_and(|options| options.contains(&Value::Null)), "{at}: an inline nullable enum");
+        }
+        let schemas = &doc["components"]["schemas"];
+        let nullable = json!([{ "$ref": "#/components/schemas/EuiccState" }, { "type": "null" }]);
+        assert_eq!(schemas["EsimItem"]["properties"]["euicc_state"]["anyOf"], nullable);
+        assert_eq!(schemas["EsimDetail"]["properties"]["euicc_state"]["anyOf"], nullable);
+        assert_eq!(schemas["ProvisionedEsim"]["properties"]["euicc_state"]["$ref"], "#/components/schemas/EuiccState");
+        assert_eq!(schemas["EsimItem"]["properties"]["status"]["$ref"], "#/components/schemas/EsimStatus");
+        use esim_engine::state::{EsimStatus as Status, EuiccState as Euicc};
+        // Exhaustive: a new engine state fails to compile here until it is named above.
+        let euicc = |state: Euicc| match state {
+            Euicc::Released | Euicc::Downloaded | Euicc::Installed | Euicc::Enabled => json!(state.as_str()),
+        };
+        let engine = [Euicc::Released, Euicc::Downloaded, Euicc::Installed, Euicc::Enabled].map(euicc);
+        assert_eq!(schemas["EuiccState"]["enum"], json!(engine));
+        let statuses: Vec<&str> = Status::ALL.iter().map(|status| status.as_str()).collect();
+        assert_eq!(schemas["EsimStatus"]["enum"], json!(statuses));
     }
 
     #[test]
