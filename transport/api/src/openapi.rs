@@ -306,19 +306,39 @@ fn paging_parameters() -> Vec<Value> {
 /// The documented operation of an endpoint; `None` for the admin and sandbox APIs,
 /// which this document (of the reseller API) leaves out.
 fn operation(endpoint: Endpoint) -> Option<Operation> {
-    use ErrorCode::*;
-    const NO_ESIM: (ErrorCode, &str) = (EsimNotFound, "the ICCID is unknown or belongs to another account");
-    const NO_GROUP: (ErrorCode, &str) = (GroupNotFound, "the group is unknown or belongs to another account");
-    const NO_WEBHOOK: (ErrorCode, &str) = (NotFound, "the webhook id is unknown");
-    const TERMINATED: (ErrorCode, &str) = (EsimAlreadyTerminated, "the eSIM is terminated");
-    const FROZEN: (ErrorCode, &str) = (AccountSuspended, "the operator has frozen the account");
-    const RETURN_PENDING: (ErrorCode, &str) =
-        (DefundPending, "a balance return of this eSIM is in progress; retry after it settles");
-    const MOVING: (ErrorCode, &str) = (MovePending, "a move of this eSIM into a group is in progress");
-    const UPSTREAM: (ErrorCode, &str) = (UpstreamError, "data could not be paused upstream; nothing moved");
-    const AMOUNT: (ErrorCode, &str) =
-        (ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+    if matches!(endpoint.api(), Api::Admin | Api::Sandbox) {
+        return None;
+    }
+    let resources = [
+        esim_operation,
+        esim_wallet_operation,
+        group_operation,
+        group_member_operation,
+        account_operation,
+        webhook_operation,
+        event_operation,
+    ];
+    let described = resources.iter().find_map(|describe| describe(endpoint));
+    Some(described.unwrap_or_else(|| unreachable!("{endpoint:?} is described by no resource")))
+}
+
+// Conditions that several operations share.
+const NO_ESIM: (ErrorCode, &str) = (ErrorCode::EsimNotFound, "the ICCID is unknown or belongs to another account");
+const NO_GROUP: (ErrorCode, &str) = (ErrorCode::GroupNotFound, "the group is unknown or belongs to another account");
+const NO_WEBHOOK: (ErrorCode, &str) = (ErrorCode::NotFound, "the webhook id is unknown");
+const TERMINATED: (ErrorCode, &str) = (ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated");
+const FROZEN: (ErrorCode, &str) = (ErrorCode::AccountSuspended, "the operator has frozen the account");
+const RETURN_PENDING: (ErrorCode, &str) =
+    (ErrorCode::DefundPending, "a balance return of this eSIM is in progress; retry after it settles");
+const MOVING: (ErrorCode, &str) = (ErrorCode::MovePending, "a move of this eSIM into a group is in progress");
+const UPSTREAM: (ErrorCode, &str) = (ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved");
+const AMOUNT: (ErrorCode, &str) =
+    (ErrorCode::ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+
+/// `/esim/...`; `None` for another endpoint.
+fn esim_operation(endpoint: Endpoint) -> Option<Operation> {
     use Endpoint as E;
+    use ErrorCode::*;
     Some(match endpoint {
         E::ProvisionEsim => Operation::new("provisionEsim", "eSIMs", "Provision an eSIM")
             .describe("Deducts the 1.75 USD fee from the reseller balance. A standalone eSIM starts with a $0 wallet; with group_id it is issued into that group. Emits esim.provisioned.")
@@ -373,6 +393,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .ok(200, "Throttled", "The speed limit is applied")
             .body::<ThrottleRequest>(true)
             .errors(&[(ValidationError, "speed is missing or not an accepted value"), TERMINATED, NO_ESIM]),
+        _ => return None,
+    })
+}
+
+/// `/esim/{iccid}/fund` and `/defund`: the eSIM wallet; `None` for another endpoint.
+fn esim_wallet_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::FundEsim => Operation::new("fundEsim", "eSIMs", "Fund the eSIM wallet")
             .describe("Moves the amount from the reseller balance into the eSIM wallet; data can be used at once. Usage reporting pauses for about 15 minutes after every fund.")
             .ok(200, "Funded", "The wallet is funded")
@@ -400,6 +429,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 (EsimInGroup, "the eSIM is a group member; defund the group instead"),
                 UPSTREAM,
             ]),
+        _ => return None,
+    })
+}
+
+/// `/groups/...`; `None` for another endpoint.
+fn group_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListGroups => {
             Operation::new("listGroups", "Groups", "List groups").ok(200, "GroupList", "The groups, newest first")
         }
@@ -443,6 +481,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 (GroupDefundPending, "a group balance return is already in progress"),
                 UPSTREAM,
             ]),
+        _ => return None,
+    })
+}
+
+/// `/groups/{id}/esims...`: the members of a group; `None` for another endpoint.
+fn group_member_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListGroupEsims => Operation::new("listGroupEsims", "Groups", "List the members of a group")
             .ok(200, "GroupMembers", "A page of members")
             .query(paging_parameters())
@@ -469,6 +516,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 .ok(200, "GroupMemberRemoved", "The eSIM is standalone")
                 .errors(&[NO_GROUP, (EsimNotFound, "the ICCID is unknown or not a member of this group")])
         }
+        _ => return None,
+    })
+}
+
+/// The account, its balance, rates, API keys and auto-refill, and this document; `None` for another endpoint.
+fn account_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::WalletBalance => {
             Operation::new("getWalletBalance", "Account", "Get the reseller balance").ok(200, "WalletBalance", "The balance")
         }
@@ -480,6 +536,40 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 query_parameter("continent", json!({ "type": "string" }), "Continent name or slug (case-insensitive)"),
             ]),
         E::Account => Operation::new("getAccount", "Account", "Get the account").ok(200, "Account", "The account"),
+        E::ListApiKeys => Operation::new("listApiKeys", "Account", "List API keys")
+            .describe("The account's active API keys, oldest first (then by id), by id, prefix (the first 12 characters) and creation time; never a key. current marks the key of this request.")
+            .ok(200, "ApiKeyList", "The active keys"),
+        E::CreateApiKey => Operation::new("createApiKey", "Account", "Create an API key")
+            .describe("A new key for this account, shown only in this answer (an Idempotency-Key replay answers api_key null: only the key's digest is kept). At most 20 active keys.")
+            .ok(201, "ApiKeyCreated", "The new key")
+            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys")]),
+        E::RevokeApiKey => Operation::new("revokeApiKey", "Account", "Revoke an API key")
+            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not.")
+            .ok(200, "ApiKeyRevoked", "The key is revoked")
+            .errors(&[
+                (NotFound, "no active key of this account has that id"),
+                (LastApiKey, "the key is the account's last active key"),
+            ]),
+        E::GetAutoRefill => Operation::new("getAutoRefill", "Account", "Get the auto-refill settings")
+            .describe("Auto-refill charges the saved card when real spend (a provisioning fee, or a low group the balance cannot cover) leaves the reseller balance low; at most 10 charges in 24 hours, and a failed charge switches it off.")
+            .ok(200, "AutoRefillSettings", "The settings"),
+        E::UpdateAutoRefill => Operation::new("updateAutoRefill", "Account", "Change the auto-refill settings")
+            .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
+            .ok(200, "AutoRefillSettings", "The settings as they now are")
+            .body::<AutoRefillUpdateRequest>(true)
+            .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
+        E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
+            .describe("Public: needs no API key.")
+            .ok(200, "OpenApiDocument", "The document"),
+        _ => return None,
+    })
+}
+
+/// `/webhooks/...`; `None` for another endpoint.
+fn webhook_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListWebhooks => Operation::new("listWebhooks", "Webhooks", "List webhooks")
             .ok(200, "WebhookList", "The webhooks and the subscribable events"),
         E::CreateWebhook => Operation::new("createWebhook", "Webhooks", "Register a webhook")
@@ -509,6 +599,24 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Returns a new signing secret, shown only here. For 24 hours deliveries carry two signatures in webhook-signature (the new and the previous secret); X-Service-Signature uses the new secret at once.")
             .ok(200, "WebhookWithSecret", "The webhook with its new signing secret")
             .errors(&[NO_WEBHOOK]),
+        E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
+            .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
+            .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
+            .query(
+                std::iter::once(query_parameter("event_id", json!({ "type": "string" }), "Only the attempts of this event"))
+                    .chain(paging_parameters())
+                    .collect(),
+            )
+            .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_WEBHOOK]),
+        _ => return None,
+    })
+}
+
+/// `/events/...`; `None` for another endpoint.
+fn event_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListEvents => Operation::new("listEvents", "Events", "List events")
             .describe("The account's events of the last 30 days, newest first, each exactly as it was delivered to webhooks (whether or not a webhook was subscribed). Test events are not listed.")
             .ok(200, "EventPage", "A page of events")
@@ -533,15 +641,6 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("The event exactly as it was delivered (the same bytes), for 30 days after it was created.")
             .ok(200, "EventEnvelope", "The event")
             .errors(&[(NotFound, "the event id is unknown, expired, or of another account")]),
-        E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
-            .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
-            .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
-            .query(
-                std::iter::once(query_parameter("event_id", json!({ "type": "string" }), "Only the attempts of this event"))
-                    .chain(paging_parameters())
-                    .collect(),
-            )
-            .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_WEBHOOK]),
         E::ResendEvent => Operation::new("resendEvent", "Events", "Resend an event to a webhook")
             .describe("Sends the event again, byte for byte and with the same id, to one of the account's webhooks (active or not, subscribed or not), at once and once: a manual resend is not retried and does not count in failure_count. The attempt shows in the webhook's delivery log.")
             .ok(202, "ResendAccepted", "The event is on its way")
@@ -550,47 +649,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 (ValidationError, "webhook_id is missing or not a string"),
                 (NotFound, "the event id is unknown, expired or of another account, or the webhook id is unknown"),
             ]),
-        E::ListApiKeys => Operation::new("listApiKeys", "Account", "List API keys")
-            .describe("The account's active API keys, oldest first (then by id), by id, prefix (the first 12 characters) and creation time; never a key. current marks the key of this request.")
-            .ok(200, "ApiKeyList", "The active keys"),
-        E::CreateApiKey => Operation::new("createApiKey", "Account", "Create an API key")
-            .describe("A new key for this account, shown only in this answer (an Idempotency-Key replay answers api_key null: only the key's digest is kept). At most 20 active keys.")
-            .ok(201, "ApiKeyCreated", "The new key")
-            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys")]),
-        E::RevokeApiKey => Operation::new("revokeApiKey", "Account", "Revoke an API key")
-            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not.")
-            .ok(200, "ApiKeyRevoked", "The key is revoked")
-            .errors(&[
-                (NotFound, "no active key of this account has that id"),
-                (LastApiKey, "the key is the account's last active key"),
-            ]),
-        E::GetAutoRefill => Operation::new("getAutoRefill", "Account", "Get the auto-refill settings")
-            .describe("Auto-refill charges the saved card when real spend (a provisioning fee, or a low group the balance cannot cover) leaves the reseller balance low; at most 10 charges in 24 hours, and a failed charge switches it off.")
-            .ok(200, "AutoRefillSettings", "The settings"),
-        E::UpdateAutoRefill => Operation::new("updateAutoRefill", "Account", "Change the auto-refill settings")
-            .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
-            .ok(200, "AutoRefillSettings", "The settings as they now are")
-            .body::<AutoRefillUpdateRequest>(true)
-            .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
-        E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
-            .describe("Public: needs no API key.")
-            .ok(200, "OpenApiDocument", "The document"),
-        E::CreateAccount
-        | E::ListAccounts
-        | E::TopUp
-        | E::CreateKey
-        | E::RevokeKey
-        | E::Freeze
-        | E::SetAutoRefill
-        | E::SetLimits
-        | E::SetInventory
-        | E::ConservationReport
-        | E::State
-        | E::Clock
-        | E::AdvanceClock
-        | E::Install
-        | E::Usage
-        | E::SetFaults => return None,
+        _ => return None,
     })
 }
 
