@@ -337,7 +337,9 @@ impl Fields {
     }
 
     /// The body read into `T`, one of this module's types: each field checked in
-    /// declaration order, the first refused one answering 400 naming it.
+    /// declaration order, the first refused one answering 400 naming it. (The types are
+    /// read only here: their optional fields carry no `serde(default)`, which schemars
+    /// would document as `"default": null`, because this reader offers every field.)
     pub fn read<'a, T: Deserialize<'a>>(&'a self) -> Result<T, ApiError> {
         T::deserialize(Declared(&self.0)).map_err(|Refused(message)| ApiError::validation(message))
     }

@@ -5,11 +5,11 @@
 //! else; the tests check both ways. Response schemas are derived from the reply types of
 //! `esim_engine::reply` with `schemars`, as they serialize (money as JSON numbers,
 //! timestamps as RFC 3339 strings, nullable fields as `["...", "null"]` types or
-//! `anyOf` with null, `skip_serializing_if` fields not required); request bodies from
-//! their types in [`crate::bodies`], as they deserialize (each operation names its body
-//! type, which registers its schema); the error body is written here. Error statuses come from
-//! [`ErrorCode::http_status`], so a documented status can never disagree with the code
-//! that produces it. A test drives the real [`crate::Service`] through every operation
+//! `anyOf` with null, `skip_serializing_if` fields not required), with the enums they
+//! write inline named once (`EuiccState`, `EsimStatus`); request bodies from their types
+//! in [`crate::bodies`], as they deserialize (each operation names its body type, which
+//! registers its schema). Error statuses come from [`ErrorCode::http_status`], so a
+//! documented status can never disagree with the code that produces it. A test drives the real [`crate::Service`] through every operation
 //! and validates each answer against this document.
 
 use crate::bodies::*;
@@ -44,10 +44,6 @@ fn uuid(description: &str) -> Value {
     json!({ "type": "string", "format": "uuid", "description": description })
 }
 
-fn object(description: &str, required: &[&str], properties: Value) -> Value {
-    json!({ "type": "object", "description": description, "required": required, "properties": properties })
-}
-
 const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"];
 
 /// JSON Schema 2020-12 (OpenAPI 3.1's dialect), with the named schemas under
@@ -66,7 +62,7 @@ fn request_generator() -> SchemaGenerator {
 }
 
 /// The response schemas, derived from the reply types of the engine (`schemars`, as they
-/// serialize), by the names the operations use.
+/// serialize) and the error body, by the names the operations use.
 fn reply_schemas() -> Map<String, Value> {
     use esim_engine::reply::*;
     let mut generator = component_settings().for_serialize().into_generator();
@@ -99,6 +95,7 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<ApiKeyCreated>();
     generator.subschema_for::<ApiKeyRevoked>();
     generator.subschema_for::<AutoRefillSettings>();
+    generator.subschema_for::<ErrorBody>();
     let named = [named_enum::<EuiccState>(&mut generator), named_enum::<EsimStatus>(&mut generator)];
     let mut definitions = generator.take_definitions(true);
     for (plain, nullable) in named {
@@ -110,6 +107,19 @@ fn reply_schemas() -> Map<String, Value> {
         }
     }
     definitions
+}
+
+/// The error body of every failure
+#[derive(JsonSchema)]
+#[schemars(rename = "Error")]
+#[allow(dead_code)] // only its schema is used: the engine writes the body from an `ApiError`
+struct ErrorBody {
+    /// Human-readable text
+    error: String,
+    /// Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND
+    code: String,
+    /// Detail
+    message: String,
 }
 
 /// The profile's state on the device, as the network reports it
@@ -184,8 +194,8 @@ fn member_change(base: &Value, description: &str, status: &str) -> Value {
     schema
 }
 
-/// Every component schema: the replies, the request bodies (`requests`, as the
-/// operations registered them), the error body and the document.
+/// Every component schema: the replies and the error body, the request bodies
+/// (`requests`, as the operations registered them), and the document.
 fn schemas(requests: Map<String, Value>) -> Value {
     let mut all = reply_schemas();
     let change = all.remove("GroupMemberChange").expect("derived above");
@@ -203,26 +213,14 @@ fn schemas(requests: Map<String, Value>) -> Value {
         member_change(&change, "The eSIM left the group and is standalone at $0", "removed"),
     );
 
-    // Hand-kept: the error body (serialized by hand from an `ApiError`) and the document
-    // itself. The request bodies come from their types (`crate::bodies`).
+    // Hand-kept: the document itself (its fields are OpenAPI's). The request bodies come
+    // from their types (`crate::bodies`).
     for (name, schema) in requests {
         if let Some(reply) = all.get(&name) {
             assert_eq!(reply, &schema, "{name} is derived for replies and requests alike");
         }
         all.insert(name, schema);
     }
-    all.insert(
-        "Error".into(),
-        object(
-            "The error body of every failure",
-            &["error", "code", "message"],
-            json!({
-                "error": string("Human-readable text"),
-                "code": string("Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND"),
-                "message": string("Detail"),
-            }),
-        ),
-    );
     all.insert(
         "OpenApiDocument".into(),
         json!({
