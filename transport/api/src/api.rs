@@ -3,14 +3,16 @@
 //! an HTTP response. No sockets, no runtime, no clock, no business rules: everything
 //! here is parsing, validation of shapes, and rendering.
 
+pub use crate::bodies::exact_decimal;
+use crate::bodies::*;
 use crate::routes::{self, Api, Endpoint, Match};
 use bytes::Bytes;
 use esim_engine::{
-    AdminOp, ApiError, CardBehavior, Command, ErrorCode, KeyDigest, ResellerOp, ResellerRequest, Response, SandboxOp,
-    SealedSecret,
+    AdminOp, ApiError, Command, ErrorCode, KeyDigest, ResellerOp, ResellerRequest, Response, SandboxOp, SealedSecret,
 };
 use rust_decimal::Decimal;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use std::borrow::Cow;
 
 /// Largest request body accepted (413 above it).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -88,128 +90,6 @@ fn query_u64(query: &[(String, String)], name: &str) -> Result<Option<u64>, ApiE
     }
 }
 
-/// A parsed JSON body: an object, or empty when the body was absent.
-struct Body(Map<String, Value>);
-
-impl Body {
-    fn parse(bytes: &[u8]) -> Result<Body, ApiError> {
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Body(Map::new()));
-        }
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(map)) => Ok(Body(map)),
-            Ok(_) => Err(ApiError::validation("the body must be a JSON object")),
-            Err(error) => Err(ApiError::validation(format!("malformed JSON body: {error}"))),
-        }
-    }
-
-    fn present(&self, name: &str) -> Option<&Value> {
-        self.0.get(name).filter(|v| !v.is_null())
-    }
-
-    fn string(&self, name: &str) -> Result<Option<String>, ApiError> {
-        match self.present(name) {
-            None => Ok(None),
-            Some(Value::String(text)) => Ok(Some(text.clone())),
-            Some(_) => Err(ApiError::validation(format!("{name} must be a string"))),
-        }
-    }
-
-    fn required_string(&self, name: &str) -> Result<String, ApiError> {
-        self.string(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
-    }
-
-    /// A number exactly as written: one with more digits than a `Decimal` holds is
-    /// refused, never rounded.
-    fn decimal(&self, name: &str) -> Result<Option<Decimal>, ApiError> {
-        match self.present(name) {
-            None => Ok(None),
-            Some(Value::Number(number)) => exact_decimal(&number.to_string()).map(Some).ok_or_else(|| {
-                ApiError::validation(format!("{name} has more digits than can be held exactly, or is out of range"))
-            }),
-            Some(_) => Err(ApiError::validation(format!("{name} must be a number"))),
-        }
-    }
-
-    fn required_decimal(&self, name: &str) -> Result<Decimal, ApiError> {
-        self.decimal(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
-    }
-
-    /// A USD amount: at most 2 decimal places (decision 3), never rounded.
-    fn money(&self, name: &str) -> Result<Option<Decimal>, ApiError> {
-        match self.decimal(name)? {
-            Some(amount) if amount.normalize().scale() > 2 => {
-                Err(ApiError::validation(format!("{name} must have at most 2 decimal places")))
-            }
-            other => Ok(other),
-        }
-    }
-
-    fn required_money(&self, name: &str) -> Result<Decimal, ApiError> {
-        self.money(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
-    }
-
-    fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
-        match self.present(name) {
-            None => Ok(None),
-            Some(Value::Bool(value)) => Ok(Some(*value)),
-            Some(_) => Err(ApiError::validation(format!("{name} must be true or false"))),
-        }
-    }
-
-    fn required_bool(&self, name: &str) -> Result<bool, ApiError> {
-        self.bool(name)?.ok_or_else(|| ApiError::validation(format!("{name} is required")))
-    }
-
-    fn integer(&self, name: &str, max: u64) -> Result<Option<u64>, ApiError> {
-        match self.present(name) {
-            None => Ok(None),
-            Some(Value::Number(number)) => match number.as_u64() {
-                Some(value) if value <= max => Ok(Some(value)),
-                _ => Err(ApiError::validation(format!("{name} must be an integer from 0 to {max}"))),
-            },
-            Some(_) => Err(ApiError::validation(format!("{name} must be an integer"))),
-        }
-    }
-
-    fn strings(&self, name: &str) -> Result<Option<Vec<String>>, ApiError> {
-        match self.present(name) {
-            None => Ok(None),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|item| item.as_str().map(str::to_string))
-                .collect::<Option<Vec<String>>>()
-                .map(Some)
-                .ok_or_else(|| ApiError::validation(format!("{name} must be an array of strings"))),
-            Some(_) => Err(ApiError::validation(format!("{name} must be an array of strings"))),
-        }
-    }
-}
-
-/// A number's text as an exact `Decimal` (plain or scientific), or `None` when it has
-/// more significant digits than a `Decimal` holds or is out of its range.
-pub fn exact_decimal(text: &str) -> Option<Decimal> {
-    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
-        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i32>().ok()?),
-        None => (text, 0),
-    };
-    let mut value = Decimal::from_str_exact(mantissa).ok()?;
-    if value.is_zero() {
-        return Some(Decimal::ZERO);
-    }
-    if exponent >= 0 {
-        // Past 10^29 nothing but zero fits a Decimal (at most about 7.9 * 10^28).
-        for _ in 0..exponent.min(29) {
-            value = value.checked_mul(Decimal::TEN)?;
-        }
-        (exponent <= 29).then_some(value)
-    } else {
-        let scale = value.scale().checked_add(exponent.unsigned_abs())?;
-        value.set_scale(scale).ok()?;
-        Some(value)
-    }
-}
-
 /// The credential of a request: the token after `Bearer `, or empty.
 pub fn bearer_str(headers: &http::HeaderMap) -> &str {
     headers
@@ -238,223 +118,321 @@ fn try_route(
     if request.body().len() > MAX_BODY_BYTES {
         return Err(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")));
     }
-    let path = request.uri().path();
-    let found;
-    let (endpoint, params): (Endpoint, &[String]) = match request.extensions().get::<routes::Matched>() {
-        // Matched by the connection task already.
-        Some(routes::Matched(endpoint, params)) => (*endpoint, params),
-        None => {
-            found = routes::find(request.method().as_str(), path);
-            match &found {
-                Match::Found(endpoint, params) => (*endpoint, params),
-                Match::WrongMethod(allowed) => {
-                    return Err(ApiError::new(
-                        ErrorCode::MethodNotAllowed,
-                        format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
-                    ))
-                }
-                Match::NotFound => return Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
-            }
-        }
-    };
+    let (endpoint, params) = endpoint_of(request)?;
     let credential = bearer_str(request.headers());
     if matches!(endpoint.api(), Api::Admin | Api::Sandbox)
         && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())
     {
         return Err(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"));
     }
-    let query = parse_query(request.uri().query());
-    let body = Body::parse(request.body())?;
-    let param = |i: usize| params[i].clone();
-    let reseller = |op: ResellerOp| {
-        let idempotency_key =
-            request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let key_digest = key_digest.unwrap_or_else(|| KeyDigest::of(credential));
-        Routed::Engine(Command::Reseller(ResellerRequest { key_digest, idempotency_key, op }))
+    // Every request's body is parsed, also where none is read: a malformed one is 400.
+    let body = Fields::parse(request.body())?;
+    let call = Call { params, query: parse_query(request.uri().query()), body };
+    let routed = match endpoint.api() {
+        Api::Reseller => {
+            let op = reseller_op(endpoint, &call)?;
+            let idempotency_key =
+                request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let key_digest = key_digest.unwrap_or_else(|| KeyDigest::of(credential));
+            Some(Routed::Engine(Command::Reseller(ResellerRequest { key_digest, idempotency_key, op })))
+        }
+        Api::Public => (endpoint == Endpoint::OpenApi).then_some(Routed::OpenApi),
+        Api::Admin => admin(endpoint, &call)?,
+        Api::Sandbox => sandbox(endpoint, &call)?,
     };
-    let admin = |op: AdminOp| Routed::Engine(Command::Admin(op));
-    let sandbox = |op: SandboxOp| Routed::Engine(Command::Sandbox(op));
+    Ok(routed.unwrap_or_else(|| unreachable!("{endpoint:?} is routed by the functions of its API")))
+}
+
+/// The endpoint of a request and its path parameters: matched by the connection task
+/// already, or here.
+fn endpoint_of(request: &http::Request<Bytes>) -> Result<(Endpoint, Cow<'_, [String]>), ApiError> {
+    if let Some(routes::Matched(endpoint, params)) = request.extensions().get::<routes::Matched>() {
+        return Ok((*endpoint, Cow::Borrowed(params)));
+    }
+    let path = request.uri().path();
+    match routes::find(request.method().as_str(), path) {
+        Match::Found(endpoint, params) => Ok((endpoint, Cow::Owned(params))),
+        Match::WrongMethod(allowed) => Err(ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
+        )),
+        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
+    }
+}
+
+/// What the route functions read of a request: path parameters, query and body.
+struct Call<'a> {
+    params: Cow<'a, [String]>,
+    query: Vec<(String, String)>,
+    body: Fields,
+}
+
+impl Call<'_> {
+    /// The `i`th path parameter (the endpoint's pattern has it).
+    fn param(&self, i: usize) -> String {
+        self.params[i].clone()
+    }
+
+    /// A query parameter; present but empty counts as absent.
+    fn query(&self, name: &str) -> Option<&str> {
+        query_value(&self.query, name)
+    }
+
+    fn query_string(&self, name: &str) -> Option<String> {
+        self.query(name).map(str::to_string)
+    }
+
+    fn query_u64(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        query_u64(&self.query, name)
+    }
+
+    /// The body read into its type (the first refused field answers 400).
+    fn body<'a, T: Deserialize<'a>>(&'a self) -> Result<T, ApiError> {
+        self.body.read()
+    }
+}
+
+/// The reseller command of an endpoint of the reseller API, by resource.
+fn reseller_op(endpoint: Endpoint, call: &Call) -> Result<ResellerOp, ApiError> {
+    for resource in [esim_op, group_op, webhook_op, account_op] {
+        if let Some(op) = resource(endpoint, call)? {
+            return Ok(op);
+        }
+    }
+    unreachable!("{endpoint:?} is a reseller endpoint of no resource")
+}
+
+/// `/esim/...`; `None` for another endpoint.
+fn esim_op(endpoint: Endpoint, call: &Call) -> Result<Option<ResellerOp>, ApiError> {
     use Endpoint as E;
-    Ok(match endpoint {
-        E::ProvisionEsim => reseller(ResellerOp::Provision {
-            end_user_reference: body.string("end_user_reference")?,
-            label: body.string("label")?,
-            group_id: body.string("group_id")?,
-        }),
-        E::ListEsims => reseller(ResellerOp::ListEsims {
-            status: query_value(&query, "status").map(str::to_string),
-            limit: query_u64(&query, "limit")?,
-            offset: query_u64(&query, "offset")?,
-        }),
-        E::GetEsim => reseller(ResellerOp::GetEsim { iccid: param(0) }),
-        E::EsimQrCode => reseller(ResellerOp::EsimQrCode { iccid: param(0) }),
-        E::EnableEsim => reseller(ResellerOp::Enable { iccid: param(0) }),
-        E::DisableEsim => reseller(ResellerOp::Disable { iccid: param(0) }),
-        E::TerminateEsim => reseller(ResellerOp::Terminate { iccid: param(0) }),
-        E::ThrottleEsim => reseller(ResellerOp::Throttle { iccid: param(0), speed: body.required_string("speed")? }),
-        E::FundEsim => reseller(ResellerOp::Fund { iccid: param(0), amount: body.required_money("amount")? }),
-        E::DefundEsim => reseller(ResellerOp::Defund { iccid: param(0) }),
-        E::ListGroups => reseller(ResellerOp::ListGroups),
-        E::CreateGroup => reseller(ResellerOp::CreateGroup {
-            name: body.required_string("name")?,
-            low_balance_threshold_usd: body.money("low_balance_threshold_usd")?,
-            refill_amount_usd: body.money("refill_amount_usd")?,
-        }),
-        E::GetGroup => reseller(ResellerOp::GetGroup { group_id: param(0) }),
-        E::UpdateGroup => reseller(ResellerOp::UpdateGroup {
-            group_id: param(0),
-            name: body.string("name")?,
-            low_balance_threshold_usd: body.money("low_balance_threshold_usd")?,
-            refill_amount_usd: body.money("refill_amount_usd")?,
-        }),
-        E::FundGroup => reseller(ResellerOp::FundGroup { group_id: param(0), amount: body.required_money("amount")? }),
-        E::DefundGroup => reseller(ResellerOp::DefundGroup { group_id: param(0) }),
-        E::ListGroupEsims => reseller(ResellerOp::ListGroupEsims {
-            group_id: param(0),
-            limit: query_u64(&query, "limit")?,
-            offset: query_u64(&query, "offset")?,
-        }),
+    Ok(Some(match endpoint {
+        E::ProvisionEsim => {
+            let ProvisionRequest { end_user_reference, label, group_id } = call.body()?;
+            ResellerOp::Provision { end_user_reference, label, group_id }
+        }
+        E::ListEsims => ResellerOp::ListEsims {
+            status: call.query_string("status"),
+            limit: call.query_u64("limit")?,
+            offset: call.query_u64("offset")?,
+        },
+        E::GetEsim => ResellerOp::GetEsim { iccid: call.param(0) },
+        E::EsimQrCode => ResellerOp::EsimQrCode { iccid: call.param(0) },
+        E::EnableEsim => ResellerOp::Enable { iccid: call.param(0) },
+        E::DisableEsim => ResellerOp::Disable { iccid: call.param(0) },
+        E::TerminateEsim => ResellerOp::Terminate { iccid: call.param(0) },
+        E::ThrottleEsim => {
+            let ThrottleRequest { speed } = call.body()?;
+            ResellerOp::Throttle { iccid: call.param(0), speed }
+        }
+        E::FundEsim => {
+            let FundRequest { amount } = call.body()?;
+            ResellerOp::Fund { iccid: call.param(0), amount }
+        }
+        E::DefundEsim => ResellerOp::Defund { iccid: call.param(0) },
+        _ => return Ok(None),
+    }))
+}
+
+/// `/groups/...`; `None` for another endpoint.
+fn group_op(endpoint: Endpoint, call: &Call) -> Result<Option<ResellerOp>, ApiError> {
+    use Endpoint as E;
+    Ok(Some(match endpoint {
+        E::ListGroups => ResellerOp::ListGroups,
+        E::CreateGroup => {
+            let GroupCreateRequest { name, low_balance_threshold_usd, refill_amount_usd } = call.body()?;
+            ResellerOp::CreateGroup { name, low_balance_threshold_usd, refill_amount_usd }
+        }
+        E::GetGroup => ResellerOp::GetGroup { group_id: call.param(0) },
+        E::UpdateGroup => {
+            let GroupUpdateRequest { name, low_balance_threshold_usd, refill_amount_usd } = call.body()?;
+            ResellerOp::UpdateGroup { group_id: call.param(0), name, low_balance_threshold_usd, refill_amount_usd }
+        }
+        E::FundGroup => {
+            let GroupFundRequest { amount } = call.body()?;
+            ResellerOp::FundGroup { group_id: call.param(0), amount }
+        }
+        E::DefundGroup => ResellerOp::DefundGroup { group_id: call.param(0) },
+        E::ListGroupEsims => ResellerOp::ListGroupEsims {
+            group_id: call.param(0),
+            limit: call.query_u64("limit")?,
+            offset: call.query_u64("offset")?,
+        },
         E::AddGroupEsim => {
-            reseller(ResellerOp::AddGroupEsim { group_id: param(0), iccid: body.required_string("iccid")? })
+            let GroupAddEsimRequest { iccid } = call.body()?;
+            ResellerOp::AddGroupEsim { group_id: call.param(0), iccid }
         }
-        E::RemoveGroupEsim => reseller(ResellerOp::RemoveGroupEsim { group_id: param(0), iccid: param(1) }),
-        E::WalletBalance => reseller(ResellerOp::WalletBalance),
-        E::Rates => reseller(ResellerOp::Rates {
-            country: query_value(&query, "country").map(str::to_string),
-            continent: query_value(&query, "continent").map(str::to_string),
-        }),
-        E::Account => reseller(ResellerOp::Account),
-        E::ListWebhooks => reseller(ResellerOp::ListWebhooks),
-        E::CreateWebhook => reseller(ResellerOp::CreateWebhook {
-            url: body.required_string("url")?,
-            events: body.strings("events")?.ok_or_else(|| ApiError::validation("events is required"))?,
-            // Drawn and sealed by the service (`Service::issue_secrets`).
-            signing_secret: SealedSecret::default(),
-        }),
-        E::GetWebhook => reseller(ResellerOp::GetWebhook { webhook_id: param(0) }),
-        E::ListEvents => reseller(ResellerOp::ListEvents {
+        E::RemoveGroupEsim => ResellerOp::RemoveGroupEsim { group_id: call.param(0), iccid: call.param(1) },
+        _ => return Ok(None),
+    }))
+}
+
+/// `/webhooks/...` and `/events/...`; `None` for another endpoint.
+fn webhook_op(endpoint: Endpoint, call: &Call) -> Result<Option<ResellerOp>, ApiError> {
+    use Endpoint as E;
+    Ok(Some(match endpoint {
+        E::ListWebhooks => ResellerOp::ListWebhooks,
+        E::CreateWebhook => {
+            let WebhookCreateRequest { url, events } = call.body()?;
+            // The secret is drawn and sealed by the service (`Service::issue_secrets`).
+            ResellerOp::CreateWebhook { url, events, signing_secret: SealedSecret::default() }
+        }
+        E::GetWebhook => ResellerOp::GetWebhook { webhook_id: call.param(0) },
+        E::UpdateWebhook => {
+            let WebhookUpdateRequest { url, events, active } = call.body()?;
+            ResellerOp::UpdateWebhook { webhook_id: call.param(0), url, events, active }
+        }
+        E::DeleteWebhook => ResellerOp::DeleteWebhook { webhook_id: call.param(0) },
+        E::TestWebhook => ResellerOp::TestWebhook { webhook_id: call.param(0) },
+        // Drawn and sealed by the service (`Service::issue_secrets`).
+        E::RotateWebhookSecret => {
+            ResellerOp::RotateWebhookSecret { webhook_id: call.param(0), signing_secret: SealedSecret::default() }
+        }
+        E::ListDeliveries => ResellerOp::ListDeliveries {
+            webhook_id: call.param(0),
+            event_id: call.query_string("event_id"),
+            limit: call.query_u64("limit")?,
+            offset: call.query_u64("offset")?,
+        },
+        E::ListEvents => ResellerOp::ListEvents {
             filter: esim_engine::event_log::EventFilter::parse(
-                query_value(&query, "type"),
-                query_value(&query, "created_after"),
-                query_value(&query, "created_before"),
-                query_value(&query, "iccid"),
-                query_value(&query, "group_id"),
+                call.query("type"),
+                call.query("created_after"),
+                call.query("created_before"),
+                call.query("iccid"),
+                call.query("group_id"),
             )?,
-            limit: query_u64(&query, "limit")?,
-            offset: query_u64(&query, "offset")?,
-        }),
-        E::GetEvent => reseller(ResellerOp::GetEvent { event_id: param(0) }),
+            limit: call.query_u64("limit")?,
+            offset: call.query_u64("offset")?,
+        },
+        E::GetEvent => ResellerOp::GetEvent { event_id: call.param(0) },
         E::ResendEvent => {
-            reseller(ResellerOp::ResendEvent { event_id: param(0), webhook_id: body.required_string("webhook_id")? })
+            let EventResendRequest { webhook_id } = call.body()?;
+            ResellerOp::ResendEvent { event_id: call.param(0), webhook_id }
         }
-        E::ListDeliveries => reseller(ResellerOp::ListDeliveries {
-            webhook_id: param(0),
-            event_id: query_value(&query, "event_id").map(str::to_string),
-            limit: query_u64(&query, "limit")?,
-            offset: query_u64(&query, "offset")?,
-        }),
-        E::RotateWebhookSecret => reseller(ResellerOp::RotateWebhookSecret {
-            webhook_id: param(0),
-            // Drawn and sealed by the service (`Service::issue_secrets`).
-            signing_secret: SealedSecret::default(),
-        }),
-        E::UpdateWebhook => reseller(ResellerOp::UpdateWebhook {
-            webhook_id: param(0),
-            url: body.string("url")?,
-            events: body.strings("events")?,
-            active: body.bool("active")?,
-        }),
-        E::DeleteWebhook => reseller(ResellerOp::DeleteWebhook { webhook_id: param(0) }),
-        E::ListApiKeys => reseller(ResellerOp::ListApiKeys),
-        E::CreateApiKey => reseller(ResellerOp::CreateApiKey {
-            // Drawn by the service (`Service::issue_secrets`).
-            api_key_digest: KeyDigest::default(),
-            api_key_prefix: String::new(),
-        }),
-        E::RevokeApiKey => reseller(ResellerOp::RevokeApiKey { key_id: param(0) }),
-        E::GetAutoRefill => reseller(ResellerOp::GetAutoRefill),
-        E::UpdateAutoRefill => reseller(ResellerOp::UpdateAutoRefill {
-            enabled: body.bool("enabled")?,
-            amount_usd: body.money("amount_usd")?,
-        }),
-        E::TestWebhook => reseller(ResellerOp::TestWebhook { webhook_id: param(0) }),
-        E::OpenApi => Routed::OpenApi,
-        E::CreateAccount => admin(AdminOp::CreateAccount {
-            contact_email: body.required_string("contact_email")?,
-            company_name: body.string("company_name")?,
-            // Drawn by the service (`Service::issue_secrets`).
-            api_key_digest: KeyDigest::default(),
-            api_key_prefix: String::new(),
-        }),
-        E::ListAccounts => {
-            let (limit, offset) = esim_engine::page(query_u64(&query, "limit")?, query_u64(&query, "offset")?)?;
-            Routed::Accounts { limit, offset }
+        _ => return Ok(None),
+    }))
+}
+
+/// The account, its balance, rates, API keys and auto-refill; `None` for another
+/// endpoint.
+fn account_op(endpoint: Endpoint, call: &Call) -> Result<Option<ResellerOp>, ApiError> {
+    use Endpoint as E;
+    Ok(Some(match endpoint {
+        E::WalletBalance => ResellerOp::WalletBalance,
+        E::Rates => {
+            ResellerOp::Rates { country: call.query_string("country"), continent: call.query_string("continent") }
         }
-        E::TopUp => admin(AdminOp::TopUp { account_id: param(0), amount_usd: body.required_money("amount_usd")? }),
-        E::CreateKey => admin(AdminOp::CreateKey {
-            account_id: param(0),
-            api_key_digest: KeyDigest::default(),
-            api_key_prefix: String::new(),
-        }),
-        E::RevokeKey => admin(AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&param(0)) }),
-        E::Freeze => admin(AdminOp::Freeze { account_id: param(0), frozen: body.required_bool("frozen")? }),
-        E::SetAutoRefill => {
-            let card = match body.string("card")? {
-                None => None,
-                Some(text) => Some(text.parse::<CardBehavior>().map_err(ApiError::validation)?),
-            };
-            admin(AdminOp::SetAutoRefill {
-                account_id: param(0),
-                enabled: body.bool("enabled")?,
-                amount_usd: body.money("amount_usd")?,
-                card,
-            })
+        E::Account => ResellerOp::Account,
+        E::ListApiKeys => ResellerOp::ListApiKeys,
+        // The key is drawn by the service (`Service::issue_secrets`).
+        E::CreateApiKey => {
+            ResellerOp::CreateApiKey { api_key_digest: KeyDigest::default(), api_key_prefix: String::new() }
         }
-        E::SetLimits => admin(AdminOp::SetLimits {
-            account_id: param(0),
-            max_groups: body.integer("max_groups", u32::MAX.into())?.map(|v| v as u32),
-            max_group_size: body.integer("max_group_size", u32::MAX.into())?.map(|v| v as u32),
-        }),
-        E::SetInventory => admin(AdminOp::SetInventory {
-            available: body
-                .integer("available", 1_000_000_000)?
-                .ok_or_else(|| ApiError::validation("available is required"))?,
-        }),
-        E::ConservationReport => {
-            let format = query_value(&query, "format").unwrap_or("json").to_string();
-            if !esim_engine::finance_render::FORMATS.contains(&format.as_str()) {
-                return Err(ApiError::validation("format must be json, csv, md or html"));
+        E::RevokeApiKey => ResellerOp::RevokeApiKey { key_id: call.param(0) },
+        E::GetAutoRefill => ResellerOp::GetAutoRefill,
+        E::UpdateAutoRefill => {
+            let AutoRefillUpdateRequest { enabled, amount_usd } = call.body()?;
+            ResellerOp::UpdateAutoRefill { enabled, amount_usd }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// An endpoint of the admin API; `None` for another endpoint.
+fn admin(endpoint: Endpoint, call: &Call) -> Result<Option<Routed>, ApiError> {
+    use Endpoint as E;
+    let op = match endpoint {
+        E::CreateAccount => {
+            let AccountCreateRequest { contact_email, company_name } = call.body()?;
+            // The key is drawn by the service (`Service::issue_secrets`).
+            AdminOp::CreateAccount {
+                contact_email,
+                company_name,
+                api_key_digest: KeyDigest::default(),
+                api_key_prefix: String::new(),
             }
-            let period = esim_engine::finance::Period::parse(query_value(&query, "from"), query_value(&query, "until"))
-                .map_err(|message| {
-                    ApiError::validation(format!("{message} (in a query, write the + of an offset as %2B)"))
-                })?;
-            Routed::Report { account_id: query_value(&query, "account_id").map(str::to_string), format, period }
         }
-        E::State => Routed::StateDigest,
-        E::Clock => Routed::ClockRead,
+        E::ListAccounts => {
+            let (limit, offset) = esim_engine::page(call.query_u64("limit")?, call.query_u64("offset")?)?;
+            return Ok(Some(Routed::Accounts { limit, offset }));
+        }
+        E::TopUp => {
+            let TopUpRequest { amount_usd } = call.body()?;
+            AdminOp::TopUp { account_id: call.param(0), amount_usd }
+        }
+        E::CreateKey => AdminOp::CreateKey {
+            account_id: call.param(0),
+            api_key_digest: KeyDigest::default(),
+            api_key_prefix: String::new(),
+        },
+        E::RevokeKey => AdminOp::RevokeKey { api_key_digest: KeyDigest::of(&call.param(0)) },
+        E::Freeze => {
+            let FreezeRequest { frozen } = call.body()?;
+            AdminOp::Freeze { account_id: call.param(0), frozen }
+        }
+        E::SetAutoRefill => {
+            let AdminAutoRefillRequest { card, enabled, amount_usd } = call.body()?;
+            AdminOp::SetAutoRefill { account_id: call.param(0), enabled, amount_usd, card }
+        }
+        E::SetLimits => {
+            let LimitsRequest { max_groups, max_group_size } = call.body()?;
+            // Read as at most `COUNT_MAX`, a u32's largest.
+            let count = |value: u64| u32::try_from(value).unwrap_or(u32::MAX);
+            AdminOp::SetLimits {
+                account_id: call.param(0),
+                max_groups: max_groups.map(count),
+                max_group_size: max_group_size.map(count),
+            }
+        }
+        E::SetInventory => {
+            let InventoryRequest { available } = call.body()?;
+            AdminOp::SetInventory { available }
+        }
+        E::ConservationReport => return report(call).map(Some),
+        E::State => return Ok(Some(Routed::StateDigest)),
+        _ => return Ok(None),
+    };
+    Ok(Some(Routed::Engine(Command::Admin(op))))
+}
+
+/// `GET /admin/v1/reports/conservation`: its format, period and account from the query.
+fn report(call: &Call) -> Result<Routed, ApiError> {
+    let format = call.query("format").unwrap_or("json").to_string();
+    if !esim_engine::finance_render::FORMATS.contains(&format.as_str()) {
+        return Err(ApiError::validation("format must be json, csv, md or html"));
+    }
+    let period = esim_engine::finance::Period::parse(call.query("from"), call.query("until"))
+        .map_err(|message| ApiError::validation(format!("{message} (in a query, write the + of an offset as %2B)")))?;
+    Ok(Routed::Report { account_id: call.query_string("account_id"), format, period })
+}
+
+/// An endpoint of the sandbox API; `None` for another endpoint.
+fn sandbox(endpoint: Endpoint, call: &Call) -> Result<Option<Routed>, ApiError> {
+    use Endpoint as E;
+    let op = match endpoint {
+        E::Clock => return Ok(Some(Routed::ClockRead)),
         E::AdvanceClock => {
-            let seconds = body.required_decimal("seconds")?;
+            let ClockAdvanceRequest { seconds } = call.body()?;
             if seconds <= Decimal::ZERO || seconds > Decimal::from(CLOCK_ADVANCE_MAX_SECONDS) {
                 return Err(ApiError::validation(format!(
                     "seconds must be above 0 and at most one year ({CLOCK_ADVANCE_MAX_SECONDS})"
                 )));
             }
             let ms = (seconds * Decimal::from(1000)).trunc();
-            Routed::ClockAdvance { ms: ms.to_string().parse().unwrap_or(1).max(1) }
+            return Ok(Some(Routed::ClockAdvance { ms: ms.to_string().parse().unwrap_or(1).max(1) }));
         }
-        E::Install => sandbox(SandboxOp::Install { iccid: param(0) }),
-        E::Usage => sandbox(SandboxOp::Usage {
-            iccid: param(0),
-            mb: body.required_decimal("mb")?,
-            country: body.required_string("country")?,
-            operator: body.string("operator")?,
-        }),
-        E::SetFaults => sandbox(SandboxOp::SetFaults {
-            upstream_pause_fails: body.bool("upstream_pause_fails")?,
-            network_read_fails: body.bool("network_read_fails")?,
-        }),
-    })
+        E::Install => SandboxOp::Install { iccid: call.param(0) },
+        E::Usage => {
+            let UsageRequest { mb, country, operator } = call.body()?;
+            SandboxOp::Usage { iccid: call.param(0), mb, country, operator }
+        }
+        E::SetFaults => {
+            let FaultsRequest { upstream_pause_fails, network_read_fails } = call.body()?;
+            SandboxOp::SetFaults { upstream_pause_fails, network_read_fails }
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(Routed::Engine(Command::Sandbox(op))))
 }
 
 /// A JSON response with the given status and body.
@@ -500,6 +478,29 @@ mod tests {
             .header("authorization", "Bearer rsk_k")
             .body(Bytes::from(body.to_string()))
             .unwrap()
+    }
+
+    /// Every endpoint is routed by the function of its API (none falls through to the
+    /// `unreachable!`), with its path parameters, an empty body and the admin token.
+    #[test]
+    fn every_endpoint_is_routed() {
+        for &endpoint in Endpoint::ALL {
+            let pattern = endpoint.pattern();
+            let path: Vec<&str> =
+                pattern.split('/').map(|segment| if segment.starts_with('{') { "p1" } else { segment }).collect();
+            let uri = routes::full_path(endpoint.api(), &path.join("/"));
+            let request = http::Request::builder()
+                .method(endpoint.method())
+                .uri(&uri)
+                .header("authorization", "Bearer t")
+                .body(Bytes::new())
+                .unwrap();
+            match route(&request, "t", None) {
+                Routed::Reject(error) => assert_eq!(error.code, ErrorCode::ValidationError, "{uri}: {error:?}"),
+                Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi => {}
+                Routed::Accounts { .. } | Routed::Report { .. } | Routed::ClockAdvance { .. } => {}
+            }
+        }
     }
 
     #[test]

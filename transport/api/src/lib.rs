@@ -8,6 +8,8 @@
 //!   shard that answers it), matched exhaustively by [`api`], [`openapi`] and the
 //!   simulation.
 //! - [`api`]: routing, the authentication header, body parsing and validation, rendering.
+//! - [`bodies`]: the request bodies, one type per body, from which [`api`] reads a body
+//!   and [`openapi`] derives its request schema.
 //! - [`service`]: the engine with its clock mode behind that mapping.
 //! - [`admission`]: credentials and the rate limit, decided from the headers before a body
 //!   is read.
@@ -21,6 +23,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod bodies;
 pub mod openapi;
 pub mod routes;
 pub mod secrets;

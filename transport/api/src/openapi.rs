@@ -5,15 +5,18 @@
 //! else; the tests check both ways. Response schemas are derived from the reply types of
 //! `esim_engine::reply` with `schemars`, as they serialize (money as JSON numbers,
 //! timestamps as RFC 3339 strings, nullable fields as `["...", "null"]` types or
-//! `anyOf` with null, `skip_serializing_if` fields not required); request bodies, the
-//! error body and the event names are written here. Error statuses come from
-//! [`ErrorCode::http_status`], so a documented status can never disagree with the code
-//! that produces it. A test drives the real [`crate::Service`] through every operation
+//! `anyOf` with null, `skip_serializing_if` fields not required), with the enums they
+//! write inline named once (`EuiccState`, `EsimStatus`); request bodies from their types
+//! in [`crate::bodies`], as they deserialize (each operation names its body type, which
+//! registers its schema). Error statuses come from [`ErrorCode::http_status`], so a
+//! documented status can never disagree with the code that produces it. A test drives the real [`crate::Service`] through every operation
 //! and validates each answer against this document.
 
+use crate::bodies::*;
 use crate::routes::{Api, Endpoint, RESELLER_BASE};
 use esim_engine::{ErrorCode, EventName};
 use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 
@@ -41,28 +44,28 @@ fn uuid(description: &str) -> Value {
     json!({ "type": "string", "format": "uuid", "description": description })
 }
 
-fn object(description: &str, required: &[&str], properties: Value) -> Value {
-    json!({ "type": "object", "description": description, "required": required, "properties": properties })
-}
-
 const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"];
 
-/// Names a webhook can subscribe to (`*` for all current and future events).
-fn subscribable_events() -> Vec<&'static str> {
-    std::iter::once("*").chain(EventName::SUBSCRIBABLE.iter().map(|event| event.as_str())).collect()
+/// JSON Schema 2020-12 (OpenAPI 3.1's dialect), with the named schemas under
+/// `components/schemas`.
+fn component_settings() -> SchemaSettings {
+    SchemaSettings::draft2020_12().with(|settings| {
+        settings.definitions_path = "/components/schemas".into();
+        settings.meta_schema = None;
+    })
+}
+
+/// The generator of the request body schemas: as the bodies deserialize (an optional
+/// field is not required).
+fn request_generator() -> SchemaGenerator {
+    component_settings().for_deserialize().into_generator()
 }
 
 /// The response schemas, derived from the reply types of the engine (`schemars`, as they
-/// serialize), by the names the operations use.
+/// serialize) and the error body, by the names the operations use.
 fn reply_schemas() -> Map<String, Value> {
     use esim_engine::reply::*;
-    let mut generator = SchemaSettings::draft2020_12()
-        .with(|settings| {
-            settings.definitions_path = "/components/schemas".into();
-            settings.meta_schema = None;
-        })
-        .for_serialize()
-        .into_generator();
+    let mut generator = component_settings().for_serialize().into_generator();
     generator.subschema_for::<ProvisionedEsim>();
     generator.subschema_for::<EsimDetail>();
     generator.subschema_for::<EsimPage>();
@@ -92,7 +95,87 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<ApiKeyCreated>();
     generator.subschema_for::<ApiKeyRevoked>();
     generator.subschema_for::<AutoRefillSettings>();
-    generator.take_definitions(true)
+    generator.subschema_for::<ErrorBody>();
+    let named = [named_enum::<EuiccState>(&mut generator), named_enum::<EsimStatus>(&mut generator)];
+    let mut definitions = generator.take_definitions(true);
+    for (plain, nullable) in named {
+        let name = plain.get("$ref").and_then(Value::as_str).and_then(|to| to.rsplit('/').next());
+        let name = name.expect("a named enum is a $ref to its component");
+        let values = definitions[name]["enum"].clone();
+        for schema in definitions.values_mut() {
+            refer_to_enum(schema, &values, &plain, &nullable);
+        }
+    }
+    definitions
+}
+
+/// The error body of every failure
+#[derive(JsonSchema)]
+#[schemars(rename = "Error")]
+#[allow(dead_code)] // only its schema is used: the engine writes the body from an `ApiError`
+struct ErrorBody {
+    /// Human-readable text
+    error: String,
+    /// Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND
+    code: String,
+    /// Detail
+    message: String,
+}
+
+/// The profile's state on the device, as the network reports it
+#[derive(JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(dead_code)] // only its schema is used; a test pairs them with the engine's
+enum EuiccState {
+    Released,
+    Downloaded,
+    Installed,
+    Enabled,
+}
+
+/// pending until first installed, active, suspended while data is disabled, terminated for good
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // only its schema is used; a test pairs them with the engine's
+enum EsimStatus {
+    Pending,
+    Active,
+    Suspended,
+    Terminated,
+}
+
+/// An enum's `$ref`, and the `anyOf` of that `$ref` and null, as `schemars` writes them.
+fn named_enum<T: JsonSchema>(generator: &mut SchemaGenerator) -> (Value, Value) {
+    (generator.subschema_for::<T>().to_value(), generator.subschema_for::<Option<T>>().to_value())
+}
+
+/// The reply types write some enums inline (`extend("enum" = ...)`), and a generated
+/// client would make one class of each place: a property of `schema` (at any depth)
+/// whose values are exactly `values` (and null, when nullable) refers to the named enum
+/// instead (`plain`, or `nullable`: `anyOf` with null), keeping its own description.
+fn refer_to_enum(schema: &mut Value, values: &Value, plain: &Value, nullable: &Value) {
+    let Some(object) = schema.as_object_mut() else { return };
+    for property in object.get_mut("properties").and_then(Value::as_object_mut).into_iter().flat_map(|p| p.values_mut())
+    {
+        let Some(given) = property.get("enum").and_then(Value::as_array) else {
+            refer_to_enum(property, values, plain, nullable);
+            continue;
+        };
+        let with_null = given.contains(&Value::Null);
+        let given: Vec<&Value> = given.iter().filter(|value| !value.is_null()).collect();
+        if values.as_array().is_some_and(|values| values.iter().eq(given.iter().copied())) {
+            let mut named = if with_null { nullable.clone() } else { plain.clone() };
+            if let Some(description) = property.get("description") {
+                named["description"] = description.clone();
+            }
+            *property = named;
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(inner) = object.get_mut(key) {
+            refer_to_enum(inner, values, plain, nullable);
+        }
+    }
 }
 
 /// The one reply type of the three member changes, narrowed per answer: `status` fixed,
@@ -111,7 +194,9 @@ fn member_change(base: &Value, description: &str, status: &str) -> Value {
     schema
 }
 
-fn schemas() -> Value {
+/// Every component schema: the replies and the error body, the request bodies
+/// (`requests`, as the operations registered them), and the document.
+fn schemas(requests: Map<String, Value>) -> Value {
     let mut all = reply_schemas();
     let change = all.remove("GroupMemberChange").expect("derived above");
     all.insert(
@@ -128,149 +213,21 @@ fn schemas() -> Value {
         member_change(&change, "The eSIM left the group and is standalone at $0", "removed"),
     );
 
-    // Hand-kept: the error body (serialized by hand from an `ApiError`), the event names,
-    // the document itself, and the request bodies (parsed field by field by `api`, with
-    // no Rust type to derive from).
-    let amount_request = |description: &str| {
-        object(
-            description,
-            &["amount"],
-            json!({
-                "amount": {
-                    "type": "number",
-                    "minimum": 0.01,
-                    "maximum": 10000,
-                    "multipleOf": 0.01,
-                    "description": "USD, 0.01 to 10000, at most 2 decimals; taken from the reseller balance",
-                },
-            }),
-        )
-    };
-    let group_settings = json!({
-        "name": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Unique on the account (compared after trimming)" },
-        "low_balance_threshold_usd": { "type": "number", "minimum": 0, "maximum": 10000, "multipleOf": 0.01, "description": "USD, default 10, at most 2 decimals" },
-        "refill_amount_usd": { "type": "number", "minimum": 0.01, "maximum": 10000, "multipleOf": 0.01, "description": "USD, default 25, at most 2 decimals" },
-    });
-    let events = json!({
-        "type": "array",
-        "minItems": 1,
-        "items": schema_ref("WebhookEventName"),
-        "description": "Event names to receive, or [\"*\"] for all current and future events (test needs no subscription)",
-    });
-    let webhook_url = json!({
-        "type": "string",
-        "format": "uri",
-        "maxLength": 2048,
-        "description": "Absolute https:// URL of a public host",
-    });
-    let mut add = |name: &str, schema: Value| {
-        all.insert(name.to_string(), schema);
-    };
-    add(
-        "Error",
-        object(
-            "The error body of every failure",
-            &["error", "code", "message"],
-            json!({
-                "error": string("Human-readable text"),
-                "code": string("Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND"),
-                "message": string("Detail"),
-            }),
-        ),
-    );
-    add(
-        "WebhookEventName",
-        json!({
-            "type": "string",
-            "enum": subscribable_events(),
-            "description": "A subscribable event name, or * for all current and future events",
-        }),
-    );
-    add(
-        "OpenApiDocument",
+    // Hand-kept: the document itself (its fields are OpenAPI's). The request bodies come
+    // from their types (`crate::bodies`).
+    for (name, schema) in requests {
+        if let Some(reply) = all.get(&name) {
+            assert_eq!(reply, &schema, "{name} is derived for replies and requests alike");
+        }
+        all.insert(name, schema);
+    }
+    all.insert(
+        "OpenApiDocument".into(),
         json!({
                 "type": "object",
                 "description": "This OpenAPI 3.1 document",
                 "required": ["openapi", "info", "paths"],
         }),
-    );
-    add(
-        "ProvisionRequest",
-        object(
-            "Optional body of a provisioning",
-            &[],
-            json!({
-                "end_user_reference": { "type": "string", "maxLength": 256, "description": "Your customer or order reference; surfaced in webhook payloads" },
-                "label": { "type": "string", "maxLength": 256, "description": "Human label; surfaced in webhook payloads" },
-                "group_id": uuid("Issue the eSIM into this group; omit for a standalone eSIM"),
-            }),
-        ),
-    );
-    add("ThrottleRequest", object("Speed limit to apply", &["speed"], json!({ "speed": schema_ref("ThrottleSpeed") })));
-    add("FundRequest", amount_request("Amount to move from the reseller balance into the eSIM wallet"));
-    add("GroupFundRequest", amount_request("Amount to move from the reseller balance into the group balance"));
-    add("GroupCreateRequest", object("A new group", &["name"], group_settings.clone()));
-    add(
-        "GroupUpdateRequest",
-        json!({
-                "type": "object",
-                "description": "At least one of the fields",
-                "minProperties": 1,
-                "properties": group_settings,
-        }),
-    );
-    add(
-        "GroupAddEsimRequest",
-        object(
-            "The eSIM to move into the group",
-            &["iccid"],
-            json!({ "iccid": string("ICCID of a standalone eSIM of the account") }),
-        ),
-    );
-    add(
-        "WebhookCreateRequest",
-        object(
-            "A webhook endpoint to register (at most 5 per account)",
-            &["url", "events"],
-            json!({ "url": webhook_url, "events": events }),
-        ),
-    );
-    add(
-        "WebhookUpdateRequest",
-        object(
-            "Fields to change",
-            &[],
-            json!({
-                "url": webhook_url,
-                "events": events,
-                "active": boolean("true re-activates the webhook and resets failure_count to 0"),
-            }),
-        ),
-    );
-    add(
-        "EventResendRequest",
-        object(
-            "Where to send the event again",
-            &["webhook_id"],
-            json!({ "webhook_id": string("One of the account's webhooks (active or not)") }),
-        ),
-    );
-    add(
-        "AutoRefillUpdateRequest",
-        object(
-            "Fields to change (at least one); the saved card is not changed here",
-            &[],
-            json!({
-                "enabled": boolean("true charges the saved card when real spend leaves the balance low"),
-                "amount_usd": {
-                    "type": "number",
-                    "minimum": 10,
-                    "maximum": 1000000,
-                    "multipleOf": 0.01,
-                    "description": "USD charged to the card per refill, at most 2 decimals",
-                },
-            }),
-        ),
     );
     Value::Object(all)
 }
@@ -284,8 +241,9 @@ struct Operation {
     summary: &'static str,
     description: &'static str,
     query: Vec<Value>,
-    /// Request body schema name, and whether the body is required.
-    body: Option<(&'static str, bool)>,
+    /// The request body's schema (registered with the request generator, answering its
+    /// `$ref`), and whether the body is required.
+    body: Option<(fn(&mut SchemaGenerator) -> Schema, bool)>,
     /// (status, schema name, description) of each success.
     success: Vec<(u16, &'static str, &'static str)>,
     /// Errors of this operation with their conditions (statuses from the codes).
@@ -313,8 +271,9 @@ impl Operation {
         self.success.push((status, schema, description));
         self
     }
-    fn body(mut self, schema: &'static str, required: bool) -> Self {
-        self.body = Some((schema, required));
+    /// The request body is a `T` (one of `crate::bodies`).
+    fn body<T: JsonSchema>(mut self, required: bool) -> Self {
+        self.body = Some((SchemaGenerator::subschema_for::<T>, required));
         self
     }
     fn query(mut self, parameters: Vec<Value>) -> Self {
@@ -345,24 +304,44 @@ fn paging_parameters() -> Vec<Value> {
 /// The documented operation of an endpoint; `None` for the admin and sandbox APIs,
 /// which this document (of the reseller API) leaves out.
 fn operation(endpoint: Endpoint) -> Option<Operation> {
-    use ErrorCode::*;
-    const NO_ESIM: (ErrorCode, &str) = (EsimNotFound, "the ICCID is unknown or belongs to another account");
-    const NO_GROUP: (ErrorCode, &str) = (GroupNotFound, "the group is unknown or belongs to another account");
-    const NO_WEBHOOK: (ErrorCode, &str) = (NotFound, "the webhook id is unknown");
-    const TERMINATED: (ErrorCode, &str) = (EsimAlreadyTerminated, "the eSIM is terminated");
-    const FROZEN: (ErrorCode, &str) = (AccountSuspended, "the operator has frozen the account");
-    const RETURN_PENDING: (ErrorCode, &str) =
-        (DefundPending, "a balance return of this eSIM is in progress; retry after it settles");
-    const MOVING: (ErrorCode, &str) = (MovePending, "a move of this eSIM into a group is in progress");
-    const UPSTREAM: (ErrorCode, &str) = (UpstreamError, "data could not be paused upstream; nothing moved");
-    const AMOUNT: (ErrorCode, &str) =
-        (ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+    if matches!(endpoint.api(), Api::Admin | Api::Sandbox) {
+        return None;
+    }
+    let resources = [
+        esim_operation,
+        esim_wallet_operation,
+        group_operation,
+        group_member_operation,
+        account_operation,
+        webhook_operation,
+        event_operation,
+    ];
+    let described = resources.iter().find_map(|describe| describe(endpoint));
+    Some(described.unwrap_or_else(|| unreachable!("{endpoint:?} is described by no resource")))
+}
+
+// Conditions that several operations share.
+const NO_ESIM: (ErrorCode, &str) = (ErrorCode::EsimNotFound, "the ICCID is unknown or belongs to another account");
+const NO_GROUP: (ErrorCode, &str) = (ErrorCode::GroupNotFound, "the group is unknown or belongs to another account");
+const NO_WEBHOOK: (ErrorCode, &str) = (ErrorCode::NotFound, "the webhook id is unknown");
+const TERMINATED: (ErrorCode, &str) = (ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated");
+const FROZEN: (ErrorCode, &str) = (ErrorCode::AccountSuspended, "the operator has frozen the account");
+const RETURN_PENDING: (ErrorCode, &str) =
+    (ErrorCode::DefundPending, "a balance return of this eSIM is in progress; retry after it settles");
+const MOVING: (ErrorCode, &str) = (ErrorCode::MovePending, "a move of this eSIM into a group is in progress");
+const UPSTREAM: (ErrorCode, &str) = (ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved");
+const AMOUNT: (ErrorCode, &str) =
+    (ErrorCode::ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+
+/// `/esim/...`; `None` for another endpoint.
+fn esim_operation(endpoint: Endpoint) -> Option<Operation> {
     use Endpoint as E;
+    use ErrorCode::*;
     Some(match endpoint {
         E::ProvisionEsim => Operation::new("provisionEsim", "eSIMs", "Provision an eSIM")
             .describe("Deducts the 1.75 USD fee from the reseller balance. A standalone eSIM starts with a $0 wallet; with group_id it is issued into that group. Emits esim.provisioned.")
             .ok(201, "ProvisionedEsim", "The new eSIM with its installation details")
-            .body("ProvisionRequest", false)
+            .body::<ProvisionRequest>(false)
             .errors(&[
                 (ValidationError, "a malformed body, or end_user_reference or label longer than 256 characters"),
                 (InsufficientBalance, "the reseller balance is below the 1.75 fee"),
@@ -410,12 +389,21 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .errors(&[(EsimAlreadyTerminated, "the eSIM is already terminated"), NO_ESIM]),
         E::ThrottleEsim => Operation::new("throttleEsim", "eSIMs", "Throttle speed")
             .ok(200, "Throttled", "The speed limit is applied")
-            .body("ThrottleRequest", true)
+            .body::<ThrottleRequest>(true)
             .errors(&[(ValidationError, "speed is missing or not an accepted value"), TERMINATED, NO_ESIM]),
+        _ => return None,
+    })
+}
+
+/// `/esim/{iccid}/fund` and `/defund`: the eSIM wallet; `None` for another endpoint.
+fn esim_wallet_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::FundEsim => Operation::new("fundEsim", "eSIMs", "Fund the eSIM wallet")
             .describe("Moves the amount from the reseller balance into the eSIM wallet; data can be used at once. Usage reporting pauses for about 15 minutes after every fund.")
             .ok(200, "Funded", "The wallet is funded")
-            .body("FundRequest", true)
+            .body::<FundRequest>(true)
             .errors(&[
                 AMOUNT,
                 TERMINATED,
@@ -439,13 +427,22 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 (EsimInGroup, "the eSIM is a group member; defund the group instead"),
                 UPSTREAM,
             ]),
+        _ => return None,
+    })
+}
+
+/// `/groups/...`; `None` for another endpoint.
+fn group_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListGroups => {
             Operation::new("listGroups", "Groups", "List groups").ok(200, "GroupList", "The groups, newest first")
         }
         E::CreateGroup => Operation::new("createGroup", "Groups", "Create a group")
             .describe("A new group starts with a $0 balance. Groups cannot be deleted; rename one to reuse it.")
             .ok(201, "Group", "The new group")
-            .body("GroupCreateRequest", true)
+            .body::<GroupCreateRequest>(true)
             .errors(&[
                 (ValidationError, "name missing or not 1 to 100 characters, or an amount out of bounds"),
                 (GroupNameTaken, "a group of the account already has this name"),
@@ -456,7 +453,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         }
         E::UpdateGroup => Operation::new("updateGroup", "Groups", "Rename a group or change its thresholds")
             .ok(200, "Group", "The updated group")
-            .body("GroupUpdateRequest", true)
+            .body::<GroupUpdateRequest>(true)
             .errors(&[
                 (ValidationError, "no field given, name not 1 to 100 characters, or an amount out of bounds"),
                 NO_GROUP,
@@ -465,7 +462,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::FundGroup => Operation::new("fundGroup", "Groups", "Fund a group")
             .describe("Moves the amount from the reseller balance into the group balance and re-arms group.balance_low. Emits group.funded.")
             .ok(200, "GroupFunded", "The group is funded")
-            .body("GroupFundRequest", true)
+            .body::<GroupFundRequest>(true)
             .errors(&[
                 AMOUNT,
                 (InsufficientBalance, "the reseller balance is below the amount"),
@@ -482,6 +479,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 (GroupDefundPending, "a group balance return is already in progress"),
                 UPSTREAM,
             ]),
+        _ => return None,
+    })
+}
+
+/// `/groups/{id}/esims...`: the members of a group; `None` for another endpoint.
+fn group_member_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListGroupEsims => Operation::new("listGroupEsims", "Groups", "List the members of a group")
             .ok(200, "GroupMembers", "A page of members")
             .query(paging_parameters())
@@ -490,7 +496,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("An eSIM without balance joins at once (200). An eSIM holding a balance answers 202 move_pending: its data pauses, the balance returns to the reseller balance and it joins when upstream reporting settles. Emits esim.group_assigned when it joins.")
             .ok(200, "GroupMemberAssigned", "The eSIM is a member")
             .ok(202, "GroupMovePending", "The move is under way")
-            .body("GroupAddEsimRequest", true)
+            .body::<GroupAddEsimRequest>(true)
             .errors(&[
                 (ValidationError, "iccid is missing"),
                 TERMINATED,
@@ -508,6 +514,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 .ok(200, "GroupMemberRemoved", "The eSIM is standalone")
                 .errors(&[NO_GROUP, (EsimNotFound, "the ICCID is unknown or not a member of this group")])
         }
+        _ => return None,
+    })
+}
+
+/// The account, its balance, rates, API keys and auto-refill, and this document; `None` for another endpoint.
+fn account_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::WalletBalance => {
             Operation::new("getWalletBalance", "Account", "Get the reseller balance").ok(200, "WalletBalance", "The balance")
         }
@@ -519,12 +534,46 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
                 query_parameter("continent", json!({ "type": "string" }), "Continent name or slug (case-insensitive)"),
             ]),
         E::Account => Operation::new("getAccount", "Account", "Get the account").ok(200, "Account", "The account"),
+        E::ListApiKeys => Operation::new("listApiKeys", "Account", "List API keys")
+            .describe("The account's active API keys, oldest first (then by id), by id, prefix (the first 12 characters) and creation time; never a key. current marks the key of this request.")
+            .ok(200, "ApiKeyList", "The active keys"),
+        E::CreateApiKey => Operation::new("createApiKey", "Account", "Create an API key")
+            .describe("A new key for this account, shown only in this answer (an Idempotency-Key replay answers api_key null: only the key's digest is kept). At most 20 active keys.")
+            .ok(201, "ApiKeyCreated", "The new key")
+            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys")]),
+        E::RevokeApiKey => Operation::new("revokeApiKey", "Account", "Revoke an API key")
+            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not.")
+            .ok(200, "ApiKeyRevoked", "The key is revoked")
+            .errors(&[
+                (NotFound, "no active key of this account has that id"),
+                (LastApiKey, "the key is the account's last active key"),
+            ]),
+        E::GetAutoRefill => Operation::new("getAutoRefill", "Account", "Get the auto-refill settings")
+            .describe("Auto-refill charges the saved card when real spend (a provisioning fee, or a low group the balance cannot cover) leaves the reseller balance low; at most 10 charges in 24 hours, and a failed charge switches it off.")
+            .ok(200, "AutoRefillSettings", "The settings"),
+        E::UpdateAutoRefill => Operation::new("updateAutoRefill", "Account", "Change the auto-refill settings")
+            .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
+            .ok(200, "AutoRefillSettings", "The settings as they now are")
+            .body::<AutoRefillUpdateRequest>(true)
+            .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
+        E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
+            .describe("Public: needs no API key.")
+            .ok(200, "OpenApiDocument", "The document"),
+        _ => return None,
+    })
+}
+
+/// `/webhooks/...`; `None` for another endpoint.
+fn webhook_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListWebhooks => Operation::new("listWebhooks", "Webhooks", "List webhooks")
             .ok(200, "WebhookList", "The webhooks and the subscribable events"),
         E::CreateWebhook => Operation::new("createWebhook", "Webhooks", "Register a webhook")
             .describe("The signing secret is returned only here.")
             .ok(201, "WebhookWithSecret", "The webhook with its signing secret")
-            .body("WebhookCreateRequest", true)
+            .body::<WebhookCreateRequest>(true)
             .errors(&[
                 (ValidationError, "url not an absolute https:// URL of a public host, or events empty or naming an unknown event"),
                 (WebhookLimitReached, "the account already has 5 webhooks"),
@@ -535,7 +584,7 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::UpdateWebhook => Operation::new("updateWebhook", "Webhooks", "Update a webhook")
             .describe("Setting active to true resets failure_count to 0.")
             .ok(200, "Webhook", "The updated webhook")
-            .body("WebhookUpdateRequest", false)
+            .body::<WebhookUpdateRequest>(false)
             .errors(&[(ValidationError, "an invalid url or events, or a field of the wrong type"), NO_WEBHOOK]),
         E::DeleteWebhook => Operation::new("deleteWebhook", "Webhooks", "Delete a webhook")
             .ok(200, "Success", "The webhook is deleted")
@@ -548,6 +597,24 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Returns a new signing secret, shown only here. For 24 hours deliveries carry two signatures in webhook-signature (the new and the previous secret); X-Service-Signature uses the new secret at once.")
             .ok(200, "WebhookWithSecret", "The webhook with its new signing secret")
             .errors(&[NO_WEBHOOK]),
+        E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
+            .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
+            .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
+            .query(
+                std::iter::once(query_parameter("event_id", json!({ "type": "string" }), "Only the attempts of this event"))
+                    .chain(paging_parameters())
+                    .collect(),
+            )
+            .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_WEBHOOK]),
+        _ => return None,
+    })
+}
+
+/// `/events/...`; `None` for another endpoint.
+fn event_operation(endpoint: Endpoint) -> Option<Operation> {
+    use Endpoint as E;
+    use ErrorCode::*;
+    Some(match endpoint {
         E::ListEvents => Operation::new("listEvents", "Events", "List events")
             .describe("The account's events of the last 30 days, newest first, each exactly as it was delivered to webhooks (whether or not a webhook was subscribed). Test events are not listed.")
             .ok(200, "EventPage", "A page of events")
@@ -572,64 +639,15 @@ fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("The event exactly as it was delivered (the same bytes), for 30 days after it was created.")
             .ok(200, "EventEnvelope", "The event")
             .errors(&[(NotFound, "the event id is unknown, expired, or of another account")]),
-        E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
-            .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
-            .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
-            .query(
-                std::iter::once(query_parameter("event_id", json!({ "type": "string" }), "Only the attempts of this event"))
-                    .chain(paging_parameters())
-                    .collect(),
-            )
-            .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_WEBHOOK]),
         E::ResendEvent => Operation::new("resendEvent", "Events", "Resend an event to a webhook")
             .describe("Sends the event again, byte for byte and with the same id, to one of the account's webhooks (active or not, subscribed or not), at once and once: a manual resend is not retried and does not count in failure_count. The attempt shows in the webhook's delivery log.")
             .ok(202, "ResendAccepted", "The event is on its way")
-            .body("EventResendRequest", true)
+            .body::<EventResendRequest>(true)
             .errors(&[
                 (ValidationError, "webhook_id is missing or not a string"),
                 (NotFound, "the event id is unknown, expired or of another account, or the webhook id is unknown"),
             ]),
-        E::ListApiKeys => Operation::new("listApiKeys", "Account", "List API keys")
-            .describe("The account's active API keys, oldest first (then by id), by id, prefix (the first 12 characters) and creation time; never a key. current marks the key of this request.")
-            .ok(200, "ApiKeyList", "The active keys"),
-        E::CreateApiKey => Operation::new("createApiKey", "Account", "Create an API key")
-            .describe("A new key for this account, shown only in this answer (an Idempotency-Key replay answers api_key null: only the key's digest is kept). At most 20 active keys.")
-            .ok(201, "ApiKeyCreated", "The new key")
-            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys")]),
-        E::RevokeApiKey => Operation::new("revokeApiKey", "Account", "Revoke an API key")
-            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not.")
-            .ok(200, "ApiKeyRevoked", "The key is revoked")
-            .errors(&[
-                (NotFound, "no active key of this account has that id"),
-                (LastApiKey, "the key is the account's last active key"),
-            ]),
-        E::GetAutoRefill => Operation::new("getAutoRefill", "Account", "Get the auto-refill settings")
-            .describe("Auto-refill charges the saved card when real spend (a provisioning fee, or a low group the balance cannot cover) leaves the reseller balance low; at most 10 charges in 24 hours, and a failed charge switches it off.")
-            .ok(200, "AutoRefillSettings", "The settings"),
-        E::UpdateAutoRefill => Operation::new("updateAutoRefill", "Account", "Change the auto-refill settings")
-            .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
-            .ok(200, "AutoRefillSettings", "The settings as they now are")
-            .body("AutoRefillUpdateRequest", true)
-            .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
-        E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
-            .describe("Public: needs no API key.")
-            .ok(200, "OpenApiDocument", "The document"),
-        E::CreateAccount
-        | E::ListAccounts
-        | E::TopUp
-        | E::CreateKey
-        | E::RevokeKey
-        | E::Freeze
-        | E::SetAutoRefill
-        | E::SetLimits
-        | E::SetInventory
-        | E::ConservationReport
-        | E::State
-        | E::Clock
-        | E::AdvanceClock
-        | E::Install
-        | E::Usage
-        | E::SetFaults => return None,
+        _ => return None,
     })
 }
 
@@ -697,7 +715,7 @@ fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
         .collect()
 }
 
-fn build_operation(endpoint: Endpoint, op: Operation) -> Value {
+fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGenerator) -> Value {
     let keyed = endpoint.api() == Api::Reseller;
     let write = endpoint.method() != "GET";
     let mut parameters = path_parameters(endpoint.pattern());
@@ -738,8 +756,9 @@ fn build_operation(endpoint: Endpoint, op: Operation) -> Value {
     if !op.description.is_empty() {
         value["description"] = json!(op.description);
     }
-    if let Some((schema, required)) = op.body {
-        value["requestBody"] = json!({ "required": required, "content": json_content(schema) });
+    if let Some((schema_of, required)) = op.body {
+        let schema = schema_of(requests);
+        value["requestBody"] = json!({ "required": required, "content": { "application/json": { "schema": schema } } });
     }
     if !keyed {
         value["security"] = json!([]);
@@ -1139,14 +1158,17 @@ fn path_parameters_of(path: &str) -> Vec<&str> {
 
 fn build() -> Value {
     let mut paths = Map::new();
+    let mut requests = request_generator();
     for &endpoint in Endpoint::ALL {
         let Some(op) = operation(endpoint) else { continue };
         // Relative to the server's URL (the spec's base), as client generators expect.
         let item = paths.entry(endpoint.pattern().to_string()).or_insert_with(|| json!({}));
-        item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op);
+        item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op, &mut requests);
     }
     add_links(&mut paths);
-    let Value::Object(mut schemas) = schemas() else { unreachable!("the schemas are an object") };
+    let Value::Object(mut schemas) = schemas(requests.take_definitions(true)) else {
+        unreachable!("the schemas are an object")
+    };
     for name in delivered_events() {
         schemas.insert(envelope_schema_name(name), event_envelope(name));
     }
@@ -1210,6 +1232,34 @@ mod tests {
         assert_eq!(schemas["FundRequest"]["properties"]["amount"]["multipleOf"], json!(0.01));
         assert_eq!(schemas["GroupFundRequest"]["properties"]["amount"]["multipleOf"], json!(0.01));
         assert!(document().contains("\n  \"openapi\""), "pretty-printed");
+    }
+
+    /// A nullable enum is one named enum in `anyOf` with null (one class in a generated
+    /// client, not one per field), and the named enums write the engine's values.
+    #[test]
+    fn enums_are_named_once_and_nullable_ones_refer_to_them() {
+        let doc = parsed();
+        let mut values = Vec::new();
+        walk(&doc["components"]["schemas"], String::new(), &mut values);
+        for (at, value) in &values {
+            let inline = value.get("enum").and_then(Value::as_array);
+            assert!(!inline.is_some_and(|options| options.contains(&Value::Null)), "{at}: an inline nullable enum");
+        }
+        let schemas = &doc["components"]["schemas"];
+        let nullable = json!([{ "$ref": "#/components/schemas/EuiccState" }, { "type": "null" }]);
+        assert_eq!(schemas["EsimItem"]["properties"]["euicc_state"]["anyOf"], nullable);
+        assert_eq!(schemas["EsimDetail"]["properties"]["euicc_state"]["anyOf"], nullable);
+        assert_eq!(schemas["ProvisionedEsim"]["properties"]["euicc_state"]["$ref"], "#/components/schemas/EuiccState");
+        assert_eq!(schemas["EsimItem"]["properties"]["status"]["$ref"], "#/components/schemas/EsimStatus");
+        use esim_engine::state::{EsimStatus as Status, EuiccState as Euicc};
+        // Exhaustive: a new engine state fails to compile here until it is named above.
+        let euicc = |state: Euicc| match state {
+            Euicc::Released | Euicc::Downloaded | Euicc::Installed | Euicc::Enabled => json!(state.as_str()),
+        };
+        let engine = [Euicc::Released, Euicc::Downloaded, Euicc::Installed, Euicc::Enabled].map(euicc);
+        assert_eq!(schemas["EuiccState"]["enum"], json!(engine));
+        let statuses: Vec<&str> = Status::ALL.iter().map(|status| status.as_str()).collect();
+        assert_eq!(schemas["EsimStatus"]["enum"], json!(statuses));
     }
 
     #[test]
