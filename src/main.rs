@@ -540,7 +540,7 @@ fn shown_duration(ms: i64) -> String {
     match minutes {
         0..=119 => format!("{minutes} min"),
         120..=2879 => format!("{} h", minutes / 60),
-        _ => format!("{} days", minutes / 1_440),
+        _ => format!("{} days {} h", minutes / 1_440, minutes % 1_440 / 60),
     }
 }
 
