@@ -231,8 +231,8 @@ async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
 /// 503 with Retry-After and Connection: close, the epoch does not move, and the owner
 /// still acknowledges. Without a credential it answers 401 or 404, never the owner's
 /// detail (the operator's, behind the admin token). A third node with a wrong or a
-/// missing key file refuses to start. A graceful stop gives the lease back: the standby takes over
-/// with every acknowledged change and the digest of `esim replay --store`.
+/// missing key file refuses to start. A graceful stop gives the lease back: the standby
+/// takes over with every acknowledged change and the digest of `esim replay --store`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     const LEASE_MS: u64 = 1_000;
