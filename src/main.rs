@@ -62,7 +62,8 @@ Operator endpoints (on the same listener, never rate-limited):
   GET /readyz    200 when recovered, the journal takes writes and the request queue has
                  room; else 503 with the reason in the error body (a standby of a
                  PostgreSQL store: `standby: …`, and every API request answers 503 with
-                 Retry-After until it takes the shard over)
+                 Retry-After until it takes the shard over; without a credential it
+                 answers only /healthz and /readyz, its detail only to the admin token)
   GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
 
 #[derive(Subcommand)]
@@ -300,7 +301,8 @@ struct ServeArgs {
     lease_ms: u64,
     /// With `--store`: take the shard even while another process's lease is live (a
     /// planned switch-over; the other process is fenced at its next append or renewal).
-    /// Without it, such a start becomes a standby.
+    /// Without it, such a start becomes a standby. Refused (nothing taken) when this
+    /// process could not serve the shard: its key file does not open the sealed secrets.
     #[arg(long, env = "ESIM_TAKE_OVER", value_parser = clap::builder::FalseyValueParser::new())]
     take_over: bool,
     /// `virtual`: time moves only through POST /sandbox/v1/clock/advance.
@@ -323,8 +325,10 @@ struct ServeArgs {
     #[arg(long, env = "ESIM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// The 256-bit key that seals webhook signing secrets at rest; kept outside the data
-    /// dir (a copy of the data dir then reveals no secret). Made, mode 0600, on first
-    /// start. Default: $XDG_CONFIG_HOME/esim/secret-key, else ~/.config/esim/secret-key.
+    /// dir (a copy of the data dir then reveals no secret). Made, mode 0600, by a start
+    /// that holds no sealed secret yet, once its other checks have passed; never by a
+    /// standby, which needs the owner's key file. A file its group or others may read is
+    /// refused. Default: $XDG_CONFIG_HOME/esim/secret-key, else ~/.config/esim/secret-key.
     /// A data dir must always be served with the key file it was made with.
     #[arg(long, env = "ESIM_SECRET_KEY_FILE")]
     secret_key_file: Option<PathBuf>,
@@ -506,6 +510,33 @@ fn serve_check(key: Arc<SealingKey>, path: PathBuf) -> standby::ServeCheck {
     Arc::new(move |engine: &Engine| opens_every_secret(&key, &path, engine))
 }
 
+/// With `--take-over`, the store's state (shard `shard`, else the one shard) is read
+/// and checked before its lease is taken: taking a live owner's lease fences it for
+/// good, so a process that could not serve the state must not take it. (Without the
+/// flag only a lease that has run out is taken; a failed check gives it back at once.)
+fn check_before_taking(
+    args: &ServeArgs,
+    keys: &KeyFile,
+    clock: ClockMode,
+    url: &str,
+    shard: Option<u32>,
+) -> Result<(), String> {
+    if !args.take_over {
+        return Ok(());
+    }
+    let (what, shard) = match shard {
+        Some(shard) => (format!("shard {shard}"), shard as i32),
+        None => ("the store".to_string(), store_pg::SHARD),
+    };
+    let (recovery, _) = store_pg::read_only_shard(url, shard, None).map_err(|e| format!("{what}: {e}"))?;
+    if let Some(engine) = &recovery.engine {
+        let refused = |why: String| format!("--take-over refused: this process cannot serve {what}: {why}");
+        keys.check(engine, &what).map_err(refused)?;
+        check_time_ahead(args, clock, engine, &what).map_err(refused)?;
+    }
+    Ok(())
+}
+
 /// How far a recovered state's service time may be ahead of the wall clock at a start
 /// on it (a host clock stepped back a little, NTP) before the start is refused.
 const TIME_AHEAD_TOLERANCE_MS: i64 = 5 * 60 * 1000;
@@ -619,6 +650,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Some(url) => {
             let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };
             let policy = SnapshotPolicy::default();
+            check_before_taking(&args, &keys, clock, url, None)?;
             // The line comes once the shard is taken (as without a store), or at once
             // for a standby, which answers from then on.
             match PgStore::open_with(url, &fresh, policy, options).map_err(|e| e.to_string())? {
@@ -652,10 +684,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::warn!("recovery: {note}");
     }
     if let Some(engine) = &recovery.engine {
-        keys.check(engine, "this data dir")?;
+        let what = if args.store.is_some() { "the store" } else { "this data dir" };
+        keys.check(engine, what)?;
         if !said {
             // A shard taken over continues its owner's time, whatever this host's clock.
-            check_time_ahead(&args, clock, engine, "this data dir")?;
+            check_time_ahead(&args, clock, engine, what)?;
         }
     }
     // Every check has passed: from here on the start writes.
@@ -959,6 +992,7 @@ fn serve_store_shards(
     let mut taken = Vec::with_capacity(own.len());
     let mut replayed = (0, 0);
     for &shard in &own {
+        check_before_taking(&args, &keys, clock, &url, Some(shard))?;
         let (store, recovery) = take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
             .map_err(|e| format!("shard {shard}: {e}"))?;
         if let Some(engine) = &recovery.engine {

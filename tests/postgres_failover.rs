@@ -312,6 +312,17 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
         assert!(log.contains("this process cannot be the store's standby"), "{log}");
     }
     assert!(!missing.exists(), "no key file made by the refused start");
+    // Nor does it take the live owner's lease with --take-over (that would fence it).
+    let mut node = pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string()).arg("--take-over");
+    node.key_file = wrong.clone();
+    let mut child = node.command().spawn().unwrap();
+    let exit = process::wait_timeout(&mut child, Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log_of(&third);
+    assert!(!exit.expect("refused within 20 s").success(), "{log}");
+    assert!(log.contains("--take-over refused: this process cannot serve the store"), "{log}");
+    assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), epoch, "the owner is not fenced");
     remove_dirs(&[third.clone()]);
     let _ = std::fs::remove_file(&wrong);
     let wallet_before = a.api("GET", "/wallet/balance", &key, None).await.body;

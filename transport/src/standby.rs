@@ -3,10 +3,15 @@
 //! `esim serve --store URL` started while another process holds shard 0 with a live
 //! lease becomes a standby ([`follow`]):
 //!
-//! - It binds its listener at once and answers every API request 503
+//! - It first loads the shard's state and checks that it could serve it (the secret key
+//!   file opens every sealed secret, [`ServeCheck`]); else the start fails. It checks
+//!   again before it takes the shard over, and after catching up, and never takes (or
+//!   at once gives back) a shard it could not serve.
+//! - It binds its listener at once and answers every API request with a credential 503
 //!   `SERVICE_UNAVAILABLE` with `Retry-After` and `Connection: close` (a client tries the
 //!   other node, with the same `Idempotency-Key`); `GET /healthz` is 200, `GET /readyz`
-//!   503 with the reason (standby, whom it follows, how far it is).
+//!   503 saying it is a standby. Without a credential it answers nothing else (401 on an
+//!   API's path, 404 elsewhere); whom it follows and how far only to the admin token.
 //! - It follows the journal: it LISTENs on the shard's channel, which every append's
 //!   transaction notifies, and polls every [`POLL_INTERVAL_MAX`] (or a quarter of the
 //!   lease, when shorter) in case a notification is missed. New entries go through
