@@ -611,6 +611,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut lock = None;
     let listener = match &args.store {
         Some(url) => {
+            // Bound at once: a standby answers on it (503) and keeps it when it takes
+            // over (decision 148); a busy port ends the start before the store is touched.
+            let listener = bind(&runtime)?;
             let shards = store_pg::prepare_shards(url, args.shards, fresh.config.initial_inventory)
                 .map_err(|e| e.to_string())?;
             let only_shard_0 = args.own_shards.as_ref().is_none_or(|own| own.iter().all(|&k| k == 0));
@@ -621,11 +624,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
             if shards > 1 || !only_shard_0 || args.standby_shards.is_some() {
                 let sharded = Sharded { shards, new: false, clock, fresh, speed };
-                return serve_store_shards(args, sharded, keys, runtime, shutdown);
+                return serve_store_shards(args, sharded, (keys, listener), runtime, shutdown);
             }
-            // Bound at once: a standby answers on it (503) and keeps it when it takes
-            // over (decision 148).
-            bind(&runtime)?
+            listener
         }
         None => {
             if args.own_shards.is_some() || args.advertise_url.is_some() || args.standby_shards.is_some() {
@@ -975,16 +976,13 @@ fn advertise_url(asked: Option<&str>, bound: std::net::SocketAddr) -> Result<Str
 fn serve_store_shards(
     args: ServeArgs,
     sharded: Sharded,
-    mut keys: KeyFile,
+    (mut keys, listener): (KeyFile, tokio::net::TcpListener),
     runtime: tokio::runtime::Runtime,
     shutdown: std::pin::Pin<Box<impl std::future::Future<Output = ()>>>,
 ) -> Result<(), String> {
     let Sharded { shards, clock, fresh, speed, .. } = sharded;
     let url = args.store.clone().expect("called with a store");
     let (own, standby) = node_shards(&args, shards)?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(&args.listen))
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let address = advertise_url(args.advertise_url.as_deref(), bound)?;
     let options = StoreOptions { lease: Duration::from_millis(args.lease_ms), take_over: args.take_over };

@@ -157,7 +157,10 @@ fn store_error(what: &str, error: impl std::fmt::Display) -> String {
 impl Follower {
     /// `check` on the state followed so far (nothing to check before the first entry).
     fn check_with(&self, check: &ServeCheck) -> Result<(), String> {
-        self.engine.as_ref().map_or(Ok(()), |engine| check(engine))
+        match &self.engine {
+            Some(engine) => check(engine),
+            None => Ok(()),
+        }
     }
 
     /// Connects (again) when needed; the first connection also loads the state.
