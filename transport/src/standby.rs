@@ -496,23 +496,13 @@ async fn follow_until_taken(
                 continue;
             }
         };
-        // The lease renewal starts at once, before the catch-up.
-        let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
-        let mut store =
-            PgStore::resume_shard(follower.config.clone(), shard, epoch, header, head as u64, policy, lease);
-        catch_up_taken(&mut follower, (epoch, head), began, lease).await?;
-        if let Err(why) = follower.check_with(&check) {
-            // Entries of the old owner's last moments hold a secret this process cannot
-            // open: the lease goes back at once (dropping the store), for another node.
-            let _ = tokio::task::spawn_blocking(move || drop(store)).await;
-            decline(shard, &why, &mut declined, status);
-            continue;
-        }
-        let newest = match follower.connected().await {
-            Ok(client) => store_pg::newest_snapshot_ms_of(client, shard).await.unwrap_or(None),
-            Err(_) => None,
+        let store = match complete_takeover(&mut follower, &check, (epoch, head), (began, lease), policy).await? {
+            Ok(store) => store,
+            Err(why) => {
+                decline(shard, &why, &mut declined, status);
+                continue;
+            }
         };
-        store.set_snapshot_progress(follower.replayed, newest);
         let took_ms = began.elapsed().as_millis() as u64;
         tracing::info!(
             shard, epoch, head, took_ms, previous_owner = %owner.owner, previous_epoch = owner.epoch,
@@ -536,6 +526,33 @@ fn decline(shard: i32, why: &str, declined: &mut Option<String>, status: Option<
         *status.lock().unwrap_or_else(|p| p.into_inner()) =
             format!("standby: cannot serve shard {shard}, so it does not take it over: {why}");
     }
+}
+
+/// After the conditional update took the shard at `epoch`: the lease renewal starts at
+/// once, the follower catches up to `head`, and the state is checked again. `Ok(Err)`
+/// when the check fails (the old owner's last entries hold a secret this process cannot
+/// open): the lease is given back at once (dropping the store), for another node.
+async fn complete_takeover(
+    follower: &mut Follower,
+    check: &ServeCheck,
+    (epoch, head): (i64, i64),
+    (began, lease): (Instant, Duration),
+    policy: SnapshotPolicy,
+) -> Result<Result<PgStore, String>, JournalError> {
+    let shard = follower.shard;
+    let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
+    let mut store = PgStore::resume_shard(follower.config.clone(), shard, epoch, header, head as u64, policy, lease);
+    catch_up_taken(follower, (epoch, head), began, lease).await?;
+    if let Err(why) = follower.check_with(check) {
+        let _ = tokio::task::spawn_blocking(move || drop(store)).await;
+        return Ok(Err(why));
+    }
+    let newest = match follower.connected().await {
+        Ok(client) => store_pg::newest_snapshot_ms_of(client, shard).await.unwrap_or(None),
+        Err(_) => None,
+    };
+    store.set_snapshot_progress(follower.replayed, newest);
+    Ok(Ok(store))
 }
 
 /// After a takeover at `epoch`: the follower applies every entry up to `head`, trying
