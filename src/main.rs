@@ -62,7 +62,8 @@ Operator endpoints (on the same listener, never rate-limited):
   GET /readyz    200 when recovered, the journal takes writes and the request queue has
                  room; else 503 with the reason in the error body (a standby of a
                  PostgreSQL store: `standby: …`, and every API request answers 503 with
-                 Retry-After until it takes the shard over)
+                 Retry-After until it takes the shard over; without a credential it
+                 answers only /healthz and /readyz, its detail only to the admin token)
   GET /metrics   Prometheus text format; needs the admin token (Authorization: Bearer)";
 
 #[derive(Subcommand)]
@@ -331,7 +332,8 @@ struct ServeArgs {
     append_deadline_ms: u64,
     /// With `--store`: take the shard even while another process's lease is live (a
     /// planned switch-over; the other process is fenced at its next append or renewal).
-    /// Without it, such a start becomes a standby.
+    /// Without it, such a start becomes a standby. Refused (nothing taken) when this
+    /// process could not serve the shard: its key file does not open the sealed secrets.
     #[arg(long, env = "ESIM_TAKE_OVER", value_parser = clap::builder::FalseyValueParser::new())]
     take_over: bool,
     /// `virtual`: time moves only through POST /sandbox/v1/clock/advance.
@@ -341,6 +343,12 @@ struct ServeArgs {
     /// refused with `--clock virtual`, where only clock/advance moves time).
     #[arg(long, env = "ESIM_SPEED", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     speed: Option<u32>,
+    /// Start on the wall clock even when the state's last service time is more than 5
+    /// minutes ahead of it (made on the virtual clock, or at a higher speed): service
+    /// time then continues from there, that far ahead for good. Without it such a start
+    /// is refused, naming both times.
+    #[arg(long, env = "ESIM_ALLOW_TIME_AHEAD", value_parser = clap::builder::FalseyValueParser::new())]
+    allow_time_ahead: bool,
     /// Seed of the engine's randomness on a new data dir (default: from the OS).
     #[arg(long, env = "ESIM_SEED")]
     seed: Option<u64>,
@@ -348,8 +356,10 @@ struct ServeArgs {
     #[arg(long, env = "ESIM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// The 256-bit key that seals webhook signing secrets at rest; kept outside the data
-    /// dir (a copy of the data dir then reveals no secret). Made, mode 0600, on first
-    /// start. Default: $XDG_CONFIG_HOME/esim/secret-key, else ~/.config/esim/secret-key.
+    /// dir (a copy of the data dir then reveals no secret). Made, mode 0600, by a start
+    /// that holds no sealed secret yet, once its other checks have passed; never by a
+    /// standby, which needs the owner's key file. A file its group or others may read is
+    /// refused. Default: $XDG_CONFIG_HOME/esim/secret-key, else ~/.config/esim/secret-key.
     /// A data dir must always be served with the key file it was made with.
     #[arg(long, env = "ESIM_SECRET_KEY_FILE")]
     secret_key_file: Option<PathBuf>,
@@ -430,42 +440,176 @@ fn write_admin_token(dir: &Path, token: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// The sealing key of this start: the key file named, or the default one (made on first
-/// start); it must open every signing secret the data dir holds.
-fn sealing_key(args: &ServeArgs, engine: Option<&Engine>) -> Result<Arc<SealingKey>, String> {
-    let path = match &args.secret_key_file {
-        Some(path) => path.clone(),
-        None => secrets::default_key_file().ok_or(
-            "no place for the secret key file: set --secret-key-file or ESIM_SECRET_KEY_FILE (HOME is not set)",
-        )?,
-    };
-    if path.starts_with(&args.data_dir) {
-        tracing::warn!(
-            "the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
-            path.display()
-        );
-    }
-    let (key, created) = SealingKey::load_or_create(&path)?;
-    if created {
-        tracing::info!(
-            "made a new secret key file {} (key id {}); keep it apart from the data dir",
-            path.display(),
-            key.key_id()
-        );
-    }
-    for webhook in engine.map(|e| e.webhooks()).unwrap_or_default() {
-        if let Err(why) = key.open(&webhook.signing_secret) {
-            return Err(format!(
-                "the secret key file {} does not open the signing secret of webhook {} ({why}); \
-                 serve this data dir with the key file it was made with (--secret-key-file)",
-                path.display(),
-                webhook.id
-            ));
-        }
-    }
-    Ok(Arc::new(key))
+/// This start's secret key file (the one named, or the default): read at once, made
+/// only once every check of the start has passed (a start that fails leaves none
+/// behind), and checked against every state the start is to serve.
+struct KeyFile {
+    path: PathBuf,
+    /// `None` while the file does not exist.
+    key: Option<Arc<SealingKey>>,
 }
 
+impl KeyFile {
+    /// Reads the key file when it exists; one its group or others may read is refused.
+    fn open(args: &ServeArgs) -> Result<KeyFile, String> {
+        let path = match &args.secret_key_file {
+            Some(path) => path.clone(),
+            None => secrets::default_key_file().ok_or(
+                "no place for the secret key file: set --secret-key-file or ESIM_SECRET_KEY_FILE (HOME is not set)",
+            )?,
+        };
+        if path.starts_with(&args.data_dir) {
+            tracing::warn!(
+                "the secret key file {} is inside the data dir: a copy of the data dir then holds the key",
+                path.display()
+            );
+        }
+        let key = SealingKey::load(&path)?.map(Arc::new);
+        Ok(KeyFile { path, key })
+    }
+
+    /// The key opens every signing secret of `engine` (`what`: "this data dir", "shard
+    /// 2"); a missing key file fails when the state holds any.
+    fn check(&self, engine: &Engine, what: &str) -> Result<(), String> {
+        match &self.key {
+            Some(key) => opens_every_secret(key, &self.path, engine),
+            None => match engine.webhooks().first() {
+                None => Ok(()),
+                Some(webhook) => Err(format!(
+                    "the secret key file {} does not exist, but {what} holds signing secrets sealed with a key (webhook \
+                     {} and others): serve it with the key file it was made with (--secret-key-file)",
+                    self.path.display(),
+                    webhook.id
+                )),
+            },
+        }
+    }
+
+    /// A standby's key: the file must exist, since the shards it follows were made, and
+    /// their secrets sealed, by another process with it.
+    fn required(&self, role: &str) -> Result<Arc<SealingKey>, String> {
+        self.key.clone().ok_or_else(|| {
+            format!(
+                "the secret key file {} does not exist: {role} serves secrets sealed by the owner's key, so it needs \
+                 the same key file (--secret-key-file)",
+                self.path.display()
+            )
+        })
+    }
+
+    /// The key, its file made now when missing: called once every check has passed.
+    fn key(&mut self) -> Result<Arc<SealingKey>, String> {
+        if let Some(key) = &self.key {
+            return Ok(key.clone());
+        }
+        let (key, created) = SealingKey::load_or_create(&self.path)?;
+        if created {
+            tracing::info!(
+                "made a new secret key file {} (key id {}); keep it apart from the data dir",
+                self.path.display(),
+                key.key_id()
+            );
+        }
+        let key = Arc::new(key);
+        self.key = Some(key.clone());
+        Ok(key)
+    }
+}
+
+/// Whether `key` (read from `path`) opens every signing secret `engine` holds, the
+/// previous one of a rotation included.
+fn opens_every_secret(key: &SealingKey, path: &Path, engine: &Engine) -> Result<(), String> {
+    for webhook in engine.webhooks() {
+        let previous = webhook.previous_secret.iter().map(|(sealed, _)| sealed);
+        for sealed in std::iter::once(&webhook.signing_secret).chain(previous) {
+            if let Err(why) = key.open(sealed) {
+                return Err(format!(
+                    "the secret key file {} does not open the signing secret of webhook {} ({why}); serve this state \
+                     with the key file it was made with (--secret-key-file)",
+                    path.display(),
+                    webhook.id
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The standby's check of a state it follows (`crate::standby::ServeCheck`): `key`
+/// opens every signing secret in it.
+fn serve_check(key: Arc<SealingKey>, path: PathBuf) -> standby::ServeCheck {
+    Arc::new(move |engine: &Engine| opens_every_secret(&key, &path, engine))
+}
+
+/// With `--take-over`, the store's state (shard `shard`, else the one shard) is read
+/// and checked before its lease is taken: taking a live owner's lease fences it for
+/// good, so a process that could not serve the state must not take it. (Without the
+/// flag only a lease that has run out is taken; a failed check gives it back at once.)
+fn check_before_taking(
+    args: &ServeArgs,
+    keys: &KeyFile,
+    clock: ClockMode,
+    url: &str,
+    shard: Option<u32>,
+) -> Result<(), String> {
+    if !args.take_over {
+        return Ok(());
+    }
+    let (what, shard) = match shard {
+        Some(shard) => (format!("shard {shard}"), shard as i32),
+        None => ("the store".to_string(), store_pg::SHARD),
+    };
+    let (recovery, _) = store_pg::read_only_shard(url, shard, None).map_err(|e| format!("{what}: {e}"))?;
+    if let Some(engine) = &recovery.engine {
+        let refused = |why: String| format!("--take-over refused: this process cannot serve {what}: {why}");
+        keys.check(engine, &what).map_err(refused)?;
+        check_time_ahead(args, clock, engine, &what).map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// How far a recovered state's service time may be ahead of the wall clock at a start
+/// on it (a host clock stepped back a little, NTP) before the start is refused.
+const TIME_AHEAD_TOLERANCE_MS: i64 = 5 * 60 * 1000;
+
+/// On the wall clock at speed 1, a state whose last service time is ahead of the wall
+/// clock by more than [`TIME_AHEAD_TOLERANCE_MS`] (made on the virtual clock and
+/// advanced, or at a higher speed) is refused: served, it would run that far ahead for
+/// good. `--allow-time-ahead` starts it anyway; `--clock virtual` keeps its own time.
+fn check_time_ahead(args: &ServeArgs, clock: ClockMode, engine: &Engine, what: &str) -> Result<(), String> {
+    if clock != ClockMode::Wall || args.speed.unwrap_or(1) != 1 || args.allow_time_ahead {
+        return Ok(());
+    }
+    let wall = Millis(server::real_now_ms());
+    let ahead_ms = engine.now().0 - wall.0;
+    if ahead_ms <= TIME_AHEAD_TOLERANCE_MS {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}'s last service time {} is {} ahead of the wall clock ({}), more than the {} min allowed: on the wall \
+         clock it would stay that far ahead for good. Serve it on its own clock (--clock virtual), or start it anyway \
+         with --allow-time-ahead (ESIM_ALLOW_TIME_AHEAD=1)",
+        engine.now(),
+        shown_duration(ahead_ms),
+        wall,
+        TIME_AHEAD_TOLERANCE_MS / 60_000
+    ))
+}
+
+/// A duration for people: minutes, hours or days.
+fn shown_duration(ms: i64) -> String {
+    let minutes = ms / 60_000;
+    match minutes {
+        0..=119 => format!("{minutes} min"),
+        120..=2879 => format!("{} h", minutes / 60),
+        _ => format!("{} days {} h", minutes / 1_440, minutes % 1_440 / 60),
+    }
+}
+
+/// `esim serve`. Every check comes before the first write of the start (decision 237):
+/// the settings, the key file's modes, the lock, the listener, the recovered state
+/// against the key file and the wall clock; then the key file (made when missing), the
+/// admin token file and the journal.
 fn serve(args: ServeArgs) -> Result<(), String> {
     if args.clock == "virtual" && args.speed.is_some() {
         return Err("--speed applies to the wall clock only: with --clock virtual, time moves only through \
@@ -473,6 +617,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .into());
     }
     let speed = args.speed.unwrap_or(1);
+    let mut keys = KeyFile::open(&args)?;
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", args.data_dir.display()))?;
     // Only the service's user may read the data dir, whatever the umask.
@@ -488,13 +633,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let _entered = runtime.enter();
         Box::pin(shutdown_signal()?)
     };
-    // With a store the listener is bound at once: a standby answers on it (503) and
-    // keeps it when it takes over (decision 148).
-    let mut bound = None;
+    let bind = |runtime: &tokio::runtime::Runtime| {
+        runtime
+            .block_on(tokio::net::TcpListener::bind(&args.listen))
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))
+    };
     // With a store: no lock (the shard's epoch fences a second server, decision 140).
     let mut lock = None;
-    match &args.store {
+    let listener = match &args.store {
         Some(url) => {
+            // Bound at once: a standby answers on it (503) and keeps it when it takes
+            // over (decision 148); a busy port ends the start before the store is touched.
+            let listener = bind(&runtime)?;
             let shards = store_pg::prepare_shards(url, args.shards, fresh.config.initial_inventory)
                 .map_err(|e| e.to_string())?;
             let only_shard_0 = args.own_shards.as_ref().is_none_or(|own| own.iter().all(|&k| k == 0));
@@ -505,8 +655,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
             if shards > 1 || !only_shard_0 || args.standby_shards.is_some() {
                 let sharded = Sharded { shards, new: false, clock, fresh, speed };
-                return serve_store_shards(args, sharded, runtime, shutdown);
+                return serve_store_shards(args, sharded, (keys, listener), runtime, shutdown);
             }
+            listener
         }
         None => {
             if args.own_shards.is_some() || args.advertise_url.is_some() || args.standby_shards.is_some() {
@@ -516,42 +667,31 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             }
             // One process per data dir, for this process's whole life (released however it ends).
             lock = Some(esim_transport::lock::DataDirLock::acquire(&args.data_dir).map_err(|e| e.to_string())?);
+            let listener = bind(&runtime)?;
             let (shards, new) = esim_transport::shards::shards_to_serve(&args.data_dir, args.shards)?;
             if shards > 1 {
                 let sharded = Sharded { shards, new, clock, fresh, speed };
-                return serve_sharded(args, sharded, runtime, shutdown);
+                return serve_sharded(args, sharded, (keys, listener), runtime, shutdown);
             }
+            listener
         }
-    }
-    let (recovery, store) = match &args.store {
+    };
+    let listening = format!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    // `said`: a standby said it listens at once (it answered from then on).
+    let (recovery, store, listener, said) = match &args.store {
         Some(url) => {
-            let listener = runtime
-                .block_on(tokio::net::TcpListener::bind(&args.listen))
-                .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-            let listening = format!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
             let options = store_options(&args);
             let policy = SnapshotPolicy::default();
+            check_before_taking(&args, &keys, clock, url, None)?;
             // The line comes once the shard is taken (as without a store), or at once
             // for a standby, which answers from then on.
             match PgStore::open_with(url, &fresh, policy, options).map_err(|e| e.to_string())? {
-                Opened::Owner(store, recovery) => {
-                    println!("{listening}");
-                    bound = Some(listener);
-                    (*recovery, Some(*store))
-                }
+                Opened::Owner(store, recovery) => (*recovery, Some(*store), listener, false),
                 Opened::Leased(holder) => {
-                    println!("{listening}");
-                    let followed =
-                        runtime.block_on(standby::follow(listener, url, policy, options, holder, &mut shutdown));
-                    match followed.map_err(|e| e.to_string())? {
-                        None => {
-                            tracing::info!("stopped as a standby");
-                            return Ok(());
-                        }
-                        Some(takeover) => {
-                            bound = Some(takeover.listener);
-                            (takeover.recovery, Some(takeover.store))
-                        }
+                    let standby = StoreStandby { url, keys: &keys, options, holder, listening: &listening };
+                    match standby.follow(&args, listener, &runtime, &mut shutdown)? {
+                        None => return Ok(()),
+                        Some(takeover) => (takeover.recovery, Some(takeover.store), takeover.listener, true),
                     }
                 }
             }
@@ -568,13 +708,23 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 ms = began.elapsed().as_millis() as u64,
                 "recovered"
             );
-            (recovery, None)
+            (recovery, None, listener, false)
         }
     };
     let _lock = lock;
     for note in &recovery.repaired {
         tracing::warn!("recovery: {note}");
     }
+    if let Some(engine) = &recovery.engine {
+        let what = if args.store.is_some() { "the store" } else { "this data dir" };
+        keys.check(engine, what)?;
+        if !said {
+            // A shard taken over continues its owner's time, whatever this host's clock.
+            check_time_ahead(&args, clock, engine, what)?;
+        }
+    }
+    // Every check has passed: from here on the start writes.
+    let key = keys.key()?;
     let new_data_dir = recovery.engine.is_none();
     let admin_token = admin_token(&args)?;
     let (engine, header, _) =
@@ -590,7 +740,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .map_err(|e| format!("cannot open the journal in {}: {e}", args.data_dir.display()))?,
         ),
     };
-    let mut service = start_service(&args, engine, admin_token, clock, (0, 1))?;
+    let mut service = start_service(&args, engine, (key, admin_token), clock, (0, 1))?;
     let demo_account = service.engine().accounts().iter().find(|a| a.contact_email == DEMO_EMAIL).map(|a| a.id.clone());
     let demo = match demo_account {
         None if args.demo.unwrap_or(new_data_dir) => Some(Demo::Created(create_demo_account(&mut service)?)),
@@ -600,16 +750,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     journal.append(&service.drain_journal()).map_err(|e| format!("cannot write the journal: {e}"))?;
 
     let served = runtime.block_on(async move {
-        let listener = match bound {
-            Some(listener) => listener,
-            None => {
-                let listener = tokio::net::TcpListener::bind(&args.listen)
-                    .await
-                    .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-                println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
-                listener
-            }
-        };
+        if !said {
+            println!("{listening}");
+        }
         let address = listener.local_addr().map_err(|e| e.to_string())?;
         print_demo(demo, address, &args.data_dir);
         tracing::info!(
@@ -622,6 +765,50 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     // A blocking task stuck in a frozen disk or store is not waited for at exit.
     runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
     served
+}
+
+/// The standby of a one-shard store (another process holds its live lease).
+struct StoreStandby<'a> {
+    url: &'a str,
+    keys: &'a KeyFile,
+    options: StoreOptions,
+    holder: store_pg::ShardOwner,
+    listening: &'a str,
+}
+
+impl StoreStandby<'_> {
+    /// Checks that the key file opens every secret of the state it follows (else the
+    /// start fails), says it listens, and follows until it takes the shard over (`None`:
+    /// stopped as a standby).
+    fn follow(
+        self,
+        args: &ServeArgs,
+        listener: tokio::net::TcpListener,
+        runtime: &tokio::runtime::Runtime,
+        shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+    ) -> Result<Option<standby::Takeover>, String> {
+        let key = self.keys.required("a standby")?;
+        let check = serve_check(key, self.keys.path.clone());
+        let standby = runtime
+            .block_on(standby::Standby::start(self.url, 0, self.options.lease, check))
+            .map_err(|e| format!("this process cannot be the store's standby: {e}"))?;
+        let admin_token = admin_token(args)?;
+        println!("{}", self.listening);
+        let policy = SnapshotPolicy::default();
+        let followed = runtime.block_on(standby::follow(
+            listener,
+            standby,
+            policy,
+            self.options,
+            (self.holder, admin_token),
+            shutdown,
+        ));
+        let taken = followed.map_err(|e| e.to_string())?;
+        if taken.is_none() {
+            tracing::info!("stopped as a standby");
+        }
+        Ok(taken)
+    }
 }
 
 /// The admin token of this start: the one given, else the data dir's file (made with a
@@ -664,11 +851,13 @@ fn shard_header(fresh: &SegmentHeader, shard: u32, shards: u32) -> SegmentHeader
     SegmentHeader { config, ..fresh.clone() }
 }
 
-/// `esim serve` on a sharded data dir (the data dir is locked): each shard recovered
-/// from (or made in) DIR/shard-<k>/, then served by [`server::serve_shards`].
+/// `esim serve` on a sharded data dir (the data dir is locked, the listener bound):
+/// each shard recovered from (or made in) DIR/shard-<k>/ and checked, then served by
+/// [`server::serve_shards`].
 fn serve_sharded(
     args: ServeArgs,
     sharded: Sharded,
+    (mut keys, listener): (KeyFile, tokio::net::TcpListener),
     runtime: tokio::runtime::Runtime,
     shutdown: std::pin::Pin<Box<impl std::future::Future<Output = ()>>>,
 ) -> Result<(), String> {
@@ -683,9 +872,7 @@ fn serve_sharded(
         esim_transport::shards::record_shards(&args.data_dir, shards)
             .map_err(|e| format!("cannot record the shard count in {}: {e}", args.data_dir.display()))?;
     }
-    let admin_token = admin_token(&args)?;
-    let mut parts: Vec<(Service, Box<dyn JournalSink>)> = Vec::with_capacity(shards as usize);
-    let mut new_data_dir = true;
+    let mut recovered = Vec::with_capacity(shards as usize);
     let mut replayed = (0, 0);
     for shard in 0..shards {
         let dir = esim_transport::shards::shard_dir(&args.data_dir, shard);
@@ -696,12 +883,24 @@ fn serve_sharded(
         for note in &recovery.repaired {
             tracing::warn!(shard, "recovery: {note}");
         }
+        if let Some(engine) = &recovery.engine {
+            keys.check(engine, &format!("shard {shard}"))?;
+            check_time_ahead(&args, clock, engine, &format!("shard {shard}"))?;
+        }
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
+        recovered.push((dir, recovery));
+    }
+    // Every check has passed: from here on the start writes.
+    let key = keys.key()?;
+    let admin_token = admin_token(&args)?;
+    let mut parts: Vec<(Service, Box<dyn JournalSink>)> = Vec::with_capacity(shards as usize);
+    let mut new_data_dir = true;
+    for (shard, (dir, recovery)) in (0..shards).zip(recovered) {
         let (engine, header, new) = continue_or_start_shard(recovery, clock, &fresh, (shard, shards));
         new_data_dir &= new;
         let journal = FileJournal::open(&dir, header, SnapshotPolicy::default())
             .map_err(|e| format!("cannot open the journal in {}: {e}", dir.display()))?;
-        let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
+        let service = start_service(&args, engine, (key.clone(), admin_token.clone()), clock, (shard, shards))?;
         parts.push((service, Box::new(journal)));
     }
     esim_transport::shards::align_virtual_clocks(parts.iter_mut().map(|(service, _)| service).collect())?;
@@ -718,9 +917,6 @@ fn serve_sharded(
         journal.append(&service.drain_journal()).map_err(|e| format!("cannot write shard {shard}'s journal: {e}"))?;
     }
     let served = runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&args.listen)
-            .await
-            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         println!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
         let address = listener.local_addr().map_err(|e| e.to_string())?;
         print_demo(demo, address, &args.data_dir);
@@ -815,53 +1011,47 @@ fn advertise_url(asked: Option<&str>, bound: std::net::SocketAddr) -> Result<Str
 /// `esim serve --store` of a sharded store (decisions 177-181): this node takes the
 /// shards it owns (each as the unsharded store's owner takes shard 0: its own epoch,
 /// lease, journal and snapshots), writes its address to their owner rows, and forwards
-/// requests for the other shards to their owners.
+/// requests for the other shards to their owners. The shards it follows as their
+/// standby are loaded and checked against the key file first: a node that could not
+/// serve one does not start (decision 235).
 fn serve_store_shards(
     args: ServeArgs,
     sharded: Sharded,
+    (mut keys, listener): (KeyFile, tokio::net::TcpListener),
     runtime: tokio::runtime::Runtime,
     shutdown: std::pin::Pin<Box<impl std::future::Future<Output = ()>>>,
 ) -> Result<(), String> {
     let Sharded { shards, clock, fresh, speed, .. } = sharded;
     let url = args.store.clone().expect("called with a store");
-    let standby = match &args.standby_shards {
-        Some(asked) => shards_to_own(Some(asked), shards)?,
-        None => Vec::new(),
-    };
-    // A standby node without --own-shards owns none at start (decision 199).
-    let own = match (&args.own_shards, standby.is_empty()) {
-        (None, false) => Vec::new(),
-        (asked, _) => shards_to_own(asked.as_deref(), shards)?,
-    };
-    if let Some(both) = own.iter().find(|k| standby.contains(k)) {
-        return Err(format!(
-            "shard {both} is in both --own-shards and --standby-shards: a node owns a shard or follows it"
-        ));
-    }
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(&args.listen))
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let (own, standby) = node_shards(&args, shards)?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let address = advertise_url(args.advertise_url.as_deref(), bound)?;
-    let admin_token = admin_token(&args)?;
     let options = store_options(&args);
-    let mut parts = Vec::with_capacity(shards as usize);
-    let mut new_store = true;
+    let followers = follow_checked(&runtime, &url, &standby, options, &keys)?;
+    let mut taken = Vec::with_capacity(own.len());
     let mut replayed = (0, 0);
-    for shard in 0..shards {
-        if !own.contains(&shard) {
-            parts.push(server::ShardPart::Remote);
-            continue;
+    for &shard in &own {
+        check_before_taking(&args, &keys, clock, &url, Some(shard))?;
+        let (store, recovery) = take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
+            .map_err(|e| format!("shard {shard}: {e}"))?;
+        if let Some(engine) = &recovery.engine {
+            keys.check(engine, &format!("shard {shard}"))?;
+            check_time_ahead(&args, clock, engine, &format!("shard {shard}"))?;
         }
-        let (mut store, recovery) =
-            take_store_shard(&url, shard, &address, &shard_header(&fresh, shard, shards), options)
-                .map_err(|e| format!("shard {shard}: {e}"))?;
         replayed = (replayed.0 + recovery.from_snapshot, replayed.1 + recovery.replayed);
+        taken.push((shard, store, recovery));
+    }
+    // Every check has passed: from here on the start writes.
+    let key = keys.key()?;
+    let admin_token = admin_token(&args)?;
+    let mut parts: Vec<server::ShardPart> = (0..shards).map(|_| server::ShardPart::Remote).collect();
+    let mut new_store = true;
+    for (shard, mut store, recovery) in taken {
         let (engine, header, new) = continue_or_start_shard(recovery, clock, &fresh, (shard, shards));
         new_store &= new;
         store.set_header(header).map_err(|e| format!("shard {shard}: {e}"))?;
-        let service = start_service(&args, engine, admin_token.clone(), clock, (shard, shards))?;
-        parts.push(server::ShardPart::Local(service, Box::new(store)));
+        let service = start_service(&args, engine, (key.clone(), admin_token.clone()), clock, (shard, shards))?;
+        parts[shard as usize] = server::ShardPart::Local(service, Box::new(store));
     }
     fn local(parts: &mut [server::ShardPart]) -> Vec<&mut Service> {
         parts
@@ -910,19 +1100,18 @@ fn serve_store_shards(
             from_snapshot = replayed.0, replayed = replayed.1, "service started"
         );
         let (adopt, adopted) = tokio::sync::mpsc::channel(shards as usize);
-        for &shard in &standby {
+        for (shard, follower) in followers {
             let follow = StandbyShard {
                 args: args.clone(),
-                url: url.clone(),
                 shard,
                 shards,
                 address: address.clone(),
                 options,
                 fresh: fresh.clone(),
                 clock,
-                admin_token: admin_token.clone(),
+                secrets: (key.clone(), admin_token.clone()),
             };
-            tokio::spawn(follow.run(adopt.clone()));
+            tokio::spawn(follow.run(follower, adopt.clone()));
         }
         let mut options = server_options(&args, speed);
         options.pool = Some(esim_transport::pool::PoolSettings { pool, block_esims: args.pool_block });
@@ -934,30 +1123,75 @@ fn serve_store_shards(
     served
 }
 
+/// The shards a node of a sharded store owns and those it follows as their standby
+/// (`--own-shards`, `--standby-shards`): no shard in both.
+fn node_shards(args: &ServeArgs, shards: u32) -> Result<(Vec<u32>, Vec<u32>), String> {
+    let standby = match &args.standby_shards {
+        Some(asked) => shards_to_own(Some(asked), shards)?,
+        None => Vec::new(),
+    };
+    // A standby node without --own-shards owns none at start (decision 199).
+    let own = match (&args.own_shards, standby.is_empty()) {
+        (None, false) => Vec::new(),
+        (asked, _) => shards_to_own(asked.as_deref(), shards)?,
+    };
+    if let Some(both) = own.iter().find(|k| standby.contains(k)) {
+        return Err(format!(
+            "shard {both} is in both --own-shards and --standby-shards: a node owns a shard or follows it"
+        ));
+    }
+    Ok((own, standby))
+}
+
+/// Each shard of `standby` loaded from the store and checked: the key file exists and
+/// opens every signing secret in it, else the node refuses to start (decision 235).
+fn follow_checked(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    standby: &[u32],
+    options: StoreOptions,
+    keys: &KeyFile,
+) -> Result<Vec<(u32, standby::Standby)>, String> {
+    if standby.is_empty() {
+        return Ok(Vec::new());
+    }
+    let key = keys.required("a standby of --standby-shards")?;
+    standby
+        .iter()
+        .map(|&shard| {
+            let check = serve_check(key.clone(), keys.path.clone());
+            let follower = runtime
+                .block_on(standby::Standby::start(url, shard, options.lease, check))
+                .map_err(|e| format!("this node cannot be the standby of shard {shard}: {e}"))?;
+            Ok((shard, follower))
+        })
+        .collect()
+}
+
 /// One shard a node of a sharded store follows as its hot standby (`--standby-shards`).
 struct StandbyShard {
     args: Arc<ServeArgs>,
-    url: String,
     shard: u32,
     shards: u32,
     address: String,
     options: StoreOptions,
     fresh: SegmentHeader,
     clock: ClockMode,
-    admin_token: String,
+    /// The sealing key (checked against the shard before it is taken) and admin token.
+    secrets: (Arc<SealingKey>, String),
 }
 
 impl StandbyShard {
-    /// Follows the shard until its owner's lease runs out, takes it over, and hands its
-    /// engine and store to the serving node (`adopt`). A standby that fails says why and
-    /// ends: the node goes on serving its other shards and forwarding this one.
-    async fn run(self, adopt: tokio::sync::mpsc::Sender<server::AdoptedShard>) {
+    /// Follows the shard until its owner's lease runs out, takes it over (only while the
+    /// follower's check passes), and hands its engine and store to the serving node
+    /// (`adopt`). A standby that fails says why and ends: the node goes on serving its
+    /// other shards and forwarding this one.
+    async fn run(self, follower: standby::Standby, adopt: tokio::sync::mpsc::Sender<server::AdoptedShard>) {
         let shard = self.shard;
         tracing::info!(shard, "following shard {shard} as its hot standby");
         let mut never = std::pin::pin!(std::future::pending::<()>());
         let followed =
-            standby::follow_shard(&self.url, shard, &self.address, SnapshotPolicy::default(), self.options, &mut never)
-                .await;
+            standby::follow_shard(follower, &self.address, SnapshotPolicy::default(), self.options, &mut never).await;
         let (store, recovery) = match followed {
             Ok(Some(taken)) => taken,
             Ok(None) => return,
@@ -981,10 +1215,10 @@ impl StandbyShard {
 
     /// The service of a shard taken over, as a start of its node would make it.
     fn serve_taken(self, mut store: PgStore, recovery: journal::Recovery) -> Result<server::AdoptedShard, String> {
-        let StandbyShard { args, shard, shards, fresh, clock, admin_token, .. } = self;
+        let StandbyShard { args, shard, shards, fresh, clock, secrets, .. } = self;
         let (engine, header, _) = continue_or_start_shard(recovery, clock, &fresh, (shard, shards));
         store.set_header(header).map_err(|e| e.to_string())?;
-        let mut service = start_service(&args, engine, admin_token, clock, (shard, shards))?;
+        let mut service = start_service(&args, engine, secrets, clock, (shard, shards))?;
         let mut journal: Box<dyn JournalSink> = Box::new(store);
         journal.append(&service.drain_journal()).map_err(|e| format!("cannot write shard {shard}'s journal: {e}"))?;
         Ok(server::AdoptedShard { shard: shard as usize, service, journal })
@@ -1031,15 +1265,15 @@ enum Demo {
 }
 
 /// The service one engine (shard `shard` of `shards`; `(0, 1)` unsharded) starts with:
-/// its sealing key, the test switch, and this start's `--allow-insecure-webhooks`.
+/// the sealing key (checked against it before), the test switch, and this start's
+/// `--allow-insecure-webhooks`.
 fn start_service(
     args: &ServeArgs,
     engine: Engine,
-    admin_token: String,
+    (key, admin_token): (Arc<SealingKey>, String),
     clock: ClockMode,
     (shard, shards): (u32, u32),
 ) -> Result<Service, String> {
-    let key = sealing_key(args, Some(&engine))?;
     esim_engine::with_test_switches! {
         let engine = panic_on_fund_if_asked(engine);
     }

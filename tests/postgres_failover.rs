@@ -1,7 +1,9 @@
 //! Hot standby and fenced failover on a real PostgreSQL (issue 17, second slice): the
 //! owner killed with SIGKILL again and again under concurrent fund, provision and defund
 //! calls while a standby runs; a zombie owner (SIGSTOP past its lease, then SIGCONT);
-//! and a standby that never acknowledges a write while the owner's lease is live.
+//! and a standby that never acknowledges a write while the owner's lease is live, answers
+//! no one without a credential but `/healthz` and `/readyz`, and refuses to start with a
+//! secret key file that is wrong or missing.
 //! Each test makes its own throwaway cluster (`tests/pg`), with a short lease.
 
 use rust_decimal::Decimal;
@@ -227,8 +229,10 @@ async fn a_zombie_owner_acknowledges_nothing_after_the_takeover() {
 /// A standby never acknowledges a write while the owner's lease is live: for three
 /// leases of an idle owner (its renewals keep the lease) every write to the standby is
 /// 503 with Retry-After and Connection: close, the epoch does not move, and the owner
-/// still acknowledges. A graceful stop gives the lease back: the standby takes over
-/// with every acknowledged change and the digest of `esim replay --store`.
+/// still acknowledges. Without a credential it answers 401 or 404, never the owner's
+/// detail (the operator's, behind the admin token). A third node with a wrong or a
+/// missing key file refuses to start. A graceful stop gives the lease back: the standby
+/// takes over with every acknowledged change and the digest of `esim replay --store`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     const LEASE_MS: u64 = 1_000;
@@ -258,11 +262,69 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(tries >= 10, "{tries}");
+    // Without a credential the standby answers only /healthz and /readyz, and says
+    // nothing of the owner (its pid and host), its epoch or the journal's length.
+    let owner = cluster.psql("SELECT owner FROM shard_owner");
+    for (method, path, token, status) in [
+        ("POST", format!("/api/v2/reseller/esim/{iccid}/fund"), "", 401),
+        ("GET", "/admin/v1/state".to_string(), "", 401),
+        ("GET", "/admin/v1/state".to_string(), key.as_str(), 401),
+        ("GET", "/metrics".to_string(), "", 401),
+        ("GET", "/x".to_string(), "", 404),
+        ("GET", "/readyz".to_string(), "", 503),
+    ] {
+        let reply = b.call(method, &path, token, None).await;
+        assert_eq!(reply.status, status, "{method} {path}: {}", reply.body);
+        let text = reply.body.to_string();
+        assert!(!text.contains(&owner) && !text.contains("epoch") && !text.contains("entries"), "{path}: {text}");
+    }
+    // The operator (the admin token) reads whom it follows.
+    let detail = b.call("GET", "/readyz", common::ADMIN, None).await;
+    assert!(detail.body["message"].as_str().unwrap().contains(&owner), "{}", detail.body);
     assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), epoch, "no takeover of a live lease");
     assert_eq!(cluster.psql("SELECT head FROM shard_owner"), head, "nothing appended by the standby");
     // The idle owner kept its lease and still acknowledges.
     let fund = a.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 4}))).await;
     assert_eq!(fund.status, 200, "{}", fund.body);
+    // A standby whose key file is wrong, or missing, refuses to start, naming it.
+    let hook =
+        a.api("POST", "/webhooks", &key, Some(json!({ "url": "http://127.0.0.1:9/hook", "events": ["*"] }))).await;
+    assert_eq!(hook.status, 201, "{}", hook.body);
+    let third = work_dir("standby-c");
+    let wrong = third.with_extension("other-key");
+    std::fs::write(&wrong, format!("{}\n", "5a".repeat(32))).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let missing = third.with_extension("missing-key");
+    for (keys, says) in [(&wrong, "does not open the signing secret"), (&missing, "does not exist")] {
+        let mut node = pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string());
+        node.key_file = keys.clone();
+        let mut child = node.command().spawn().unwrap();
+        let exit = process::wait_timeout(&mut child, Duration::from_secs(20));
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = log_of(&third);
+        assert!(!exit.expect("refused within 20 s").success(), "{log}");
+        assert!(log.contains(&format!("the secret key file {} {says}", keys.display())), "{log}");
+        assert!(log.contains("this process cannot be the store's standby"), "{log}");
+    }
+    assert!(!missing.exists(), "no key file made by the refused start");
+    // Nor does it take the live owner's lease with --take-over (that would fence it).
+    let mut node = pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string()).arg("--take-over");
+    node.key_file = wrong.clone();
+    let mut child = node.command().spawn().unwrap();
+    let exit = process::wait_timeout(&mut child, Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log_of(&third);
+    assert!(!exit.expect("refused within 20 s").success(), "{log}");
+    assert!(log.contains("--take-over refused: this process cannot serve the store"), "{log}");
+    assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), epoch, "the owner is not fenced");
+    remove_dirs(&[third.clone()]);
+    let _ = std::fs::remove_file(&wrong);
     let wallet_before = a.api("GET", "/wallet/balance", &key, None).await.body;
     let digest_before = a.digest().await;
 

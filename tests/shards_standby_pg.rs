@@ -18,8 +18,8 @@ mod process;
 
 use common::TestServer;
 use failover::{check_books, log_of, replay_acked, signal, start_node_with, work, write, Books, Node, WorkDirs};
-use pg::{assert_replay_matches, dec, wait_ready, Cluster};
-use process::{key_file, unpooled_client};
+use pg::{assert_replay_matches, dec, launch, wait_ready, Cluster};
+use process::{key_file, unpooled_client, wait_timeout};
 use rust_decimal::Decimal;
 use serde_json::json;
 use std::path::Path;
@@ -244,4 +244,110 @@ async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing
     drop((node_a, owner, standby));
     dirs.remove();
     let _ = std::fs::remove_file(&keys_file);
+}
+
+/// A key file of its own (another key than the nodes' one), mode 0600.
+fn other_key_file(path: &Path) -> std::path::PathBuf {
+    std::fs::write(path, format!("{}\n", "5a".repeat(32))).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path.to_path_buf()
+}
+
+/// A node of the 2-shard store at `url` following shard 1 with `keys` that must refuse
+/// to start: its exit (non-zero, within 20 s) and log.
+fn refused_standby(dir: &Path, url: &str, keys: &Path) -> String {
+    let mut node = launch(dir, url).arg("--lease-ms").arg(&LEASE_MS.to_string());
+    for arg in ["--shards", "2", "--standby-shards", "1"] {
+        node = node.arg(arg);
+    }
+    node.key_file = keys.to_path_buf();
+    let mut child = node.command().spawn().unwrap();
+    let exit = wait_timeout(&mut child, Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log_of(dir);
+    let exit = exit.unwrap_or_else(|| panic!("a standby that cannot serve its shard still runs after 20 s:\n{log}"));
+    assert!(!exit.success(), "{exit:?}\n{log}");
+    log
+}
+
+/// A standby checks before it takes (issue 35): a node with `--standby-shards 1` whose
+/// secret key file is wrong or missing refuses to start, naming the file (and makes no
+/// key file); one started while shard 1 held no sealed secret, with a wrong key, never
+/// takes the shard over once one is sealed and the owner is killed (the owner row is
+/// left as it was, so a node with the right key takes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_that_cannot_open_its_shards_secrets_neither_starts_nor_takes_over() {
+    let cluster = Cluster::start("standby-keys");
+    let url = cluster.url();
+    let mut dirs = WorkDirs::new("standby-keys");
+    let dir_a = dirs.next();
+    let keys_file = key_file(&dir_a);
+    let start = |dir: &Path, keys: &Path, role: &[&str]| {
+        let mut args = vec!["--shards", "2"];
+        args.extend_from_slice(role);
+        start_node_with(dir, &url, keys, LEASE_MS, &args)
+    };
+    let node_a = start(&dir_a, &keys_file, &["--own-shards", "0"]);
+    let a = TestServer::attach(node_a.base());
+    wait_ready(&a, Duration::from_secs(10)).await;
+    let dir_b = dirs.next();
+    let mut node_b = start(&dir_b, &keys_file, &["--own-shards", "1"]);
+    wait_ready(&TestServer::attach(node_b.base()), Duration::from_secs(10)).await;
+    // C: another key, while shard 1 holds no sealed secret (nothing tells the keys apart).
+    let dir_c = dirs.next();
+    let wrong = other_key_file(&dir_c.with_extension("other-key"));
+    let node_c = start(&dir_c, &wrong, &["--standby-shards", "1"]);
+    let began = Instant::now();
+    while !log_of(&dir_c).contains("following shard 1 as its hot standby") {
+        assert!(began.elapsed() < Duration::from_secs(10), "C does not follow:\n{}", log_of(&dir_c));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // A webhook of an account of shard 1: its signing secret sealed with the nodes' key.
+    let key = loop {
+        let (account_id, key) = a.account(10.0).await;
+        if esim_transport::shards::shard_of_account_id(&account_id, 2) == 1 {
+            break key;
+        }
+    };
+    let hook = json!({ "url": "http://127.0.0.1:9/hook", "events": ["*"] });
+    let made = a.api("POST", "/webhooks", &key, Some(hook)).await;
+    assert_eq!(made.status, 201, "{}", made.body);
+
+    // A new standby with the wrong key file, and one with none: refused, naming it.
+    let dir_d = dirs.next();
+    let log = refused_standby(&dir_d, &url, &wrong);
+    assert!(log.contains(&format!("the secret key file {} does not open", wrong.display())), "{log}");
+    assert!(log.contains("this node cannot be the standby of shard 1"), "{log}");
+    let dir_e = dirs.next();
+    let missing = dir_e.with_extension("missing-key");
+    let log = refused_standby(&dir_e, &url, &missing);
+    assert!(log.contains(&format!("the secret key file {} does not exist", missing.display())), "{log}");
+    assert!(!missing.exists(), "no key file made by the refused start");
+
+    // The owner of shard 1 killed: C, which cannot open the new secret, does not take it.
+    let (epoch, address) = owner_row(&cluster, 1);
+    node_b.kill();
+    tokio::time::sleep(Duration::from_millis(4 * LEASE_MS)).await;
+    let log_c = log_of(&dir_c);
+    assert!(log_c.contains("this standby cannot serve the shard: it does not take it over"), "{log_c}");
+    assert!(!log_c.contains("serving a shard taken over"), "{log_c}");
+    assert_eq!(owner_row(&cluster, 1), (epoch, address), "the owner row is left as it was");
+    // A standby with the right key takes it over and serves it.
+    let dir_f = dirs.next();
+    let node_f = start(&dir_f, &keys_file, &["--standby-shards", "1"]);
+    wait_adopted(&dir_f, 1).await;
+    assert_eq!(owner_row(&cluster, 1), (epoch + 1, node_f.base()));
+    let hooks = TestServer::attach(node_f.base()).api("GET", "/webhooks", &key, None).await;
+    assert_eq!(hooks.status, 200, "{}", hooks.body);
+    drop((node_a, node_b, node_c, node_f));
+    dirs.remove();
+    for file in [keys_file, wrong] {
+        let _ = std::fs::remove_file(file);
+    }
 }

@@ -56,8 +56,9 @@ pub const APPEND_DEADLINE_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_00
 /// An append outstanding longer than this is a stall: `/readyz` answers 503 and new
 /// changes are refused at once (503 with `Retry-After`) until it returns (decision 221).
 pub const APPEND_STALL_MS: u64 = 1_000;
-/// The `Retry-After` (seconds) of the 503s of a stalled or refusing journal.
-pub const JOURNAL_RETRY_AFTER_S: u64 = 1;
+/// The `Retry-After` (seconds) of the 503s of a stalled or refusing journal (kept with
+/// the service, which answers the refusals).
+pub use esim_api::service::JOURNAL_RETRY_AFTER_S;
 /// A process that must end (its journal is wedged, or its shard was taken and there is
 /// no node to forward to) first answers this long as not ready, so that a balancer
 /// polling `/readyz` drains it, then stops gracefully and exits non-zero (decision 222).

@@ -3,10 +3,15 @@
 //! `esim serve --store URL` started while another process holds shard 0 with a live
 //! lease becomes a standby ([`follow`]):
 //!
-//! - It binds its listener at once and answers every API request 503
+//! - It first loads the shard's state and checks that it could serve it (the secret key
+//!   file opens every sealed secret, [`ServeCheck`]); else the start fails. It checks
+//!   again before it takes the shard over, and after catching up, and never takes (or
+//!   at once gives back) a shard it could not serve.
+//! - It binds its listener at once and answers every API request with a credential 503
 //!   `SERVICE_UNAVAILABLE` with `Retry-After` and `Connection: close` (a client tries the
 //!   other node, with the same `Idempotency-Key`); `GET /healthz` is 200, `GET /readyz`
-//!   503 with the reason (standby, whom it follows, how far it is).
+//!   503 saying it is a standby. Without a credential it answers nothing else (401 on an
+//!   API's path, 404 elsewhere); whom it follows and how far only to the admin token.
 //! - It follows the journal: it LISTENs on the shard's channel, which every append's
 //!   transaction notifies, and polls every [`POLL_INTERVAL_MAX`] (or a quarter of the
 //!   lease, when shorter) in case a notification is missed. New entries go through
@@ -30,6 +35,7 @@
 
 use crate::api::error_response;
 use crate::journal::{JournalError, Recovery, SegmentHeader, SnapshotPolicy};
+use crate::routes::Api;
 use crate::service::JournalEntry;
 use crate::store_pg::{self, PgStore, ShardOwner, StoreOptions, SHARD};
 use bytes::Bytes;
@@ -67,6 +73,43 @@ pub struct Takeover {
     pub listener: TcpListener,
     pub store: PgStore,
     pub recovery: Recovery,
+}
+
+/// Whether this process can serve a shard's state (its secret key opens every sealed
+/// secret in it). A standby runs it on the followed engine at start (and refuses to
+/// start when it fails) and again before and after a takeover: it never takes over a
+/// shard it cannot serve.
+pub type ServeCheck = Arc<dyn Fn(&Engine) -> Result<(), String> + Send + Sync>;
+
+/// A standby at its start: the shard's state loaded from the store and checked.
+pub struct Standby {
+    follower: Follower,
+    check: ServeCheck,
+}
+
+impl Standby {
+    /// Loads shard `shard`'s state from the store at `url` and runs `check` on it: an
+    /// error (the store cannot be read, or the check fails) means this process must not
+    /// start as the shard's standby.
+    pub async fn start(url: &str, shard: u32, lease: Duration, check: ServeCheck) -> Result<Standby, JournalError> {
+        let config = store_pg::parse_url_with_lease(url, lease.as_millis() as u64)?;
+        let shard = i32::try_from(shard).map_err(|_| JournalError(format!("no shard {shard}")))?;
+        let (_, notified) = mpsc::channel(1);
+        let mut follower = Follower {
+            config,
+            shard,
+            client: None,
+            notified,
+            engine: None,
+            header: None,
+            next_index: 0,
+            from_snapshot: 0,
+            replayed: 0,
+        };
+        follower.connected().await.map_err(|why| JournalError(format!("shard {shard}: {why}")))?;
+        follower.check_with(&check).map_err(|why| JournalError(format!("shard {shard}: {why}")))?;
+        Ok(Standby { follower, check })
+    }
 }
 
 /// The follower's view of one shard's journal.
@@ -112,6 +155,14 @@ fn store_error(what: &str, error: impl std::fmt::Display) -> String {
 }
 
 impl Follower {
+    /// `check` on the state followed so far (nothing to check before the first entry).
+    fn check_with(&self, check: &ServeCheck) -> Result<(), String> {
+        match &self.engine {
+            Some(engine) => check(engine),
+            None => Ok(()),
+        }
+    }
+
     /// Connects (again) when needed; the first connection also loads the state.
     async fn connected(&mut self) -> Result<&mut Client, String> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
@@ -225,23 +276,59 @@ impl Follower {
     }
 }
 
-/// What a standby answers: `/healthz` 200, `/readyz` 503 with `status`, anything else
-/// 503 `SERVICE_UNAVAILABLE`; every 503 with `Retry-After` and `Connection: close`.
-fn standby_answer(method: &http::Method, path: &str, status: &str) -> http::Response<Bytes> {
+/// What a standby's `/readyz` says to anyone: that it is one, nothing of whom it
+/// follows or how far (the detail is the operator's, behind the admin token).
+const STANDBY_PUBLIC: &str =
+    "standby: following shard 0 of the PostgreSQL store; takes over when the owner's lease runs out";
+
+/// What a standby answers. Without a credential only `GET /healthz` (200) and `GET
+/// /readyz` (503, [`STANDBY_PUBLIC`]); a path of an API 401, any other 404. With a
+/// credential for an API, 503 `SERVICE_UNAVAILABLE` (retry on the owner) with
+/// `Retry-After` and `Connection: close`. `status` (whom it follows, the epoch, how
+/// far) only with the admin token.
+fn standby_answer(
+    method: &http::Method,
+    path: &str,
+    headers: &http::HeaderMap,
+    admin_token: &str,
+    status: &str,
+) -> http::Response<Bytes> {
+    let credential = crate::api::bearer_str(headers);
+    let operator =
+        !admin_token.is_empty() && esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes());
+    let shown = if operator { status } else { STANDBY_PUBLIC };
     if method == http::Method::GET && path == "/healthz" {
         return http::Response::builder()
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Bytes::from_static(br#"{"status":"ok"}"#))
             .expect("a valid response");
     }
-    let message = if method == http::Method::GET && path == "/readyz" {
-        status.to_string()
-    } else {
-        format!(
-            "this node is a standby and serves no request ({status}); retry on the owner, or here after a takeover, \
-             with the same Idempotency-Key"
-        )
+    if method == http::Method::GET && path == "/readyz" {
+        return unavailable(shown.to_string());
+    }
+    let refused = match crate::routes::api_of_path(path) {
+        None if path == "/metrics" && !operator => Some(ErrorCode::InvalidAdminToken),
+        None if path != "/metrics" => Some(ErrorCode::RouteNotFound),
+        Some(Api::Reseller) if credential.is_empty() => Some(ErrorCode::InvalidApiKey),
+        Some(Api::Admin | Api::Sandbox) if !operator => Some(ErrorCode::InvalidAdminToken),
+        _ => None,
     };
+    if let Some(code) = refused {
+        let message = match code {
+            ErrorCode::RouteNotFound => "no route for this path".to_string(),
+            _ => "missing or wrong credential".to_string(),
+        };
+        return error_response(ApiError::new(code, message));
+    }
+    let detail = if operator { format!(" ({status})") } else { String::new() };
+    unavailable(format!(
+        "this node is a standby and serves no request{detail}; retry on the owner, or here after a takeover, with \
+         the same Idempotency-Key"
+    ))
+}
+
+/// A standby's 503: `Retry-After` and `Connection: close` (the client tries another node).
+fn unavailable(message: String) -> http::Response<Bytes> {
     let mut response = error_response(ApiError::new(ErrorCode::ServiceUnavailable, message));
     let headers = response.headers_mut();
     headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(RETRY_AFTER_S));
@@ -254,6 +341,7 @@ fn standby_answer(method: &http::Method, path: &str, status: &str) -> http::Resp
 async fn answer_as_standby(
     listener: TcpListener,
     status: Arc<Mutex<String>>,
+    admin_token: Arc<str>,
     mut stop: oneshot::Receiver<()>,
 ) -> TcpListener {
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
@@ -275,12 +363,13 @@ async fn answer_as_standby(
                 continue;
             }
         };
-        let status = status.clone();
+        let (status, admin_token) = (status.clone(), admin_token.clone());
         tokio::spawn(async move {
             let _slot = slot;
             let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let text = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let response = standby_answer(request.method(), request.uri().path(), &text);
+                let response =
+                    standby_answer(request.method(), request.uri().path(), request.headers(), &admin_token, &text);
                 async move { Ok::<_, Infallible>(response.map(Full::new)) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
@@ -293,41 +382,41 @@ async fn answer_as_standby(
     }
 }
 
-/// Follows shard 0 as a standby (answering on `listener` meanwhile) until it takes the
-/// shard over, or until `shutdown` (then `None`). `holder` is the owner found at start.
+/// Follows shard 0 as a standby (answering on `listener` meanwhile, the detail only to
+/// `admin_token`) until it takes the shard over, or until `shutdown` (then `None`).
+/// `holder` is the owner found at start; `standby` the state loaded and checked.
 pub async fn follow(
     listener: TcpListener,
-    url: &str,
+    standby: Standby,
     policy: SnapshotPolicy,
     options: StoreOptions,
-    holder: ShardOwner,
+    (holder, admin_token): (ShardOwner, String),
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Result<Option<Takeover>, JournalError> {
-    let status = Arc::new(Mutex::new(describe(SHARD, &holder, 0)));
+    let status = Arc::new(Mutex::new(describe(SHARD, &holder, standby.follower.next_index)));
     let (stop_answering, stop) = oneshot::channel();
-    let answering = tokio::spawn(answer_as_standby(listener, status.clone(), stop));
+    let answering = tokio::spawn(answer_as_standby(listener, status.clone(), Arc::from(admin_token), stop));
     tracing::info!(
         owner = %holder.owner, epoch = holder.epoch, head = holder.head, lease_left_s = holder.lease_left_s,
         "another process holds shard 0 with a live lease: this process is a standby (API requests answered 503)"
     );
-    let taken = follow_until_taken(url, SHARD, None, policy, options, shutdown, Some(&status)).await;
+    let taken = follow_until_taken(standby, None, policy, options, shutdown, Some(&status)).await;
     let _ = stop_answering.send(());
     let listener = answering.await.map_err(|e| JournalError(format!("the standby's listener task failed: {e}")))?;
     Ok(taken?.map(|(store, recovery)| Takeover { listener, store, recovery }))
 }
 
-/// Follows shard `shard` of a sharded store for a node that serves other shards (and
+/// Follows a shard of a sharded store for a node that serves other shards (and
 /// forwards this one to its owner meanwhile) until it takes the shard over, writing
 /// `address` as the shard's owner address; or until `shutdown` (then `None`).
 pub async fn follow_shard(
-    url: &str,
-    shard: u32,
+    standby: Standby,
     address: &str,
     policy: SnapshotPolicy,
     options: StoreOptions,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
 ) -> Result<Option<(PgStore, Recovery)>, JournalError> {
-    follow_until_taken(url, shard as i32, Some(address), policy, options, shutdown, None).await
+    follow_until_taken(standby, Some(address), policy, options, shutdown, None).await
 }
 
 /// A standby's status line (its `/readyz` message).
@@ -342,38 +431,28 @@ fn describe(shard: i32, owner: &ShardOwner, applied: u64) -> String {
     )
 }
 
-/// The follower of shard `shard`: keeps its engine current and, once the owner's lease
-/// has run out, takes the shard (with `address` as its owner address, when given) and
-/// catches up to the head. `None` on `shutdown`. `status`, when given, gets the
-/// follower's progress (the unsharded standby's `/readyz` message).
+/// The follower of a shard: keeps its engine current and, once the owner's lease has
+/// run out and the state passes the standby's check, takes the shard (with `address`
+/// as its owner address, when given) and catches up to the head. `None` on `shutdown`.
+/// `status`, when given, gets the follower's progress (the unsharded standby's
+/// `/readyz` detail).
 async fn follow_until_taken(
-    url: &str,
-    shard: i32,
+    standby: Standby,
     address: Option<&str>,
     policy: SnapshotPolicy,
     options: StoreOptions,
     shutdown: &mut (impl Future<Output = ()> + Unpin),
     status: Option<&Mutex<String>>,
 ) -> Result<Option<(PgStore, Recovery)>, JournalError> {
-    let lease = options.lease;
-    let config = store_pg::parse_url_with_lease(url, lease.as_millis() as u64)?;
+    let Standby { mut follower, check } = standby;
+    let (shard, lease) = (follower.shard, options.lease);
     let me = store_pg::owner_name();
-    let (_, notified) = mpsc::channel(1);
-    let mut follower = Follower {
-        config: config.clone(),
-        shard,
-        client: None,
-        notified,
-        engine: None,
-        header: None,
-        next_index: 0,
-        from_snapshot: 0,
-        replayed: 0,
-    };
     let poll = (lease / 4).min(POLL_INTERVAL_MAX);
     let mut first = true;
     // When this process first saw the lease run out (the takeover's time counts from it).
     let mut expired_seen: Option<Instant> = None;
+    // Why the last takeover was declined (said once, not at every look).
+    let mut declined: Option<String> = None;
     loop {
         if !first {
             tokio::select! {
@@ -403,8 +482,13 @@ async fn follow_until_taken(
             expired_seen = None;
             continue;
         }
+        // Belt and braces: the state may hold secrets sealed since the start's check.
+        if let Err(why) = follower.check_with(&check) {
+            decline(shard, &why, &mut declined, status);
+            continue;
+        }
         let began = *expired_seen.get_or_insert_with(Instant::now);
-        let taken = match follower.take_over(owner.epoch, &me, address, lease).await {
+        let (epoch, head) = match follower.take_over(owner.epoch, &me, address, lease).await {
             Ok(Some(taken)) => taken,
             Ok(None) => continue,
             Err(why) => {
@@ -412,41 +496,99 @@ async fn follow_until_taken(
                 continue;
             }
         };
-        let (epoch, head) = taken;
-        // The lease renewal starts at once, before the catch-up.
-        let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
-        let mut store = PgStore::resume_shard(config.clone(), shard, epoch, header, head as u64, policy, lease);
-        store.set_append_deadline(options.append_deadline);
-        let caught_up = loop {
-            match follower.catch_up(Some(head as u64)).await {
-                Ok(_) if follower.next_index == head as u64 => break Ok(()),
-                Ok(_) => break Err(format!("the journal ends at {} below its head {head}", follower.next_index)),
-                Err(why) if began.elapsed() < lease * 4 => {
-                    tracing::warn!(shard, %why, "catching up after the takeover; trying again");
-                    follower.client = None;
-                    tokio::time::sleep(RECONNECT_DELAY).await;
-                }
-                Err(why) => break Err(why),
+        let mut store = match complete_takeover(&mut follower, &check, (epoch, head), (began, lease), policy).await? {
+            Ok(store) => store,
+            Err(why) => {
+                decline(shard, &why, &mut declined, status);
+                continue;
             }
         };
-        caught_up
-            .map_err(|why| JournalError(format!("took shard {shard} at epoch {epoch} but cannot catch up: {why}")))?;
-        let newest = match follower.connected().await {
-            Ok(client) => store_pg::newest_snapshot_ms_of(client, shard).await.unwrap_or(None),
-            Err(_) => None,
-        };
-        store.set_snapshot_progress(follower.replayed, newest);
+        store.set_append_deadline(options.append_deadline);
         let took_ms = began.elapsed().as_millis() as u64;
         tracing::info!(
             shard, epoch, head, took_ms, previous_owner = %owner.owner, previous_epoch = owner.epoch,
             "took shard {shard} over: the owner's lease had run out"
         );
+        return Ok(Some((store, follower.into_recovery())));
+    }
+}
+
+/// Says (once per reason) that this standby will not take shard `shard` over, and why.
+fn decline(shard: i32, why: &str, declined: &mut Option<String>, status: Option<&Mutex<String>>) {
+    if declined.as_deref() != Some(why) {
+        tracing::error!(
+            shard, %why,
+            "the owner's lease of shard {shard} has run out, but this standby cannot serve the shard: it does not \
+             take it over (give it the secret key file the shard was made with and restart it)"
+        );
+        *declined = Some(why.to_string());
+    }
+    if let Some(status) = status {
+        *status.lock().unwrap_or_else(|p| p.into_inner()) =
+            format!("standby: cannot serve shard {shard}, so it does not take it over: {why}");
+    }
+}
+
+/// After the conditional update took the shard at `epoch`: the lease renewal starts at
+/// once, the follower catches up to `head`, and the state is checked again. `Ok(Err)`
+/// when the check fails (the old owner's last entries hold a secret this process cannot
+/// open): the lease is given back at once (dropping the store), for another node.
+async fn complete_takeover(
+    follower: &mut Follower,
+    check: &ServeCheck,
+    (epoch, head): (i64, i64),
+    (began, lease): (Instant, Duration),
+    policy: SnapshotPolicy,
+) -> Result<Result<PgStore, String>, JournalError> {
+    let shard = follower.shard;
+    let header = follower.header.clone().ok_or_else(|| JournalError("the store holds no journal header".into()))?;
+    let mut store = PgStore::resume_shard(follower.config.clone(), shard, epoch, header, head as u64, policy, lease);
+    catch_up_taken(follower, (epoch, head), began, lease).await?;
+    if let Err(why) = follower.check_with(check) {
+        let _ = tokio::task::spawn_blocking(move || drop(store)).await;
+        return Ok(Err(why));
+    }
+    let newest = match follower.connected().await {
+        Ok(client) => store_pg::newest_snapshot_ms_of(client, shard).await.unwrap_or(None),
+        Err(_) => None,
+    };
+    store.set_snapshot_progress(follower.replayed, newest);
+    Ok(Ok(store))
+}
+
+/// After a takeover at `epoch`: the follower applies every entry up to `head`, trying
+/// again on store errors until four leases after the lease was seen run out (`began`).
+async fn catch_up_taken(
+    follower: &mut Follower,
+    (epoch, head): (i64, i64),
+    began: Instant,
+    lease: Duration,
+) -> Result<(), JournalError> {
+    let shard = follower.shard;
+    let caught_up = loop {
+        match follower.catch_up(Some(head as u64)).await {
+            Ok(_) if follower.next_index == head as u64 => break Ok(()),
+            Ok(_) => break Err(format!("the journal ends at {} below its head {head}", follower.next_index)),
+            Err(why) if began.elapsed() < lease * 4 => {
+                tracing::warn!(shard, %why, "catching up after the takeover; trying again");
+                follower.client = None;
+                tokio::time::sleep(RECONNECT_DELAY).await;
+            }
+            Err(why) => break Err(why),
+        }
+    };
+    caught_up.map_err(|why| JournalError(format!("took shard {shard} at epoch {epoch} but cannot catch up: {why}")))
+}
+
+impl Follower {
+    /// The state followed, as a recovery hands it to a start.
+    fn into_recovery(mut self) -> Recovery {
         let mut recovery = Recovery {
-            engine: follower.engine.take(),
-            header: follower.header.take(),
-            next_index: follower.next_index,
-            replayed: follower.replayed,
-            from_snapshot: follower.from_snapshot,
+            engine: self.engine.take(),
+            header: self.header.take(),
+            next_index: self.next_index,
+            replayed: self.replayed,
+            from_snapshot: self.from_snapshot,
             repaired: Vec::new(),
         };
         if recovery.next_index == 0 {
@@ -454,7 +596,7 @@ async fn follow_until_taken(
             recovery.engine = None;
             recovery.header = None;
         }
-        return Ok(Some((store, recovery)));
+        recovery
     }
 }
 
@@ -464,22 +606,56 @@ mod tests {
 
     #[test]
     fn a_standby_answers_503_with_retry_after_and_close_but_is_alive() {
-        let status = "standby: following";
-        let health = standby_answer(&http::Method::GET, "/healthz", status);
+        let status = "standby: following shard 0, held by 42@host (epoch 7); 1234 of 1300 entries applied";
+        let none = http::HeaderMap::new();
+        let bearer = |token: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+            headers
+        };
+        let (admin, reseller) = (bearer("adm_x"), bearer("rsk_someone"));
+        let answer = |method: http::Method, path: &str, headers: &http::HeaderMap| {
+            let response = standby_answer(&method, path, headers, "adm_x", status);
+            let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap_or_default();
+            (response, body)
+        };
+        let (health, _) = answer(http::Method::GET, "/healthz", &none);
         assert_eq!(health.status(), 200);
-        let ready = standby_answer(&http::Method::GET, "/readyz", status);
+        // Anyone learns it is a standby, only the operator whom it follows and how far.
+        let (ready, body) = answer(http::Method::GET, "/readyz", &none);
         assert_eq!(ready.status(), 503);
-        let body: serde_json::Value = serde_json::from_slice(ready.body()).unwrap();
+        assert_eq!(body["message"], STANDBY_PUBLIC);
+        let (_, body) = answer(http::Method::GET, "/readyz", &admin);
         assert_eq!(body["message"], status);
-        for (method, path) in [(http::Method::POST, "/api/v2/reseller/esim/1/fund"), (http::Method::GET, "/healthz/x")]
-        {
-            let refused = standby_answer(&method, path, status);
+        // With a credential for an API: 503, retry elsewhere, no detail but the operator's.
+        for (method, path, headers) in [
+            (http::Method::POST, "/api/v2/reseller/esim/1/fund", &reseller),
+            (http::Method::POST, "/admin/v1/accounts", &admin),
+        ] {
+            let (refused, body) = answer(method, path, headers);
             assert_eq!(refused.status(), 503);
             assert_eq!(refused.headers()[http::header::RETRY_AFTER], RETRY_AFTER_S.to_string().as_str());
             assert_eq!(refused.headers()[http::header::CONNECTION], "close");
-            let body: serde_json::Value = serde_json::from_slice(refused.body()).unwrap();
             assert_eq!(body["code"], "SERVICE_UNAVAILABLE");
-            assert!(body["message"].as_str().unwrap().contains("standby"), "{body}");
+            let message = body["message"].as_str().unwrap();
+            assert!(message.contains("standby"), "{body}");
+            assert_eq!(message.contains("1234"), headers == &admin, "{body}");
+        }
+        // Without one: 401 for an API, 404 elsewhere; never a count or an owner.
+        for (method, path, headers, code) in [
+            (http::Method::POST, "/api/v2/reseller/esim/1/fund", &none, 401),
+            (http::Method::GET, "/admin/v1/state", &none, 401),
+            (http::Method::GET, "/admin/v1/state", &reseller, 401),
+            (http::Method::POST, "/sandbox/v1/clock/advance", &none, 401),
+            (http::Method::GET, "/metrics", &none, 401),
+            (http::Method::GET, "/healthz/x", &none, 404),
+            (http::Method::POST, "/x", &none, 404),
+            (http::Method::GET, "/", &reseller, 404),
+        ] {
+            let (refused, body) = answer(method, path, headers);
+            assert_eq!(refused.status(), code, "{path}: {body}");
+            let text = body.to_string();
+            assert!(!text.contains("1234") && !text.contains("42@host"), "{path}: {text}");
         }
     }
 }

@@ -148,20 +148,55 @@ impl SealingKey {
         aad
     }
 
-    /// Reads the key file, or makes it (mode 0600, its directory 0700) with a key from
-    /// OS entropy when it does not exist. Safe against two starts racing to make it.
-    pub fn load_or_create(path: &Path) -> Result<(SealingKey, bool), String> {
+    /// Reads the key file: `None` when it does not exist. Never changes it: a file its
+    /// group or others may read is refused, naming the fix, rather than quietly made
+    /// private (a key that was readable may have been read: the operator decides).
+    pub fn load(path: &Path) -> Result<Option<SealingKey>, String> {
         let shown = path.display();
-        let created = !path.exists();
-        if created {
-            create_key_file(path).map_err(|e| format!("cannot create the secret key file {shown}: {e}"))?;
+        let metadata = match fs::metadata(path) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(format!("cannot read the secret key file {shown}: {error}")),
+            Ok(metadata) => metadata,
+        };
+        if let Some(mode) = shared_mode(&metadata) {
+            return Err(format!(
+                "the secret key file {shown} has mode {mode:04o}: its group or others may read it. Make it private                  (chmod 600 {shown}), and replace the key if others may have read it"
+            ));
         }
-        set_mode(path, 0o600).map_err(|e| format!("cannot make the secret key file {shown} mode 0600: {e}"))?;
         let text = fs::read_to_string(path).map_err(|e| format!("cannot read the secret key file {shown}: {e}"))?;
         let bytes = unhex(text.trim()).filter(|b| b.len() == 32).ok_or_else(|| {
             format!("the secret key file {shown} must hold 64 hex characters (a 256-bit key); it does not")
         })?;
-        Ok((SealingKey::from_bytes(bytes.try_into().expect("32 bytes")), created))
+        Ok(Some(SealingKey::from_bytes(bytes.try_into().expect("32 bytes"))))
+    }
+
+    /// Reads the key file, or makes it (mode 0600, its directory 0700) with a key from
+    /// OS entropy when it does not exist; `true` when made. Safe against two starts
+    /// racing to make it. A start calls it only once every other check has passed, so a
+    /// start that fails leaves no new key file behind.
+    pub fn load_or_create(path: &Path) -> Result<(SealingKey, bool), String> {
+        if let Some(key) = SealingKey::load(path)? {
+            return Ok((key, false));
+        }
+        create_key_file(path).map_err(|e| format!("cannot create the secret key file {}: {e}", path.display()))?;
+        let key = SealingKey::load(path)?
+            .ok_or_else(|| format!("the secret key file {} vanished as it was made", path.display()))?;
+        Ok((key, true))
+    }
+}
+
+/// The permission bits of a file its group or others may use, else `None`.
+fn shared_mode(metadata: &fs::Metadata) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = metadata.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = metadata;
+        None
     }
 }
 
@@ -357,6 +392,30 @@ mod tests {
         }
         fs::write(&path, "not a key").unwrap();
         assert!(SealingKey::load_or_create(&path).unwrap_err().contains("64 hex"));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_others_may_read_is_refused_and_left_as_it_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("esim-keyfile-modes-{}", std::process::id()));
+        let path = dir.join("secret-key");
+        assert!(SealingKey::load(&path).unwrap().is_none(), "a missing file is not made by load");
+        assert!(!path.exists());
+        let (made, created) = SealingKey::load_or_create(&path).unwrap();
+        assert!(created);
+        for mode in [0o644, 0o640, 0o604, 0o660] {
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+            let refused = SealingKey::load_or_create(&path).unwrap_err();
+            assert!(refused.contains(&format!("mode {mode:04o}")) && refused.contains("chmod 600"), "{refused}");
+            assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, mode, "not chmodded");
+        }
+        for mode in [0o600, 0o400] {
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(SealingKey::load(&path).unwrap().unwrap().key_id(), made.key_id());
+        }
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }
 }

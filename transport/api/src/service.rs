@@ -47,6 +47,9 @@ impl JournalEntry {
     }
 }
 
+/// The `Retry-After` (seconds) of the 503s of a stalled or refusing journal (decision 221).
+pub const JOURNAL_RETRY_AFTER_S: u64 = 1;
+
 /// What a request came to.
 #[derive(Debug)]
 pub enum Outcome {
@@ -177,7 +180,7 @@ impl Service {
     fn refused(&self) -> Option<ApiError> {
         self.refusal.as_ref().map(|why| {
             let mut error = ApiError::new(ErrorCode::ServiceUnavailable, format!("changes are refused for now: {why}"));
-            error.retry_after_secs = Some(crate::server::JOURNAL_RETRY_AFTER_S);
+            error.retry_after_secs = Some(JOURNAL_RETRY_AFTER_S);
             error
         })
     }
