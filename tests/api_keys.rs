@@ -118,3 +118,91 @@ async fn a_reseller_turns_on_auto_refill_and_real_spend_charges_the_card() {
     assert_eq!((&off.body["enabled"], &off.body["amount_usd"]), (&json!(false), &json!(30)), "the amount is kept");
     server.stop().await;
 }
+
+/// What one request of the churning account got: the service second it was sent in and
+/// its answer. A 429 must be the rate limit's own (code and `Retry-After` until the end of
+/// the account's window, which began at second 0).
+fn note(log: &mut Vec<(u64, u16)>, second: u64, reply: &common::Reply) {
+    if reply.status == 429 {
+        assert_eq!(reply.body["code"].as_str(), Some("RATE_LIMITED"), "{}", reply.body);
+        let retry_after = reply.headers.get("retry-after").and_then(|v| v.to_str().ok());
+        assert_eq!(retry_after, Some((60 - second).to_string().as_str()), "until the window ends");
+    }
+    log.push((second, reply.status));
+}
+
+/// Key churn (decision 230): an account that makes a key, revokes the previous one with
+/// it and spends the new key's 100 requests, over and over for 20 s of service time, gets
+/// no more non-429 answers in the minute than its account budget, while another account
+/// keeps its own. On the virtual clock, so each request's minute is exact.
+#[tokio::test]
+async fn key_churn_stays_within_the_accounts_rate_limit() {
+    const CHURN_SECONDS: u64 = 20;
+    const STEPS_PER_SECOND: usize = 5;
+    let per_key = esim_engine::EngineConfig::default().rate_limit_per_minute;
+    let budget = (per_key * esim_transport::admission::ACCOUNT_BUDGET_IN_KEYS) as usize;
+    let server = TestServer::start().await;
+    let (_, mut key) = server.account(20.0).await;
+    let (_, other) = server.account(0.0).await;
+    let mut log = Vec::new();
+    let listed = server.api("GET", "/keys", &key, None).await;
+    note(&mut log, 0, &listed);
+    let mut key_id = ids(&listed.body).remove(0);
+    for second in 0..CHURN_SECONDS {
+        for _ in 0..STEPS_PER_SECOND {
+            let made = server.api("POST", "/keys", &key, None).await;
+            note(&mut log, second, &made);
+            if made.status == 201 {
+                let next = made.body["api_key"].as_str().unwrap().to_string();
+                let revoked = server.api("DELETE", &format!("/keys/{key_id}"), &next, None).await;
+                note(&mut log, second, &revoked);
+                (key, key_id) = (next, made.body["id"].as_str().unwrap().to_string());
+            }
+            // What is left of the key's own 100 (the deletion and the next making count).
+            for _ in 0..per_key - 2 {
+                let read = server.api("GET", "/wallet/balance", &key, None).await;
+                note(&mut log, second, &read);
+            }
+        }
+        let theirs = server.api("GET", "/wallet/balance", &other, None).await;
+        assert_eq!(theirs.status, 200, "another account keeps its own budget: {}", theirs.body);
+        server.advance(1).await;
+    }
+    let admitted = log.iter().filter(|(_, status)| *status != 429).count();
+    let refused = log.len() - admitted;
+    assert!(log.len() > 4 * budget, "the churn sent {} requests, enough to show the limit", log.len());
+    assert_eq!(admitted, budget, "{refused} refused: the account's keys together get the budget, no more");
+    assert!(log.iter().all(|(_, status)| [200, 201, 429].contains(status)), "only answers or 429s");
+
+    // The next minute the account's budget is back: for the key it holds, up to its 100.
+    server.advance(60 - CHURN_SECONDS).await;
+    assert_eq!(server.api("GET", "/wallet/balance", &key, None).await.status, 200);
+    server.stop().await;
+}
+
+/// A frozen account (decision 233), over HTTP: no key made (403 ACCOUNT_SUSPENDED, the
+/// code every refused spend gives), its keys still listed, one revoked; thawed, it makes
+/// keys again.
+#[tokio::test]
+async fn a_frozen_account_lists_and_revokes_its_keys_but_makes_none() {
+    let server = TestServer::start().await;
+    let (account, first) = server.account(20.0).await;
+    let made = server.api("POST", "/keys", &first, None).await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let freeze = |frozen: bool| json!({ "frozen": frozen });
+    let path = format!("/admin/v1/accounts/{account}/freeze");
+    assert_eq!(server.admin("PUT", &path, Some(freeze(true))).await.status, 200);
+
+    let refused = server.api("POST", "/keys", &first, None).await;
+    assert_eq!((refused.status, refused.body["code"].as_str()), (403, Some("ACCOUNT_SUSPENDED")), "{}", refused.body);
+    let on = server.api("PUT", "/auto-refill", &first, Some(json!({ "enabled": true }))).await;
+    assert_eq!((on.status, on.body["code"].as_str()), (403, Some("ACCOUNT_SUSPENDED")), "{}", on.body);
+    let list = server.api("GET", "/keys", &first, None).await;
+    assert_eq!((list.status, ids(&list.body).len()), (200, 2), "{}", list.body);
+    let revoked = server.api("DELETE", &format!("/keys/{}", made.body["id"].as_str().unwrap()), &first, None).await;
+    assert_eq!(revoked.status, 200, "revoking only takes access away: {}", revoked.body);
+
+    assert_eq!(server.admin("PUT", &path, Some(freeze(false))).await.status, 200);
+    assert_eq!(server.api("POST", "/keys", &first, None).await.status, 201);
+    server.stop().await;
+}

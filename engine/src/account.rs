@@ -35,9 +35,10 @@ impl Engine {
                 Ok(Reply::KeyCreated(KeyCreated { api_key: String::new() }))
             }
             AdminOp::RevokeKey { api_key_digest } => {
-                match self.keys.get_mut(&api_key_digest.id()).filter(|record| record.digest == api_key_digest) {
-                    Some(record) => {
-                        record.revoked = true;
+                match self.keys.get(&api_key_digest.id()).filter(|record| record.digest == api_key_digest) {
+                    // Revoking a revoked key again (within its retention) changes nothing.
+                    Some(_) => {
+                        self.revoke_key(api_key_digest.id());
                         Ok(Reply::Success(Success { success: true }))
                     }
                     None => Err(ApiError::new(ErrorCode::NotFound, "unknown API key")),
@@ -281,12 +282,7 @@ impl Engine {
         amount_usd: Option<Decimal>,
         card: Option<CardBehavior>,
     ) -> Result<(), ApiError> {
-        if let Some(amount) = amount_usd {
-            match money::to_cents(amount) {
-                Some(cents) if (1_000..=100_000_000).contains(&cents) => {}
-                _ => return Err(ApiError::validation("amount_usd must be 10 to 1000000 with at most 2 decimals")),
-            }
-        }
+        Self::check_refill_amount(amount_usd)?;
         let refill = &mut self.accounts[account].auto_refill;
         if let Some(enabled) = enabled {
             refill.enabled = enabled;
@@ -298,6 +294,15 @@ impl Engine {
             refill.card = card;
         }
         Ok(())
+    }
+
+    /// An auto-refill amount must be 10 to 1,000,000 USD in whole cents.
+    fn check_refill_amount(amount_usd: Option<Decimal>) -> Result<(), ApiError> {
+        match amount_usd.map(money::to_cents) {
+            None => Ok(()),
+            Some(Some(cents)) if (1_000..=100_000_000).contains(&cents) => Ok(()),
+            Some(_) => Err(ApiError::validation("amount_usd must be 10 to 1000000 with at most 2 decimals")),
+        }
     }
 
     /// `GET /auto-refill` (decision 129): the settings and what the daily limit has left.
@@ -321,7 +326,9 @@ impl Engine {
     }
 
     /// `PUT /auto-refill` (decision 129): the reseller turns auto-refill on or off and
-    /// sets its amount; the saved card is not the reseller's to change here.
+    /// sets its amount; the saved card is not the reseller's to change here. A frozen
+    /// account may not turn it on (403 after the body's checks); turning it off or
+    /// changing the amount only spends less, and stays open (decision 233).
     pub(crate) fn update_auto_refill(
         &mut self,
         account: AccountIx,
@@ -330,6 +337,10 @@ impl Engine {
     ) -> Response {
         if enabled.is_none() && amount_usd.is_none() {
             return Err(ApiError::validation("give at least one of enabled, amount_usd"));
+        }
+        Self::check_refill_amount(amount_usd)?;
+        if enabled == Some(true) {
+            self.require_not_frozen(account)?;
         }
         self.set_auto_refill(account, enabled, amount_usd, None)?;
         self.auto_refill_settings(account)

@@ -98,6 +98,11 @@ pub mod limits {
     /// Active API keys per account that the reseller may reach by making keys itself
     /// (`POST /keys` past it answers 429, decision 128); the operator's keys are not capped.
     pub const API_KEYS_PER_ACCOUNT_MAX: usize = 20;
+    /// How long a revoked key's record is kept (service time) before a timer drops it:
+    /// long enough for an operator to tell a revoked key from one never issued and for
+    /// a repeated revocation to answer as the first did; short enough that key churn
+    /// cannot grow the state without bound (decision 231).
+    pub const REVOKED_KEY_RETENTION_MS: i64 = 30 * crate::Millis::DAY;
     /// Auto-refill charges in 24 hours: the next one switches auto-refill off (decision 34).
     pub const AUTO_REFILL_MAX_PER_DAY: usize = 10;
     /// How long an `Idempotency-Key` replays its stored answer (decision 40).

@@ -146,6 +146,12 @@ impl Engine {
         &self.webhooks
     }
 
+    /// The API keys (for observers and tests: how many records are held, and each
+    /// account's index of active keys).
+    pub fn api_keys(&self) -> &KeyTable {
+        &self.keys
+    }
+
     /// Deliveries the engine still owns (in flight or waiting for a retry).
     pub fn pending_deliveries(&self) -> &BTreeMap<DeliveryId, DeliveryState> {
         &self.deliveries

@@ -34,7 +34,7 @@ pub enum ErrorCode {
     EsimAlreadyInGroup,
     /// The eSIM's move into a group is on its way (409, decision 11).
     MovePending,
-    /// Over the per-key rate limit (429, with `Retry-After`).
+    /// Over the rate limit of the key or of its account (429, with `Retry-After`).
     RateLimited,
     /// The account has its maximum of groups (429).
     GroupLimitReached,

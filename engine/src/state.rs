@@ -9,7 +9,7 @@ use crate::time::Millis;
 use crate::wallet::CrossingAlarm;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// An index newtype: the position of a record in its engine list, serialized as the
 /// bare number (so the state digest and snapshots do not change), and usable as an
@@ -822,7 +822,8 @@ pub struct KeyRecord {
     pub digest: crate::secret::KeyDigest,
     /// The account it authenticates.
     pub account: AccountIx,
-    /// Refused from now on; the record stays (revoking it again is not a 404).
+    /// Refused from now on; the record stays for `limits::REVOKED_KEY_RETENTION_MS`
+    /// (revoking it again meanwhile is not a 404), then a timer drops it (decision 231).
     pub revoked: bool,
     /// Its first 12 characters, shown in the key list (`None` for keys made before
     /// the list existed).
@@ -831,6 +832,10 @@ pub struct KeyRecord {
     /// When it was made (`None` for keys made before the list existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Millis>,
+    /// When it was revoked: `Some` exactly when `revoked` (a revoked key written by an
+    /// earlier build has none, and is dropped when its snapshot is read, decision 231).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<Millis>,
 }
 
 /// A stored answer of an `Idempotency-Key` (decision 40).
@@ -891,9 +896,17 @@ pub enum WalletOwner {
 /// A `hashbrown` table given the hash of each key: the id is the first half of a SHA-256
 /// digest of a key the service drew at random (no client chooses one), so its low 64
 /// bits are a hash already; no hasher with a random seed is involved.
+///
+/// Beside it, each account's active keys (decision 232): a key operation of an account
+/// touches its own keys only, however many keys other accounts, or its own revoked
+/// ones, hold. The index is derived from the records (rebuilt when a snapshot is read,
+/// never written), so every change goes through the methods below that keep both.
 #[derive(Clone, Debug, Default)]
 pub struct KeyTable {
     table: hashbrown::HashTable<(u128, KeyRecord)>,
+    /// Per account, the ids of its active keys, in id order (so the index read back
+    /// from a snapshot is the one kept live).
+    active: BTreeMap<AccountIx, Vec<u128>>,
 }
 
 /// The hash of a key id: its low 64 bits (see [`KeyTable`]).
@@ -907,23 +920,77 @@ impl KeyTable {
         self.table.find(key_hash(*id), |(key, _)| key == id).map(|(_, record)| record)
     }
 
-    /// The key of this id, to change it.
-    pub fn get_mut(&mut self, id: &u128) -> Option<&mut KeyRecord> {
-        self.table.find_mut(key_hash(*id), |(key, _)| key == id).map(|(_, record)| record)
-    }
-
-    /// Adds a key; the one it replaced, if any.
+    /// Adds a key; the one it replaced, if any (its index entry goes with it).
     pub fn insert(&mut self, id: u128, record: KeyRecord) -> Option<KeyRecord> {
-        match self.table.entry(key_hash(id), |(key, _)| *key == id, |(key, _)| key_hash(*key)) {
+        assert_eq!(record.revoked, record.revoked_at.is_some(), "a revoked key says when it was revoked");
+        let (account, active) = (record.account, !record.revoked);
+        let replaced = match self.table.entry(key_hash(id), |(key, _)| *key == id, |(key, _)| key_hash(*key)) {
             hashbrown::hash_table::Entry::Occupied(mut held) => Some(std::mem::replace(&mut held.get_mut().1, record)),
             hashbrown::hash_table::Entry::Vacant(free) => {
                 free.insert((id, record));
                 None
             }
+        };
+        if let Some(old) = &replaced {
+            self.unindex(old.account, id);
+        }
+        if active {
+            let ids = self.active.entry(account).or_default();
+            if let Err(at) = ids.binary_search(&id) {
+                ids.insert(at, id);
+            }
+        }
+        replaced
+    }
+
+    /// Marks an active key revoked at `at` and takes it out of its account's index;
+    /// `false` (nothing changed) when there is no such key or it is revoked already.
+    pub fn revoke(&mut self, id: u128, at: Millis) -> bool {
+        let Some((_, record)) = self.table.find_mut(key_hash(id), |(key, _)| *key == id) else { return false };
+        if record.revoked {
+            return false;
+        }
+        record.revoked = true;
+        record.revoked_at = Some(at);
+        let account = record.account;
+        self.unindex(account, id);
+        true
+    }
+
+    /// Drops a key's record for good (a revoked key past its retention).
+    pub fn remove(&mut self, id: u128) -> Option<KeyRecord> {
+        let held = self.table.find_entry(key_hash(id), |(key, _)| *key == id).ok()?;
+        let ((_, record), _) = held.remove();
+        self.unindex(record.account, id);
+        Some(record)
+    }
+
+    /// Takes `id` out of `account`'s active keys, if it is there.
+    fn unindex(&mut self, account: AccountIx, id: u128) {
+        if let Some(ids) = self.active.get_mut(&account) {
+            if let Ok(at) = ids.binary_search(&id) {
+                ids.remove(at);
+            }
+            if ids.is_empty() {
+                self.active.remove(&account);
+            }
         }
     }
 
-    /// How many keys (revoked ones included).
+    /// The ids of `account`'s active keys, in id order: what a key operation of the
+    /// account reads, never the whole table.
+    pub fn active_ids(&self, account: AccountIx) -> &[u128] {
+        self.active.get(&account).map_or(&[], Vec::as_slice)
+    }
+
+    /// A record the account index does not name: only for the test that key operations
+    /// read the index, not the table.
+    #[cfg(test)]
+    pub(crate) fn insert_unindexed(&mut self, id: u128, record: KeyRecord) {
+        self.table.insert_unique(key_hash(id), (id, record), |(key, _)| key_hash(*key));
+    }
+
+    /// How many keys (revoked ones within their retention included).
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -956,14 +1023,28 @@ impl Serialize for KeyTable {
 }
 
 impl<'de> Deserialize<'de> for KeyTable {
+    /// Reads the pairs in id order and rebuilds the account index from them. A revoked
+    /// key without a revocation time (written by a build before retention) is dropped
+    /// here: nothing says when its retention would end, and a revoked key authenticates
+    /// nothing (decision 231).
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let pairs = Vec::<(u128, KeyRecord)>::deserialize(deserializer)?;
         let mut table = KeyTable::default();
         table.table.reserve(pairs.len(), |(key, _)| key_hash(*key));
+        let mut previous = None;
         for (id, record) in pairs {
-            if table.insert(id, record).is_some() {
+            // Written in id order, so a repeated id is next to its twin.
+            if previous == Some(id) || table.get(&id).is_some() {
                 return Err(serde::de::Error::custom(format!("the key id {id} is written twice")));
             }
+            previous = Some(id);
+            if record.revoked != record.revoked_at.is_some() {
+                if record.revoked_at.is_some() {
+                    return Err(serde::de::Error::custom(format!("the active key {id} has a revocation time")));
+                }
+                continue;
+            }
+            table.insert(id, record);
         }
         Ok(table)
     }
@@ -1070,6 +1151,7 @@ mod tests {
                 revoked: n % 5 == 0,
                 prefix: (n % 2 == 0).then(|| format!("rsk_{n}")),
                 created_at: (n % 3 == 0).then_some(Millis(i64::from(n))),
+                revoked_at: (n % 5 == 0).then_some(Millis(i64::from(n) + 1)),
             };
             assert!(table.insert(digest.id(), record.clone()).is_none());
             tree.insert(digest.id(), record);
@@ -1095,6 +1177,55 @@ mod tests {
         let first = &text[1..text.find("],[").unwrap() + 1];
         let twice = format!("[{first},{first}]");
         assert!(serde_json::from_str::<KeyTable>(&twice).is_err());
+        // The account index is rebuilt from the records: each account's active keys, in
+        // id order (the tree's), as the live table keeps them.
+        for account in 0..7 {
+            let expected: Vec<u128> =
+                tree.iter().filter(|(_, r)| r.account == AccountIx(account) && !r.revoked).map(|(id, _)| *id).collect();
+            assert_eq!(back.active_ids(AccountIx(account)), expected, "account {account}");
+            assert_eq!(table.active_ids(AccountIx(account)), expected, "account {account}, live");
+        }
+    }
+
+    #[test]
+    fn the_key_index_follows_every_change_and_old_revoked_keys_are_dropped_on_read() {
+        let record = |n: u32, account: u32| KeyRecord {
+            digest: crate::secret::KeyDigest::of(&format!("rsk_{n}")),
+            account: AccountIx(account),
+            revoked: false,
+            prefix: None,
+            created_at: Some(Millis(1)),
+            revoked_at: None,
+        };
+        let mut table = KeyTable::default();
+        for n in 0..4 {
+            table.insert(record(n, n % 2).digest.id(), record(n, n % 2));
+        }
+        let id = |n: u32| record(n, 0).digest.id();
+        let sorted = |mut ids: Vec<u128>| {
+            ids.sort_unstable();
+            ids
+        };
+        assert_eq!(table.active_ids(AccountIx(0)), sorted(vec![id(0), id(2)]));
+        assert!(table.revoke(id(2), Millis(5)));
+        assert!(!table.revoke(id(2), Millis(6)), "a second revocation changes nothing");
+        assert_eq!(table.get(&id(2)).unwrap().revoked_at, Some(Millis(5)));
+        assert_eq!(table.active_ids(AccountIx(0)), [id(0)]);
+        assert_eq!(table.len(), 4, "a revoked key is kept until its retention ends");
+        assert!(table.remove(id(2)).is_some_and(|r| r.revoked));
+        assert!(table.remove(id(0)).is_some());
+        assert!(table.active_ids(AccountIx(0)).is_empty());
+        assert_eq!(table.active_ids(AccountIx(1)), sorted(vec![id(1), id(3)]));
+        // A revoked key written by a build before retention (no revocation time) is
+        // dropped when read; an active key with a revocation time is damage.
+        let mut legacy = record(9, 1);
+        legacy.revoked = true;
+        let written = serde_json::to_string(&vec![(id(9), legacy.clone()), (id(1), record(1, 1))]).unwrap();
+        let back: KeyTable = serde_json::from_str(&written).unwrap();
+        assert_eq!((back.len(), back.active_ids(AccountIx(1))), (1, &[id(1)][..]));
+        legacy.revoked = false;
+        legacy.revoked_at = Some(Millis(3));
+        assert!(serde_json::from_str::<KeyTable>(&serde_json::to_string(&vec![(id(9), legacy)]).unwrap()).is_err());
     }
 
     fn esim(funding: Funding) -> Esim {

@@ -26,6 +26,8 @@ pub enum Timer {
     GroupLowDeadline(GroupIx),
     /// A stored idempotent answer expires (decision 40).
     ExpireIdempotency(AccountIx, String),
+    /// A revoked API key's record has been kept long enough (by its id, decision 231).
+    DropRevokedKey(u128),
 }
 
 impl Engine {
@@ -46,6 +48,7 @@ impl Engine {
             Timer::CardSettles(account) => self.card_settles(account),
             Timer::GroupLowDeadline(group) => self.group_low_deadline(group),
             Timer::ExpireIdempotency(account, key) => self.expire_idempotent(account, &key),
+            Timer::DropRevokedKey(id) => self.drop_revoked_key(id),
         }
     }
 }

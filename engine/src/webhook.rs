@@ -205,6 +205,7 @@ impl Engine {
 
     /// `POST /webhooks/{id}/rotate-secret`: the shell's new secret signs from now on; the
     /// current one keeps signing beside it for `SECRET_ROTATION_OVERLAP_MS` (decision 116).
+    /// An unknown webhook is 404 first; a frozen account 403 (decision 233).
     pub(crate) fn rotate_webhook_secret(
         &mut self,
         account: AccountIx,
@@ -213,6 +214,7 @@ impl Engine {
     ) -> Response {
         assert!(!signing_secret.is_unset(), "the shell seals a new secret into every rotation");
         let webhook = self.webhook_of(account, webhook_id)?;
+        self.require_not_frozen(account)?;
         let until = self.now.plus_ms(limits::SECRET_ROTATION_OVERLAP_MS);
         let record = &mut self.webhooks[webhook];
         let previous = std::mem::replace(&mut record.signing_secret, signing_secret.clone());
@@ -333,8 +335,11 @@ impl Engine {
         Ok(Reply::Success(Success { success: true }))
     }
 
+    /// `POST /webhooks/{id}/test`: a frozen account sends none, as it resends none
+    /// (decision 233).
     pub(crate) fn test_webhook(&mut self, account: AccountIx, webhook_id: &str) -> Response {
         let webhook = self.webhook_of(account, webhook_id)?;
+        self.require_not_frozen(account)?;
         let event = Event {
             id: self.random_id(Purpose::EventId, "evt_", 12),
             account: account.0,
@@ -558,12 +563,13 @@ impl Engine {
     /// `POST /events/{id}/resend`: the event's kept envelope, byte for byte, to one of
     /// the account's webhooks at once, as a manual delivery (decision 118). A disabled
     /// webhook takes it too: that is how a reseller checks a fixed receiver before
-    /// switching it back on.
+    /// switching it back on. Unknown ids are 404 first; a frozen account 403 (decision 233).
     pub(crate) fn resend_event(&mut self, account: AccountIx, event_id: &str, webhook_id: &str) -> Response {
         let (name, envelope) = self
             .kept_envelope(account, event_id)
             .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no event {event_id}")))?;
         let webhook = self.webhook_of(account, webhook_id)?;
+        self.require_not_frozen(account)?;
         let id = self.start_delivery_of(webhook, event_id.to_string(), name, envelope, false, true);
         Ok(Reply::ResendAccepted(ResendAccepted {
             delivery_id: delivery_id_text(id.0),

@@ -399,7 +399,9 @@ fn every_engine_error_code_is_reachable() {
     h.admin(AdminOp::Freeze { account_id: r.account_id.clone(), frozen: true }).unwrap();
     note(h.call(&r, ResellerOp::Enable { iccid: standalone.clone() }));
     note(h.admin(AdminOp::TopUp { account_id: "acc_missing".into(), amount_usd: d("10") }));
-    // API keys (decision 128): the last active one cannot go, the 21st cannot come.
+    // API keys (decision 128): the last active one cannot go, the 21st cannot come (a
+    // frozen account makes none at all, decision 233: thawed first).
+    h.admin(AdminOp::Freeze { account_id: r.account_id.clone(), frozen: false }).unwrap();
     let Ok(Reply::ApiKeyList(list)) = h.call(&r, ResellerOp::ListApiKeys) else { panic!("the key list") };
     note(h.call(&r, ResellerOp::RevokeApiKey { key_id: list.keys[0].id.clone() }));
     for made in 1.. {

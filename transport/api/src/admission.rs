@@ -5,8 +5,9 @@
 //!
 //! The key directory is a read-only copy of the engine's valid key digests, kept in step
 //! by the owner of the engine after every command that changes keys; the engine still
-//! refuses a key revoked in between. The per-key rate windows live here, not in the
-//! engine: they are soft state (never journaled, not in the state digest, decision 53).
+//! refuses a key revoked in between. The rate windows, per key and per account, live
+//! here, not in the engine: they are soft state (never journaled, not in the state
+//! digest, decision 53).
 
 use crate::routes::{self, Api, Match};
 use esim_engine::{limits, ApiError, Engine, ErrorCode, KeyDigest, Millis};
@@ -24,11 +25,68 @@ pub enum Admitted {
     Public,
 }
 
-/// A per-key fixed window: the first request's time and the requests counted in it.
+/// An account's keys share one window of this many keys' limits: as many as the
+/// reseller may hold at once (decision 230). A key keeps the spec's own limit; making
+/// and revoking keys buys no more than holding the most keys an account may hold.
+pub const ACCOUNT_BUDGET_IN_KEYS: u32 = limits::API_KEYS_PER_ACCOUNT_MAX as u32;
+
+/// Windows kept before ended ones are swept out (then again each time their number
+/// doubles): a key made, used once and revoked leaves a window behind.
+const WINDOWS_SWEEP_MIN: usize = 4_096;
+
+/// A fixed window (of a key or of an account): the first request's time and the
+/// requests counted in it.
 #[derive(Debug, Clone, Copy)]
 struct RateWindow {
     started_at: Millis,
     requests: u32,
+}
+
+impl RateWindow {
+    /// A window has ended once `RATE_WINDOW_MS` passed since its first request.
+    fn ended(&self, now: Millis) -> bool {
+        now.0 - self.started_at.0 >= limits::RATE_WINDOW_MS
+    }
+
+    /// This window, or a new one from `now` if it ended.
+    fn renew(&mut self, now: Millis) -> &mut RateWindow {
+        if self.ended(now) {
+            *self = RateWindow { started_at: now, requests: 0 };
+        }
+        self
+    }
+
+    /// The 429 of a full window: whole seconds until it ends, at least 1.
+    fn refusal(&self, now: Millis, limit: u32, whose: &str) -> ApiError {
+        let retry_after = now.seconds_until_ceil(self.started_at.plus_ms(limits::RATE_WINDOW_MS)).max(1);
+        ApiError {
+            code: ErrorCode::RateLimited,
+            message: format!("more than {limit} requests per minute{whose}; retry in {retry_after} s"),
+            retry_after_secs: Some(retry_after),
+        }
+    }
+}
+
+/// The rate windows: one per key and one per account (an account's keys share it).
+#[derive(Default)]
+struct Windows {
+    by_key: HashMap<KeyDigest, RateWindow, DigestHash>,
+    by_account: HashMap<u32, RateWindow>,
+    /// How many windows may be held before the next sweep.
+    sweep_at: usize,
+}
+
+impl Windows {
+    /// Drops ended windows once there are many: an ended window and no window mean the
+    /// same (the next request starts a new one), so this changes no answer.
+    fn sweep_if_large(&mut self, now: Millis) {
+        if self.by_key.len() + self.by_account.len() <= self.sweep_at.max(WINDOWS_SWEEP_MIN) {
+            return;
+        }
+        self.by_key.retain(|_, window| !window.ended(now));
+        self.by_account.retain(|_, window| !window.ended(now));
+        self.sweep_at = 2 * (self.by_key.len() + self.by_account.len());
+    }
 }
 
 /// Hashes a [`KeyDigest`] for the maps below: a digest is a SHA-256 output, uniform
@@ -112,16 +170,20 @@ impl KeyMemo {
 pub struct Admission {
     /// Valid (known, not revoked) key digests and their accounts.
     keys: RwLock<HashMap<KeyDigest, u32, DigestHash>>,
-    windows: Mutex<HashMap<KeyDigest, RateWindow, DigestHash>>,
+    windows: Mutex<Windows>,
+    /// Per key (the spec's limit).
     limit_per_minute: u32,
+    /// Per account, all its keys together (decision 230).
+    account_limit_per_minute: u32,
 }
 
 impl Admission {
     pub fn new(engine: &Engine) -> Admission {
         let admission = Admission {
             keys: RwLock::new(HashMap::default()),
-            windows: Mutex::new(HashMap::default()),
+            windows: Mutex::new(Windows::default()),
             limit_per_minute: engine.config().rate_limit_per_minute,
+            account_limit_per_minute: engine.config().rate_limit_per_minute.saturating_mul(ACCOUNT_BUDGET_IN_KEYS),
         };
         admission.reload_keys(engine);
         admission
@@ -144,7 +206,7 @@ impl Admission {
 
     /// A restart forgets every rate window (decision 53).
     pub fn clear_windows(&self) {
-        self.windows.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.windows.lock().unwrap_or_else(|p| p.into_inner()) = Windows::default();
     }
 
     /// Checks a request's credentials from its method, path and headers, at service
@@ -199,28 +261,32 @@ impl Admission {
         }
     }
 
-    /// The key must be valid, then its window must have room: 401 before 429
-    /// (decision 55); only requests of valid keys are counted.
+    /// The key must be valid, then its window must have room, then its account's:
+    /// 401 before 429 (decision 55); only requests of valid keys are counted, and a
+    /// request is counted in both windows or in neither. A revocation touches no window:
+    /// a new key of the account starts its own window but shares the account's
+    /// (decision 230).
     pub fn admit_key(&self, digest: &KeyDigest, now: Millis) -> Result<(), ApiError> {
-        if !self.keys.read().unwrap_or_else(|p| p.into_inner()).contains_key(digest) {
+        let Some(account) = self.keys.read().unwrap_or_else(|p| p.into_inner()).get(digest).copied() else {
             return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key"));
-        }
-        let limit = self.limit_per_minute;
+        };
+        let (limit, account_limit) = (self.limit_per_minute, self.account_limit_per_minute);
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        let window = windows.entry(*digest).or_insert(RateWindow { started_at: now, requests: 0 });
-        if now.0 - window.started_at.0 >= limits::RATE_WINDOW_MS {
-            *window = RateWindow { started_at: now, requests: 0 };
+        windows.sweep_if_large(now);
+        let Windows { by_key, by_account, .. } = &mut *windows;
+        let key_window = by_key.entry(*digest).or_insert(RateWindow { started_at: now, requests: 0 }).renew(now);
+        if key_window.requests >= limit {
+            return Err(key_window.refusal(now, limit, ""));
         }
-        if window.requests >= limit {
-            let retry_after = now.seconds_until_ceil(window.started_at.plus_ms(limits::RATE_WINDOW_MS)).max(1);
-            return Err(ApiError {
-                code: ErrorCode::RateLimited,
-                message: format!("more than {limit} requests per minute; retry in {retry_after} s"),
-                retry_after_secs: Some(retry_after),
-            });
+        let account_window =
+            by_account.entry(account).or_insert(RateWindow { started_at: now, requests: 0 }).renew(now);
+        if account_window.requests >= account_limit {
+            return Err(account_window.refusal(now, account_limit, " for the account's keys together"));
         }
-        window.requests += 1;
-        assert!(window.requests <= limit, "a window never admits more than the limit");
+        key_window.requests += 1;
+        account_window.requests += 1;
+        assert!(key_window.requests <= limit, "a key's window never admits more than the limit");
+        assert!(account_window.requests <= account_limit, "an account's window never admits more than its limit");
         Ok(())
     }
 }
@@ -273,6 +339,80 @@ mod tests {
         assert!(admission.admit_key(&digest, start.plus_ms(60_000)).is_err());
         admission.clear_windows();
         admission.admit_key(&digest, start.plus_ms(60_000)).unwrap();
+    }
+
+    /// A new key made for account 0 of `engine` (and followed by `admission`).
+    fn add_key(engine: &mut Engine, admission: &Admission, key: &str, now: Millis) -> KeyDigest {
+        let digest = KeyDigest::of(key);
+        let account_id = engine.accounts()[0].id.clone();
+        let op = AdminOp::CreateKey { account_id, api_key_digest: digest, api_key_prefix: String::new() };
+        engine.handle(now, Command::Admin(op)).unwrap();
+        admission.refresh_key(engine, &digest);
+        digest
+    }
+
+    #[test]
+    fn an_accounts_keys_share_one_window_that_no_revocation_resets() {
+        let (mut engine, first) = engine_with_key();
+        let admission = Admission::new(&engine);
+        let start = Millis::VIRTUAL_EPOCH;
+        let budget = 100 * ACCOUNT_BUDGET_IN_KEYS;
+        // Churn: each new key revokes the one before and spends its own 100.
+        let (mut current, mut admitted, mut made) = (first, 0, 0);
+        let refused = 'churn: loop {
+            made += 1;
+            let now = start.plus_ms(100 * made);
+            let next = add_key(&mut engine, &admission, &format!("rsk_{made}"), now);
+            engine.handle(now, Command::Admin(AdminOp::RevokeKey { api_key_digest: current })).unwrap();
+            admission.refresh_key(&engine, &current);
+            assert_eq!(admission.admit_key(&current, now).unwrap_err().code, ErrorCode::InvalidApiKey);
+            current = next;
+            for _ in 0..100 {
+                match admission.admit_key(&current, now) {
+                    Ok(()) => admitted += 1,
+                    Err(refused) => break 'churn (refused, now),
+                }
+            }
+        };
+        assert_eq!(admitted, budget, "the account's keys together get its budget, no more");
+        let (error, at) = refused;
+        assert_eq!((error.code, error.status()), (ErrorCode::RateLimited, 429));
+        // The account's window began with its first request, at start + 100 ms.
+        let window_end = start.plus_ms(100 + limits::RATE_WINDOW_MS);
+        assert_eq!(error.retry_after_secs, Some(at.seconds_until_ceil(window_end)), "until the account's window ends");
+        assert_eq!(made, i64::from(ACCOUNT_BUDGET_IN_KEYS) + 1, "each key got its own 100 until then");
+        // A fresh key of the account is refused too; its window counted nothing.
+        let fresh = add_key(&mut engine, &admission, "rsk_fresh", at);
+        assert_eq!(admission.admit_key(&fresh, at).unwrap_err().code, ErrorCode::RateLimited);
+        // The account's window ends a minute after its first request.
+        for _ in 0..100 {
+            admission.admit_key(&fresh, window_end).unwrap();
+        }
+        assert!(admission.admit_key(&fresh, window_end).is_err(), "the key's own limit still holds");
+    }
+
+    #[test]
+    fn only_ended_windows_are_swept_and_only_when_many() {
+        let start = Millis::VIRTUAL_EPOCH;
+        let window = |at: Millis, requests: u32| RateWindow { started_at: at, requests };
+        let mut windows = Windows::default();
+        for n in 0..WINDOWS_SWEEP_MIN {
+            windows.by_key.insert(KeyDigest::of(&format!("rsk_{n}")), window(start, 1));
+        }
+        let running = KeyDigest::of("rsk_running");
+        windows.by_key.insert(running, window(start.plus_ms(30_000), 100));
+        windows.by_account.insert(0, window(start, 2_000));
+        windows.sweep_if_large(start.plus_ms(limits::RATE_WINDOW_MS - 1));
+        assert_eq!(windows.by_key.len(), WINDOWS_SWEEP_MIN + 1, "nothing has ended yet");
+        windows.sweep_at = 0; // as if the last sweep were long ago
+        windows.sweep_if_large(start.plus_ms(limits::RATE_WINDOW_MS));
+        assert_eq!(windows.by_key.len(), 1, "the ended key windows went");
+        assert!(windows.by_account.is_empty(), "the ended account window went");
+        assert_eq!(windows.by_key[&running].requests, 100, "a running window stays, with its count");
+        // Few windows are never swept: the sweep's cost is spread over many requests.
+        windows.by_key.insert(KeyDigest::of("rsk_old"), window(start, 1));
+        windows.sweep_if_large(start.plus_ms(10 * limits::RATE_WINDOW_MS));
+        assert_eq!(windows.by_key.len(), 2);
     }
 
     #[test]

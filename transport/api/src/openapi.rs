@@ -540,9 +540,9 @@ fn account_operation(endpoint: Endpoint) -> Option<Operation> {
         E::CreateApiKey => Operation::new("createApiKey", "Account", "Create an API key")
             .describe("A new key for this account, shown only in this answer (an Idempotency-Key replay answers api_key null: only the key's digest is kept). At most 20 active keys.")
             .ok(201, "ApiKeyCreated", "The new key")
-            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys")]),
+            .errors(&[(ApiKeyLimitReached, "the account already has 20 active API keys"), FROZEN]),
         E::RevokeApiKey => Operation::new("revokeApiKey", "Account", "Revoke an API key")
-            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not.")
+            .describe("The key answers 401 INVALID_API_KEY from now on. The key of this request may be revoked; the account's last active key may not. A frozen account may revoke keys.")
             .ok(200, "ApiKeyRevoked", "The key is revoked")
             .errors(&[
                 (NotFound, "no active key of this account has that id"),
@@ -555,7 +555,10 @@ fn account_operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Turns auto-refill on or off and sets the amount of a charge; absent fields keep their value.")
             .ok(200, "AutoRefillSettings", "The settings as they now are")
             .body::<AutoRefillUpdateRequest>(true)
-            .errors(&[(ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals")]),
+            .errors(&[
+                (ValidationError, "no field given, enabled not a boolean, or amount_usd outside 10 to 1000000 or with more than 2 decimals"),
+                (AccountSuspended, "enabled is true and the operator has frozen the account"),
+            ]),
         E::OpenApi => Operation::new("getOpenApiDocument", "Meta", "This OpenAPI document")
             .describe("Public: needs no API key.")
             .ok(200, "OpenApiDocument", "The document"),
@@ -592,11 +595,11 @@ fn webhook_operation(endpoint: Endpoint) -> Option<Operation> {
         E::TestWebhook => Operation::new("testWebhook", "Webhooks", "Send a test event")
             .describe("Sends one event of type test to this webhook (no subscription needed, no retry, not counted in failure_count) and answers with the receiver's status.")
             .ok(200, "WebhookTestResult", "What the receiver answered")
-            .errors(&[NO_WEBHOOK]),
+            .errors(&[NO_WEBHOOK, FROZEN]),
         E::RotateWebhookSecret => Operation::new("rotateWebhookSecret", "Webhooks", "Rotate the signing secret")
             .describe("Returns a new signing secret, shown only here. For 24 hours deliveries carry two signatures in webhook-signature (the new and the previous secret); X-Service-Signature uses the new secret at once.")
             .ok(200, "WebhookWithSecret", "The webhook with its new signing secret")
-            .errors(&[NO_WEBHOOK]),
+            .errors(&[NO_WEBHOOK, FROZEN]),
         E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
             .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
             .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
@@ -646,6 +649,7 @@ fn event_operation(endpoint: Endpoint) -> Option<Operation> {
             .errors(&[
                 (ValidationError, "webhook_id is missing or not a string"),
                 (NotFound, "the event id is unknown, expired or of another account, or the webhook id is unknown"),
+                FROZEN,
             ]),
         _ => return None,
     })
@@ -1177,7 +1181,7 @@ fn build() -> Value {
         "info": {
             "title": "Reseller eSIM Connectivity Service",
             "version": "2.0",
-            "description": "Provision eSIM profiles with pay-as-you-go data, fund per-eSIM wallets or shared-balance groups, and receive signed webhook notifications. Money amounts are USD JSON numbers; timestamps are RFC 3339 UTC with milliseconds. Every call but this document needs `Authorization: Bearer <API key>` and is limited to 100 requests per minute per key (429 RATE_LIMITED with Retry-After). Errors carry the Error body.",
+            "description": "Provision eSIM profiles with pay-as-you-go data, fund per-eSIM wallets or shared-balance groups, and receive signed webhook notifications. Money amounts are USD JSON numbers; timestamps are RFC 3339 UTC with milliseconds. Every call but this document needs `Authorization: Bearer <API key>` and is limited to 100 requests per minute per key, and 2000 per minute for all keys of an account together (429 RATE_LIMITED with Retry-After). Errors carry the Error body.",
         },
         "servers": [{ "url": RESELLER_BASE, "description": "The reseller API; paths are relative to it" }],
         "security": [{ "bearer": [] }],
