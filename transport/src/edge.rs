@@ -488,34 +488,58 @@ impl Drop for Responding {
     }
 }
 
+/// A response body is handed to hyper in pieces of at most this size, so that hyper
+/// takes the next one only as the client takes the answer (hyper buffers a few).
+pub const RESPONSE_PIECE_BYTES: usize = 64 * 1024;
+
 /// A response body being written: while it is, bytes written count as activity (a
 /// client taking a long answer is not idle; one that stops reading it is, after the
-/// idle limit).
+/// idle limit). It hands its data on in pieces of [`RESPONSE_PIECE_BYTES`], so that it
+/// is dropped (and the answer counts as written) only when little of it is left.
 pub struct InFlightBody<B> {
     inner: B,
+    rest: Bytes,
     _responding: Responding,
 }
 
 impl<B> InFlightBody<B> {
     pub fn new(inner: B, in_flight: InFlight) -> InFlightBody<B> {
-        InFlightBody { inner, _responding: in_flight.into_responding() }
+        InFlightBody { inner, rest: Bytes::new(), _responding: in_flight.into_responding() }
     }
 }
 
-impl<B: hyper::body::Body + Unpin> hyper::body::Body for InFlightBody<B> {
-    type Data = B::Data;
+impl<B: hyper::body::Body<Data = Bytes> + Unpin> hyper::body::Body for InFlightBody<B> {
+    type Data = Bytes;
     type Error = B::Error;
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        if this.rest.is_empty() {
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => this.rest = data,
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                other => return other,
+            }
+        }
+        let piece = this.rest.split_to(this.rest.len().min(RESPONSE_PIECE_BYTES));
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(piece))))
     }
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = hyper::body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 
@@ -1159,5 +1183,25 @@ mod tests {
         assert!(unread_body_closes(v11, &large));
         assert!(unread_body_closes(v11, &chunked));
         assert!(!unread_body_closes(http::Version::HTTP_2, &large), "HTTP/2 resets the stream");
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_handed_on_in_pieces_and_counts_as_written_at_its_end() {
+        let (near, _far) = tokio::io::duplex(64);
+        let (_guarded, activity) = IdleGuard::new(near, &EdgeLimits::default());
+        let answer = Bytes::from(vec![7u8; 2 * RESPONSE_PIECE_BYTES + 5]);
+        let mut body = InFlightBody::new(Full::new(answer.clone()), activity.begin());
+        assert_eq!(hyper::body::Body::size_hint(&body).exact(), Some(answer.len() as u64));
+        assert_eq!(activity.responding.load(Ordering::Acquire), 1);
+        let mut pieces = Vec::new();
+        while let Some(frame) = body.frame().await {
+            pieces.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(pieces.iter().map(Bytes::len).collect::<Vec<_>>(), [RESPONSE_PIECE_BYTES, RESPONSE_PIECE_BYTES, 5]);
+        assert_eq!(pieces.concat(), answer.to_vec());
+        assert!(hyper::body::Body::is_end_stream(&body));
+        drop(body);
+        assert_eq!(activity.responding.load(Ordering::Acquire), 0);
+        assert!(!activity.busy());
     }
 }

@@ -97,7 +97,12 @@ impl LinkKey {
     pub fn proof(&self, shard: usize, method: &http::Method, target: &str) -> String {
         let mut mac = self.0.clone();
         mac.update(format!("{shard}\n{method}\n{target}").as_bytes());
-        mac.finalize().into_bytes().iter().map(|byte| format!("{byte:02x}")).collect()
+        let mut hex = String::with_capacity(64);
+        for byte in mac.finalize().into_bytes() {
+            hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+            hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+        }
+        hex
     }
 
     /// Whether `headers` carry a node's proof for their [`FORWARDED_SHARD`].
