@@ -830,35 +830,44 @@ async fn answer(
     );
     let response = match admitted {
         Err(refused) => unread(parts.version, &body, error_response(refused)),
-        Ok(admitted) => {
-            if let (Route::Shard(_), crate::routes::Match::Found(endpoint, params)) = (target, matched) {
-                // Handed on unchanged to one owner task: matched once, here.
-                parts.extensions.insert(crate::routes::Matched(endpoint, params));
-            }
-            if let Admitted::Reseller(digest) = admitted {
-                // The key was hashed once; only its digest goes on.
-                parts.extensions.insert(digest);
-                parts.headers.remove(http::header::AUTHORIZATION);
-            }
-            parts.extensions.insert(RequestSpan(span.clone()));
-            if admitted == Admitted::Public {
-                // No public endpoint takes a body: it is never read.
-                let version = parts.version;
-                let response = answer_admitted(shared, target, http::Request::from_parts(parts, Bytes::new())).await;
-                unread(version, &body, response)
-            } else {
-                match bodies.read(body, Credential::Verified).await {
-                    Err(response) => response,
-                    Ok(held) => {
-                        answer_admitted(shared, target, http::Request::from_parts(parts, held.bytes.clone())).await
-                    }
-                }
-            }
-        }
+        Ok(admitted) => answer_local(shared, target, matched, admitted, (parts, body), &bodies, span).await,
     };
     // One line per request; never a credential (method, route pattern, status, time).
     tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
     (endpoint, response)
+}
+
+/// An admitted request for this node: its body read (none for a public endpoint), then
+/// its answer.
+async fn answer_local(
+    shared: &Shared,
+    target: Route,
+    matched: crate::routes::Match<'_>,
+    admitted: Admitted,
+    (mut parts, body): (http::request::Parts, Incoming),
+    bodies: &Bodies,
+    span: &tracing::Span,
+) -> http::Response<Bytes> {
+    if let (Route::Shard(_), crate::routes::Match::Found(endpoint, params)) = (target, matched) {
+        // Handed on unchanged to one owner task: matched once, here.
+        parts.extensions.insert(crate::routes::Matched(endpoint, params));
+    }
+    if let Admitted::Reseller(digest) = admitted {
+        // The key was hashed once; only its digest goes on.
+        parts.extensions.insert(digest);
+        parts.headers.remove(http::header::AUTHORIZATION);
+    }
+    parts.extensions.insert(RequestSpan(span.clone()));
+    if admitted == Admitted::Public {
+        // No public endpoint takes a body: it is never read.
+        let version = parts.version;
+        let response = answer_admitted(shared, target, http::Request::from_parts(parts, Bytes::new())).await;
+        return unread(version, &body, response);
+    }
+    match bodies.read(body, Credential::Verified).await {
+        Err(response) => response,
+        Ok(held) => answer_admitted(shared, target, http::Request::from_parts(parts, held.bytes.clone())).await,
+    }
 }
 
 /// The metrics label of a matched request; an admin request's account id (named in its
