@@ -12,7 +12,7 @@ mod pg;
 mod process;
 
 use common::{verify_signature, Receiver, TestServer};
-use esim_transport::nodes::{FORWARDED_SHARD, NOT_OWNER};
+use esim_transport::nodes::{LinkKey, FORWARDED_SHARD, NODE_PROOF, NOT_OWNER};
 use esim_transport::shards::{
     shard_of_account_id, shard_of_api_key, shard_of_event_id, shard_of_iccid, shard_of_uuid, shard_of_webhook_id,
 };
@@ -320,11 +320,18 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
     assert_eq!(live, b.admin("GET", "/admin/v1/state", None).await.body);
     assert_replay_matches(&url, &live);
 
-    // A forwarded request for a shard the receiving node does not own is refused, never
-    // forwarded again.
+    // A forwarded request (signed as a node signs it, decision 218) for a shard the
+    // receiving node does not own is refused, never forwarded again.
     let tenant_b = tenants.iter().find(|t| t.shard == 2).unwrap();
+    let proof = LinkKey::new(common::ADMIN).proof(2, &http::Method::GET, "/api/v2/reseller/account");
     let refused = a
-        .raw("GET", "/api/v2/reseller/account", Some(&tenant_b.key), &[(FORWARDED_SHARD, "2")], bytes::Bytes::new())
+        .raw(
+            "GET",
+            "/api/v2/reseller/account",
+            Some(&tenant_b.key),
+            &[(FORWARDED_SHARD, "2"), (NODE_PROOF, &proof)],
+            bytes::Bytes::new(),
+        )
         .await;
     assert_eq!((refused.status, refused.body["code"].clone()), (503, json!("SERVICE_UNAVAILABLE")));
     assert_eq!(refused.headers[NOT_OWNER], "2");

@@ -10,16 +10,26 @@
 //! [`FORWARD_RESPONSE_MAX_BYTES`] of answer; an owner that cannot be reached is a 503
 //! with `Retry-After`, never a panic.
 //!
+//! Only a request another node signed may carry [`FORWARDED_SHARD`], [`WANT_FIGURES`]
+//! or [`POOL_SYNC`]: [`NODE_PROOF`] is an HMAC-SHA256 over the shard, method and target,
+//! keyed from the admin token every node holds ([`LinkKey`]); a client's copies of these
+//! headers are dropped unread and steer nothing (decision 218). Before a request for
+//! another node's shard is read or forwarded, its credential is checked as far as this
+//! node can ([`screen_forward`]): the admin token, or a key's form and shard.
+//!
 //! Fan-out requests (clock, admin lists, report, state) ask each remote shard through
 //! its owner with the same header, so one merge code serves local and remote shards.
 //! The finance report's figures (which a local shard hands over beside its rendering)
 //! travel as JSON when [`WANT_FIGURES`] asks for them ([`FiguresWire`]).
 
 use crate::api::error_response;
+use crate::edge::Credential;
+use crate::routes::{Api, Match};
 use crate::store_pg::Locator;
 use bytes::Bytes;
 use esim_engine::finance::{AccountReport, DayRow, FinanceReport, Holdings, MoneyIn, MovedInside, PeriodText, Spent};
 use esim_engine::{ApiError, ErrorCode};
+use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -32,6 +42,9 @@ use std::time::Duration;
 /// The header that marks a forwarded request (and a fan-out part sent to another node)
 /// with the shard it is for.
 pub const FORWARDED_SHARD: &str = "esim-forwarded-shard";
+/// On a request from another node: the hex HMAC-SHA256 that proves the node-only headers
+/// above came from a node ([`LinkKey::proof`]).
+pub const NODE_PROOF: &str = "esim-node-proof";
 /// On a 503 from a node that does not own the shard a forwarded request named: the
 /// forwarding node reads the owner's address again.
 pub const NOT_OWNER: &str = "esim-not-owner";
@@ -63,6 +76,104 @@ const FORWARDED_HEADERS: [&str; 7] =
     ["authorization", "idempotency-key", "content-type", "accept", crate::server::REQUEST_ID, WANT_FIGURES, POOL_SYNC];
 /// Answer headers that belong to one connection, never copied from the owner's answer.
 const HOP_BY_HOP: [&str; 4] = ["connection", "content-length", "transfer-encoding", "keep-alive"];
+
+/// The headers only a node may send (dropped from any request no node signed).
+const NODE_HEADERS: [&str; 4] = [FORWARDED_SHARD, WANT_FIGURES, POOL_SYNC, NODE_PROOF];
+
+/// The key nodes sign their requests to each other with, derived from the admin token
+/// (every node of a store holds the same one; a client does not).
+#[derive(Clone)]
+pub struct LinkKey(Hmac<sha2::Sha256>);
+
+impl LinkKey {
+    pub fn new(admin_token: &str) -> LinkKey {
+        let mut derive = Hmac::<sha2::Sha256>::new_from_slice(admin_token.as_bytes()).expect("any key length");
+        derive.update(b"esim node link v1");
+        let key = derive.finalize().into_bytes();
+        LinkKey(Hmac::new_from_slice(&key).expect("any key length"))
+    }
+
+    /// The proof a node sends with a request for `shard` (`target`: path and query).
+    pub fn proof(&self, shard: usize, method: &http::Method, target: &str) -> String {
+        let mut mac = self.0.clone();
+        mac.update(format!("{shard}\n{method}\n{target}").as_bytes());
+        let mut hex = String::with_capacity(64);
+        for byte in mac.finalize().into_bytes() {
+            hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+            hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+        }
+        hex
+    }
+
+    /// Whether `headers` carry a node's proof for their [`FORWARDED_SHARD`].
+    fn signed(&self, headers: &http::HeaderMap, method: &http::Method, target: &str) -> bool {
+        let (Some(shard), Some(proof)) = (headers.get(FORWARDED_SHARD), headers.get(NODE_PROOF)) else {
+            return false;
+        };
+        let Some(shard) = shard.to_str().ok().and_then(|text| text.parse::<usize>().ok()) else { return false };
+        esim_engine::engine::constant_time_eq(self.proof(shard, method, target).as_bytes(), proof.as_bytes())
+    }
+}
+
+/// Keeps the node-only headers of a request another node signed, and drops them from
+/// any other (a client's copies steer nothing): true when a node signed it.
+pub fn screen_link(headers: &mut http::HeaderMap, method: &http::Method, target: &str, key: &LinkKey) -> bool {
+    if !NODE_HEADERS.iter().any(|name| headers.contains_key(*name)) {
+        return false;
+    }
+    if key.signed(headers, method, target) {
+        return true;
+    }
+    for name in NODE_HEADERS {
+        headers.remove(name);
+    }
+    false
+}
+
+/// Before a request for another node's shard `shard` is read or forwarded: its
+/// credential as far as this node can check it. An admin or sandbox request needs the
+/// admin token (verified); a reseller request a key of the right form naming `shard`
+/// (unverified: only its owner holds the key directory, decision 215); a public request
+/// needs none (`None`: its body is not read); a path outside every API is answered
+/// here. `Err` is the answer, sent without reading the body.
+pub fn screen_forward(
+    matched: &Match<'_>,
+    path: &str,
+    headers: &http::HeaderMap,
+    admin_token: &str,
+    shard: usize,
+    shards: usize,
+) -> Result<Option<Credential>, ApiError> {
+    let api = match matched {
+        Match::Found(endpoint, _) => endpoint.api(),
+        Match::NotFound | Match::WrongMethod(_) => match crate::routes::api_of_path(path) {
+            Some(api) => api,
+            None => return Err(crate::admission::outside_every_api(matched, path)),
+        },
+    };
+    let credential = crate::api::bearer_str(headers);
+    match api {
+        Api::Public => Ok(None),
+        Api::Admin | Api::Sandbox => {
+            if esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes()) {
+                Ok(Some(Credential::Verified))
+            } else {
+                Err(ApiError::new(ErrorCode::InvalidAdminToken, "missing or wrong admin token"))
+            }
+        }
+        Api::Reseller if key_form_names(credential, shard, shards) => Ok(Some(Credential::Unverified)),
+        Api::Reseller => Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
+    }
+}
+
+/// Whether `key` has the form of an API key this service issues (`rsk_` and 64
+/// lowercase hex digits) and names shard `shard` of `shards`.
+fn key_form_names(key: &str, shard: usize, shards: usize) -> bool {
+    let Some(hex) = key.strip_prefix("rsk_") else { return false };
+    hex.len() == 64
+        && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && crate::shards::shard_of_api_key(key, shards) == shard
+}
 
 /// 503 `SERVICE_UNAVAILABLE` with `Retry-After` and the spec's error body.
 pub fn unavailable(message: String) -> http::Response<Bytes> {
@@ -129,7 +240,7 @@ impl Forwarder {
     /// Shard `shard`'s answer to `request` from its owner; 503 with `Retry-After` when
     /// it cannot be had. The answer's figures (see [`WANT_FIGURES`]) are put back in its
     /// extensions.
-    pub async fn forward(&self, shard: usize, request: &http::Request<Bytes>) -> http::Response<Bytes> {
+    pub async fn forward(&self, shard: usize, request: &http::Request<Bytes>, key: &LinkKey) -> http::Response<Bytes> {
         let Ok(_permit) = self.in_flight.try_acquire() else {
             return unavailable(format!(
                 "{FORWARDS_IN_FLIGHT_MAX} requests are being forwarded to other nodes already"
@@ -137,7 +248,7 @@ impl Forwarder {
         };
         let mut why = String::new();
         for _attempt in 0..2 {
-            match self.attempt(shard, request).await {
+            match self.attempt(shard, request, key).await {
                 Ok(response) => return response,
                 Err(Failed::Final(response)) => return response,
                 Err(Failed::Retry(reason)) => {
@@ -165,7 +276,12 @@ impl Forwarder {
         Ok(address)
     }
 
-    async fn attempt(&self, shard: usize, request: &http::Request<Bytes>) -> Result<http::Response<Bytes>, Failed> {
+    async fn attempt(
+        &self,
+        shard: usize,
+        request: &http::Request<Bytes>,
+        key: &LinkKey,
+    ) -> Result<http::Response<Bytes>, Failed> {
         let address = self.address(shard).await?;
         let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let uri = format!("{}{target}", address.trim_end_matches('/'));
@@ -177,6 +293,7 @@ impl Forwarder {
         }
         let outgoing = builder
             .header(FORWARDED_SHARD, shard)
+            .header(NODE_PROOF, key.proof(shard, request.method(), target))
             .body(Full::new(request.body().clone()))
             .map_err(|e| Failed::Retry(format!("the owner address {address:?} is not usable: {e}")))?;
         let exchange = async {
@@ -485,5 +602,61 @@ mod tests {
         assert_eq!(answer.status(), 503);
         assert_eq!(answer.headers()[http::header::RETRY_AFTER], "1");
         assert_eq!(answer.headers()[NOT_OWNER], "2");
+    }
+
+    /// A client's node-only headers are dropped; a node's signed ones stay, for the
+    /// method, target and shard they were signed for only.
+    #[test]
+    fn only_a_node_may_name_a_shard() {
+        let key = LinkKey::new("admin-token");
+        let post = http::Method::POST;
+        let target = "/sandbox/v1/clock/advance";
+        let with = |pairs: &[(&'static str, String)]| {
+            let mut headers = http::HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, value.parse().unwrap());
+            }
+            headers
+        };
+        let mut client = with(&[(FORWARDED_SHARD, "1".into()), (WANT_FIGURES, "1".into()), (POOL_SYNC, "1".into())]);
+        assert!(!screen_link(&mut client, &post, target, &key));
+        assert!(client.is_empty(), "{client:?}");
+        let proof = key.proof(1, &post, target);
+        let mut node = with(&[(FORWARDED_SHARD, "1".into()), (NODE_PROOF, proof.clone()), (WANT_FIGURES, "1".into())]);
+        assert!(screen_link(&mut node, &post, target, &key));
+        assert_eq!(node.len(), 3);
+        for (shard, method, path, signer) in [
+            ("2", &post, target, &key),
+            ("1", &http::Method::GET, target, &key),
+            ("1", &post, "/sandbox/v1/clock", &key),
+            ("1", &post, target, &LinkKey::new("another-token")),
+        ] {
+            let mut forged = with(&[(FORWARDED_SHARD, shard.into()), (NODE_PROOF, proof.clone())]);
+            assert!(!screen_link(&mut forged, method, path, signer), "{shard} {method} {path}");
+            assert!(forged.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_forward_checks_what_this_node_can_before_the_body() {
+        let key = format!("rsk_02{}", "ab".repeat(31));
+        let bearer = |token: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+            headers
+        };
+        let screen = |method: &str, path: &str, headers: &http::HeaderMap, shard: usize| {
+            let matched = crate::routes::find(method, path);
+            screen_forward(&matched, path, headers, "adm", shard, 4).map_err(|error| error.status())
+        };
+        let groups = "/api/v2/reseller/groups";
+        assert_eq!(screen("POST", groups, &bearer(&key), 2), Ok(Some(Credential::Unverified)));
+        assert_eq!(screen("POST", groups, &bearer(&key), 3), Err(401), "the key names another shard");
+        assert_eq!(screen("POST", groups, &bearer("rsk_02garbled"), 2), Err(401));
+        assert_eq!(screen("POST", groups, &http::HeaderMap::new(), 0), Err(401));
+        assert_eq!(screen("POST", "/admin/v1/accounts", &bearer("adm"), 1), Ok(Some(Credential::Verified)));
+        assert_eq!(screen("POST", "/admin/v1/accounts", &bearer(&key), 1), Err(401));
+        assert_eq!(screen("POST", "/x", &http::HeaderMap::new(), 0), Err(404));
+        assert_eq!(screen("GET", "/api/v2/reseller/openapi.json", &http::HeaderMap::new(), 0), Ok(None));
     }
 }

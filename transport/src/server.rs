@@ -9,7 +9,7 @@
 
 use crate::admission::{Admission, Admitted, KeyMemo};
 use crate::api::{error_response, MAX_BODY_BYTES};
-use crate::edge::{self, BodyReader, EdgeLimits, IdleGuard};
+use crate::edge::{self, BodyReader, BodyShare, Credential, EdgeLimits, IdleGuard, InFlightBody};
 use crate::journal::EncodedSnapshot;
 use crate::pool::{InventoryPool, PoolSettings, ShardStock, StockStep};
 use crate::sender::{Dispatcher, Sender};
@@ -293,6 +293,8 @@ impl ServerOptions {
 /// new accounts go.
 struct Shared {
     admin_token: String,
+    /// Signs and checks the node-only headers (`crate::nodes`, decision 218).
+    link_key: crate::nodes::LinkKey,
     mode: ClockMode,
     /// One per shard (one unless the service is sharded, `crate::shards`): this
     /// process's owner task, or another node's (`crate::nodes`).
@@ -391,7 +393,7 @@ impl Shared {
     async fn ask(&self, shard: usize, request: http::Request<Bytes>) -> http::Response<Bytes> {
         let Some(link) = self.local(shard) else {
             return match &self.forwarder {
-                Some(forwarder) => forwarder.forward(shard, &request).await,
+                Some(forwarder) => forwarder.forward(shard, &request, &self.link_key).await,
                 None => unavailable(),
             };
         };
@@ -599,6 +601,7 @@ pub async fn serve_nodes(
         links.push(handle);
     }
     let shared = Arc::new(Shared {
+        link_key: crate::nodes::LinkKey::new(&admin_token),
         admin_token,
         mode,
         shards: links,
@@ -608,7 +611,8 @@ pub async fn serve_nodes(
         pool: options.pool.as_ref().map(|settings| settings.pool.clone()),
     });
 
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Every connection task closes gracefully once this turns true (shutdown).
+    let (stop_connections, stopping) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -625,27 +629,21 @@ pub async fn serve_nodes(
         .max_header_list_size(edge::HTTP2_HEADER_LIST_MAX_BYTES);
     let limits = options.edge.clone();
     let bodies = BodyReader::new(&limits);
-    let mut acceptor = edge::Acceptor::new(listener, limits.connections_max);
+    let mut acceptor = edge::Acceptor::new(listener, &limits);
     tokio::pin!(shutdown);
     // Set when an owner task says the process must end: the drain's end.
     let mut drain_ends: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             (stream, peer, slot) = acceptor.accept() => {
-                let (shared, bodies, builder, limits) = (shared.clone(), bodies.clone(), builder.clone(), limits.clone());
-                let watcher = graceful.watcher();
-                connections.spawn(async move {
-                    let _slot = slot;
-                    if !edge::first_byte(&stream, limits.first_byte_timeout).await {
-                        return;
-                    }
-                    let (stream, activity) = IdleGuard::new(stream, &limits);
-                    let memo = Arc::new(KeyMemo::default());
-                    let service = hyper::service::service_fn(move |request| {
-                        activity.during(handle(request, shared.clone(), peer, bodies.clone(), memo.clone()))
-                    });
-                    let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
-                });
+                let connection = Connection {
+                    shared: shared.clone(),
+                    bodies: bodies.clone(),
+                    builder: builder.clone(),
+                    limits: limits.clone(),
+                    stopping: stopping.clone(),
+                };
+                connections.spawn(connection.serve(stream, peer, slot));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             Some(adopted) = next_adopted(&mut adopted) => {
@@ -683,7 +681,9 @@ pub async fn serve_nodes(
         link.readiness.stopping.store(true, Ordering::Relaxed);
     }
     tracing::info!("shutting down: finishing in-flight requests");
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+    let _ = stop_connections.send(true);
+    let finished = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, finished).await.is_err() {
         tracing::warn!("some connections did not finish in time");
     }
     connections.abort_all();
@@ -722,12 +722,55 @@ async fn next_adopted(adopted: &mut Option<mpsc::Receiver<AdoptedShard>>) -> Opt
     }
 }
 
+/// What one connection's task needs.
+struct Connection {
+    shared: Arc<Shared>,
+    bodies: BodyReader,
+    builder: Builder<TokioExecutor>,
+    limits: EdgeLimits,
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Serves one connection: closed when it sends nothing first, when no request was in
+    /// flight for the idle limit ([`IdleGuard`]), and gracefully (HTTP/2 GOAWAY) at its
+    /// maximum age or at shutdown, its requests in flight given
+    /// [`edge::CONNECTION_CLOSE_GRACE`] to finish.
+    async fn serve(mut self, stream: tokio::net::TcpStream, peer: SocketAddr, slot: edge::ConnectionSlot) {
+        if !edge::first_byte(&stream, self.limits.first_byte_timeout).await {
+            return;
+        }
+        let share = slot.body_share(&self.limits);
+        let (stream, activity) = IdleGuard::new(stream, &self.limits);
+        let memo = Arc::new(KeyMemo::default());
+        let (shared, bodies) = (self.shared.clone(), self.bodies.clone());
+        let service = hyper::service::service_fn(move |request| {
+            let in_flight = activity.begin();
+            let handled = handle(request, shared.clone(), peer, bodies.clone(), share.clone(), memo.clone());
+            async move {
+                let response = handled.await?;
+                Ok::<_, Infallible>(response.map(|body| InFlightBody::new(body, in_flight)))
+            }
+        });
+        let connection = self.builder.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            _ = tokio::time::sleep(self.limits.connection_age_max) => {}
+            _ = self.stopping.wait_for(|stop| *stop) => {}
+        }
+        connection.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(edge::CONNECTION_CLOSE_GRACE, connection).await;
+    }
+}
+
 /// One request: its id and span, the answer, its metrics and its log line.
 async fn handle(
     request: http::Request<Incoming>,
     shared: Arc<Shared>,
     _peer: SocketAddr,
     bodies: BodyReader,
+    share: BodyShare,
     memo: Arc<KeyMemo>,
 ) -> Result<http::Response<Full<Bytes>>, Infallible> {
     let started = std::time::Instant::now();
@@ -735,7 +778,10 @@ async fn handle(
     // Every line logged for this request (here, in the owner task, in the sender) carries
     // its id; the account id is filled in once known. Never a key.
     let span = tracing::info_span!("request", request_id = %request_id, account_id = tracing::field::Empty);
-    let (endpoint, mut response) = answer(request, &shared, bodies, &memo, &span).instrument(span.clone()).await;
+    let (endpoint, mut response) =
+        answer(request, &shared, Bodies { reader: bodies, share }, &memo, &span).instrument(span.clone()).await;
+    // Every 503 says when to retry, whoever made it (decision 219).
+    edge::ensure_retry_after(&mut response);
     crate::metrics::request(endpoint, response.status().as_u16(), started.elapsed());
     if let Ok(value) = http::HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);
@@ -829,11 +875,34 @@ fn operator_answer(name: &'static str, headers: &http::HeaderMap, shared: &Share
     }
 }
 
+/// A connection's body reader and its shares of the body budget.
+struct Bodies {
+    reader: BodyReader,
+    share: BodyShare,
+}
+
+impl Bodies {
+    /// 413 above [`MAX_BODY_BYTES`], 408 past the body read timeout, 503 when a share
+    /// of the budget stays spent; the share is held until the answer is back.
+    async fn read(&self, body: Incoming, credential: Credential) -> Result<edge::HeldBody, http::Response<Bytes>> {
+        self.reader.read(body, MAX_BODY_BYTES, &self.share, credential).await
+    }
+}
+
+/// `response` to a request whose body is never read: an HTTP/1 connection whose unread
+/// body is large or undeclared is closed after it (decision 215).
+fn unread(version: http::Version, body: &Incoming, mut response: http::Response<Bytes>) -> http::Response<Bytes> {
+    if edge::unread_body_closes(version, body) {
+        response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    response
+}
+
 /// The answer to one request, and the endpoint name its metrics are labelled with.
 async fn answer(
     request: http::Request<Incoming>,
     shared: &Shared,
-    bodies: BodyReader,
+    bodies: Bodies,
     memo: &KeyMemo,
     span: &tracing::Span,
 ) -> (&'static str, http::Response<Bytes>) {
@@ -855,9 +924,81 @@ async fn answer(
     // a key: `DELETE /admin/v1/keys/{api_key}`).
     let matched = crate::routes::find(method.as_str(), request.uri().path());
     let route = crate::routes::label_of(&matched);
-    let endpoint = match &matched {
+    let endpoint = endpoint_name(&matched, span);
+    let (mut parts, body) = request.into_parts();
+    // Node-only headers count on a request another node signed, never on a client's
+    // (decision 218).
+    let signed_target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    crate::nodes::screen_link(&mut parts.headers, &parts.method, signed_target, &shared.link_key);
+    let (target, link) = match shard_of(shared, &matched, &parts) {
+        Ok(found) => found,
+        Err(response) => return (endpoint, unread(parts.version, &body, response)),
+    };
+    let Some(link) = link else {
+        // Another node's shard: checked as far as this node can, then forwarded.
+        // Only a shard can be remote (`serve_nodes` serves at least one shard itself).
+        let Route::Shard(shard) = target else { return (endpoint, unavailable()) };
+        let response = forward_remote(shared, &bodies, &matched, parts, body, shard).await;
+        tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, forwarded = true, "request");
+        return (endpoint, response);
+    };
+    // Credentials and the rate limit from the headers alone: a refused request's body
+    // is never read (nor is a path's outside every API, decision 215).
+    let admitted = link.admission.screen_matched(
+        &matched,
+        parts.uri.path(),
+        &parts.headers,
+        &shared.admin_token,
+        memo,
+        link.now(shared.mode),
+    );
+    let response = match admitted {
+        Err(refused) => unread(parts.version, &body, error_response(refused)),
+        Ok(admitted) => answer_local(shared, target, matched, admitted, (parts, body), &bodies, span).await,
+    };
+    // One line per request; never a credential (method, route pattern, status, time).
+    tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
+    (endpoint, response)
+}
+
+/// An admitted request for this node: its body read (none for a public endpoint), then
+/// its answer.
+async fn answer_local(
+    shared: &Shared,
+    target: Route,
+    matched: crate::routes::Match<'_>,
+    admitted: Admitted,
+    (mut parts, body): (http::request::Parts, Incoming),
+    bodies: &Bodies,
+    span: &tracing::Span,
+) -> http::Response<Bytes> {
+    if let (Route::Shard(_), crate::routes::Match::Found(endpoint, params)) = (target, matched) {
+        // Handed on unchanged to one owner task: matched once, here.
+        parts.extensions.insert(crate::routes::Matched(endpoint, params));
+    }
+    if let Admitted::Reseller(digest) = admitted {
+        // The key was hashed once; only its digest goes on.
+        parts.extensions.insert(digest);
+        parts.headers.remove(http::header::AUTHORIZATION);
+    }
+    parts.extensions.insert(RequestSpan(span.clone()));
+    if admitted == Admitted::Public {
+        // No public endpoint takes a body: it is never read.
+        let version = parts.version;
+        let response = answer_admitted(shared, target, http::Request::from_parts(parts, Bytes::new())).await;
+        return unread(version, &body, response);
+    }
+    match bodies.read(body, Credential::Verified).await {
+        Err(response) => response,
+        Ok(held) => answer_admitted(shared, target, http::Request::from_parts(parts, held.bytes.clone())).await,
+    }
+}
+
+/// The metrics label of a matched request; an admin request's account id (named in its
+/// path) goes into its span.
+fn endpoint_name(matched: &crate::routes::Match<'_>, span: &tracing::Span) -> &'static str {
+    match matched {
         crate::routes::Match::Found(endpoint, params) => {
-            // An admin request about an account names it in its path.
             for (name, value) in endpoint.parameters().zip(params) {
                 if name == "account_id" && is_plain_token(value, REQUEST_ID_MAX_CHARS) {
                     span.record("account_id", value.as_str());
@@ -866,17 +1007,24 @@ async fn answer(
             endpoint.name()
         }
         crate::routes::Match::WrongMethod(_) | crate::routes::Match::NotFound => "none",
-    };
-    // Which shard (or every one) answers: read from the ids the request names, or the
-    // shard a forwarded request names (answered here or refused: never forwarded again).
+    }
+}
+
+/// Which shard (or every one) answers, and the local shard that takes it (`None`:
+/// another node's): read from the ids the request names, or the shard a node's
+/// forwarded request names (answered here or refused: never forwarded again). `Err` is
+/// the answer, sent without reading the body.
+fn shard_of<'s>(
+    shared: &'s Shared,
+    matched: &crate::routes::Match<'_>,
+    parts: &http::request::Parts,
+) -> Result<(Route, Option<&'s ShardLink>), http::Response<Bytes>> {
     let shards = shared.shards.len();
-    let target = match crate::nodes::forwarded_shard(request.headers(), shards) {
-        Err(refused) => return (endpoint, error_response(refused)),
-        Ok(Some(shard)) if shared.local(shard).is_none() => {
-            return (endpoint, crate::nodes::not_owner(shard));
-        }
+    let target = match crate::nodes::forwarded_shard(&parts.headers, shards) {
+        Err(refused) => return Err(error_response(refused)),
+        Ok(Some(shard)) if shared.local(shard).is_none() => return Err(crate::nodes::not_owner(shard)),
         Ok(Some(shard)) => Route::Shard(shard),
-        Ok(None) => crate::shards::route(&matched, request.uri().query(), request.headers(), shards),
+        Ok(None) => crate::shards::route(matched, parts.uri.query(), &parts.headers, shards),
     };
     let target = match target {
         Route::NewAccount if shared.forwarder.is_some() => {
@@ -890,99 +1038,75 @@ async fn answer(
         // Admin requests: only the admin token is checked, the same on every shard.
         Route::NewAccount | Route::FanOut(_) => shared.locals().next().map(|(_, link)| link),
     };
-    let Some(link) = link else {
-        // Another node's shard: its owner checks the credential, rate and body.
-        // Only a shard can be remote (`serve_nodes` serves at least one shard itself).
-        let Route::Shard(shard) = target else { return (endpoint, unavailable()) };
-        let (parts, body) = request.into_parts();
-        let response = match bodies.read(body, MAX_BODY_BYTES).await {
+    Ok((target, link))
+}
+
+/// A request for another node's shard: its credential checked as far as this node can
+/// before its body is read ([`crate::nodes::screen_forward`]), then sent to the
+/// shard's owner, which checks it whole (decision 215).
+async fn forward_remote(
+    shared: &Shared,
+    bodies: &Bodies,
+    matched: &crate::routes::Match<'_>,
+    parts: http::request::Parts,
+    body: Incoming,
+    shard: usize,
+) -> http::Response<Bytes> {
+    let (path, shards) = (parts.uri.path(), shared.shards.len());
+    match crate::nodes::screen_forward(matched, path, &parts.headers, &shared.admin_token, shard, shards) {
+        Err(refused) => unread(parts.version, &body, error_response(refused)),
+        Ok(None) => {
+            let version = parts.version;
+            let response = shared.ask(shard, http::Request::from_parts(parts, Bytes::new())).await;
+            unread(version, &body, response)
+        }
+        Ok(Some(credential)) => match bodies.read(body, credential).await {
             Err(response) => response,
             Ok(held) => shared.ask(shard, http::Request::from_parts(parts, held.bytes.clone())).await,
-        };
-        tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, forwarded = true, "request");
-        return (endpoint, response);
-    };
-    // Credentials and the rate limit from the headers alone: a refused request's body
-    // is never read.
-    let admitted = link.admission.screen_matched(
-        &matched,
-        request.uri().path(),
-        request.headers(),
-        &shared.admin_token,
-        memo,
-        link.now(shared.mode),
-    );
-    let response = match admitted {
-        Err(refused) => error_response(refused),
-        Ok(admitted) => {
-            let (mut parts, body) = request.into_parts();
-            if let (Route::Shard(_), crate::routes::Match::Found(endpoint, params)) = (target, matched) {
-                // Handed on unchanged to one owner task: matched once, here.
-                parts.extensions.insert(crate::routes::Matched(endpoint, params));
-            }
-            if let Admitted::Reseller(digest) = admitted {
-                // The key was hashed once; only its digest goes on.
-                parts.extensions.insert(digest);
-                parts.headers.remove(http::header::AUTHORIZATION);
-            }
-            parts.extensions.insert(RequestSpan(span.clone()));
-            // 413 above MAX_BODY_BYTES, 408 past the body read timeout, 503 when the body
-            // budget stays spent; the body's share of the budget is held until the answer
-            // is back.
-            match bodies.read(body, MAX_BODY_BYTES).await {
-                Err(response) => response,
-                Ok(held) => {
-                    let request = http::Request::from_parts(parts, held.bytes.clone());
-                    let figures_asked = request.headers().contains_key(crate::nodes::WANT_FIGURES);
-                    let forwarded_headers = figures_asked.then(|| request.headers().clone());
-                    // Only the admin's inventory route carries a pool sync (decision 192).
-                    let pool_sync = request.headers().contains_key(crate::nodes::POOL_SYNC)
-                        && request.headers().contains_key(crate::nodes::FORWARDED_SHARD)
-                        && request.method() == http::Method::PUT
-                        && request.uri().path() == "/admin/v1/inventory";
-                    let mut response = match (target, &shared.pool) {
-                        // Another node's pool fan-out asks this node's shard (decision 192).
-                        (Route::Shard(shard), Some(pool)) if pool_sync => sync_shard_pool(shared, shard, pool).await,
-                        _ => match target {
-                            Route::Shard(shard) => shared.ask(shard, request).await,
-                            Route::NewAccount => {
-                                let shard =
-                                    (shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize;
-                                shared.ask(shard, request).await
-                            }
-                            Route::FanOut(kind) => match &shared.pool {
-                                // The pool: a data dir's (every shard local) or a store's row (remote shards through their owners).
-                                Some(pool) if matches!(kind, FanOut::SetInventory | FanOut::State) => {
-                                    pool_fan_out(kind, &request, shared, pool).await
-                                }
-                                _ => {
-                                    crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
-                                        if kind == FanOut::Report && shared.local(shard).is_none() {
-                                            // Another node's part: its figures travel as JSON.
-                                            part.headers_mut().insert(
-                                                crate::nodes::WANT_FIGURES,
-                                                http::HeaderValue::from_static("1"),
-                                            );
-                                        }
-                                        shared.ask(shard, part)
-                                    })
-                                    .await
-                                }
-                            },
-                        },
-                    };
-                    if let Some(headers) = forwarded_headers {
-                        crate::nodes::figures_for_forward(&headers, &mut response);
-                    }
-                    crate::service::draw_deferred_qr(&mut response);
-                    response
+        },
+    }
+}
+
+/// An admitted request's answer, its body read: from its shard, every shard, or the pool.
+async fn answer_admitted(shared: &Shared, target: Route, request: http::Request<Bytes>) -> http::Response<Bytes> {
+    let shards = shared.shards.len();
+    let figures_asked = request.headers().contains_key(crate::nodes::WANT_FIGURES);
+    let forwarded_headers = figures_asked.then(|| request.headers().clone());
+    // Only the admin's inventory route carries a pool sync (decision 192), and only from
+    // a node (a client's node-only headers were dropped).
+    let pool_sync = request.headers().contains_key(crate::nodes::POOL_SYNC)
+        && request.headers().contains_key(crate::nodes::FORWARDED_SHARD)
+        && request.method() == http::Method::PUT
+        && request.uri().path() == "/admin/v1/inventory";
+    let mut response = match (target, &shared.pool) {
+        // Another node's pool fan-out asks this node's shard (decision 192).
+        (Route::Shard(shard), Some(pool)) if pool_sync => sync_shard_pool(shared, shard, pool).await,
+        (Route::Shard(shard), _) => shared.ask(shard, request).await,
+        (Route::NewAccount, _) => {
+            let shard = (shared.next_account.fetch_add(1, Ordering::Relaxed) % shards as u64) as usize;
+            shared.ask(shard, request).await
+        }
+        // The pool: a data dir's (every shard local) or a store's row (remote shards
+        // through their owners).
+        (Route::FanOut(kind), Some(pool)) if matches!(kind, FanOut::SetInventory | FanOut::State) => {
+            pool_fan_out(kind, &request, shared, pool).await
+        }
+        (Route::FanOut(kind), _) => {
+            crate::shards::fan_out(kind, &request, shards, |shard, mut part| {
+                if kind == FanOut::Report && shared.local(shard).is_none() {
+                    // Another node's part: its figures travel as JSON.
+                    part.headers_mut().insert(crate::nodes::WANT_FIGURES, http::HeaderValue::from_static("1"));
                 }
-            }
+                shared.ask(shard, part)
+            })
+            .await
         }
     };
-    // One line per request; never a credential (method, route pattern, status, time).
-    tracing::info!(%method, route = %route, status = response.status().as_u16(), ms = started.elapsed().as_secs_f64() * 1000.0, "request");
-    (endpoint, response)
+    if let Some(headers) = forwarded_headers {
+        crate::nodes::figures_for_forward(&headers, &mut response);
+    }
+    crate::service::draw_deferred_qr(&mut response);
+    response
 }
 
 /// The admin requests about the global pool (decisions 188, 192): `PUT
@@ -1123,7 +1247,9 @@ async fn sync_shard_pool(shared: &Shared, shard: usize, pool: &Arc<dyn Inventory
 }
 
 fn unavailable() -> http::Response<Bytes> {
-    error_response(ApiError::new(ErrorCode::ServiceUnavailable, "the service is stopping or cannot take changes now"))
+    let mut error = ApiError::new(ErrorCode::ServiceUnavailable, "the service is stopping or cannot take changes now");
+    error.retry_after_secs = Some(edge::RETRY_AFTER_DEFAULT_SECS);
+    error_response(error)
 }
 
 type Reply = oneshot::Sender<http::Response<Bytes>>;

@@ -239,8 +239,9 @@ impl Admission {
             Match::Found(endpoint, _) => endpoint.api(),
             Match::NotFound | Match::WrongMethod(_) => match routes::api_of_path(path) {
                 Some(api) => api,
-                // Outside every API: nothing to authenticate; the router answers 404.
-                None => return Ok(Admitted::Public),
+                // Outside every API: answered from the headers, its body never read
+                // (decision 215).
+                None => return Err(outside_every_api(matched, path)),
             },
         };
         let credential = crate::api::bearer_str(headers);
@@ -288,6 +289,18 @@ impl Admission {
         assert!(key_window.requests <= limit, "a key's window never admits more than the limit");
         assert!(account_window.requests <= account_limit, "an account's window never admits more than its limit");
         Ok(())
+    }
+}
+
+/// The answer to a request outside every API (what the router would say: 404, or 405
+/// with the methods allowed), given from its method and path alone.
+pub fn outside_every_api(matched: &Match<'_>, path: &str) -> ApiError {
+    match matched {
+        Match::WrongMethod(allowed) => ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            format!("this method is not allowed here; use {}", allowed.join(", ")),
+        ),
+        _ => ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}")),
     }
 }
 
@@ -444,10 +457,8 @@ mod tests {
         let get = http::Method::GET;
         let openapi = "/api/v2/reseller/openapi.json";
         assert_eq!(ok(admission.screen(&get, openapi, &http::HeaderMap::new(), "adm", now)), Some(Admitted::Public));
-        assert_eq!(
-            ok(admission.screen(&get, "/elsewhere", &http::HeaderMap::new(), "adm", now)),
-            Some(Admitted::Public)
-        );
+        // Outside every API: 404 from the headers, before any body is read.
+        assert_eq!(status(admission.screen(&post, "/elsewhere", &http::HeaderMap::new(), "adm", now)), Some(404));
         // A revoked key is refused once the directory follows the engine.
         engine.handle(now, Command::Admin(AdminOp::RevokeKey { api_key_digest: digest })).unwrap();
         admission.refresh_key(&engine, &digest);
