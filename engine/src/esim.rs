@@ -370,7 +370,7 @@ impl Engine {
         self.require_not_terminated(sim)?;
         self.require_no_pending(sim)?;
         if let Some(group) = self.esims[sim].funding.group() {
-            // DESIGN rule 5: the same shape holds for a group defund.
+            // docs/architecture.md, rule 5: the same shape holds for a group defund.
             if self.groups[group].defund.is_some() {
                 return Err(ApiError::new(ErrorCode::GroupDefundPending, "the group's balance return is in progress"));
             }

@@ -5,7 +5,7 @@
 //! *slot*. Money moves only through [`Ledger::transfer`], which takes from one slot and
 //! gives to another of the same reseller account, so the sum of an account's slots is
 //! always zero: the `World` slot goes negative by exactly what came in from outside.
-//! That is DESIGN.md rule 6 as an identity, checked by the simulation after every step.
+//! That is docs/architecture.md, rule 6 as an identity, checked by the simulation after every step.
 
 use crate::state::AccountIx;
 use rust_decimal::Decimal;

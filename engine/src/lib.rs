@@ -78,7 +78,7 @@
 //! ## Invariants (asserted, and checked by the simulation after every step)
 //! - Money is `rust_decimal::Decimal` and moves only by [`ledger::Ledger::transfer`]:
 //!   per account, the sum of all ledger slots is exactly zero, and no slot but `World`
-//!   is ever negative (DESIGN.md rule 6).
+//!   is ever negative (docs/architecture.md, rule 6).
 //! - A displayed balance is the exact credit rounded down to the cent (rule 2).
 //! - Usage never takes a wallet below zero (rule 3).
 //!

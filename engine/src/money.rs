@@ -1,6 +1,6 @@
 //! Pure money functions: the upstream conversion, display rounding and amount checks.
 //!
-//! Model (DESIGN.md rule 1): the upstream network keeps credit in *retail cents*. The
+//! Model (docs/architecture.md, rule 1): the upstream network keeps credit in *retail cents*. The
 //! retail price is the reseller price / 0.9, so one retail cent is worth 0.009 USD of
 //! reseller money. Funding `a` USD buys `floor(a / 0.009)` retail cents, an exact credit
 //! `c = cents * 0.009` with `a - 0.009 < c <= a`. The remainder `a - c` is dust.

@@ -1,5 +1,5 @@
 //! The conservation lines: per account and in total, every ledger flow and balance since
-//! the start and the difference, which must be exactly 0 (DESIGN.md rule 6). The
+//! the start and the difference, which must be exactly 0 (docs/architecture.md, rule 6). The
 //! simulation's checkers and scenario scripts (`expect report.ACCOUNT.LINE`) read these;
 //! what finance reads is the [`crate::finance::FinanceReport`] built from the same ledger.
 
@@ -139,7 +139,7 @@ impl AccountLines {
 }
 
 /// Money conservation per account and in total since the start: what the
-/// simulation requires to be exactly 0 (DESIGN.md rule 6).
+/// simulation requires to be exactly 0 (docs/architecture.md, rule 6).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConservationReport {
     /// The service time it was made at (RFC 3339).
@@ -262,7 +262,7 @@ impl ConservationReport {
 }
 
 impl Engine {
-    /// The money invariants (DESIGN.md rules 2, 3 and 6), checked cheaply: per account
+    /// The money invariants (docs/architecture.md, rules 2, 3 and 6), checked cheaply: per account
     /// the ledger sums to exactly zero (the outside world's slot is minus every top-up),
     /// no slot but `World` is negative. Returns one line per violation.
     pub fn money_violations(&self) -> Vec<String> {

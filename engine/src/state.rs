@@ -222,7 +222,7 @@ pub enum PendingReturn {
     Defund {
         /// The exact credit on its way.
         amount: Decimal,
-        /// When it settles, or the report it waits for (DESIGN rule 5).
+        /// When it settles, or the report it waits for (docs/architecture.md, rule 5).
         settles_at: Millis,
     },
     /// Adding a funded standalone eSIM to a group.
@@ -231,7 +231,7 @@ pub enum PendingReturn {
         group: GroupIx,
         /// The exact credit on its way.
         amount: Decimal,
-        /// When it settles, or the report it waits for (DESIGN rule 5).
+        /// When it settles, or the report it waits for (docs/architecture.md, rule 5).
         settles_at: Millis,
     },
 }

@@ -281,7 +281,7 @@ impl Engine {
 
     /// A return settles (its timer): the displayed amount goes back to the reseller
     /// balance, the sub-cent rest to dust, data resumes; then the defund's event, or the
-    /// move's join. An eSIM's return waits for its usage to report first (DESIGN rule 5).
+    /// move's join. An eSIM's return waits for its usage to report first (docs/architecture.md, rule 5).
     pub(crate) fn settle_return(&mut self, owner: WalletOwner) {
         let (amount, pending) = match owner {
             WalletOwner::Sim(sim) => {

@@ -46,7 +46,7 @@ fn ten_thousand_commands_twice_give_identical_outputs() {
 proptest! {
     #![proptest_config(Config { cases: 64, max_shrink_iters: 2_000, ..Config::default() })]
 
-    /// DESIGN.md rule 6 holds exactly after every command of any sequence, including
+    /// docs/architecture.md, rule 6 holds exactly after every command of any sequence, including
     /// groups, moves and group defunds; a failure shrinks to a minimal sequence.
     #[test]
     fn conservation_holds_after_every_command(actions in proptest::collection::vec(action(), 1..200)) {

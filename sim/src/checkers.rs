@@ -15,7 +15,7 @@ use rust_decimal::Decimal;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Largest gap between the exact credit and what is displayed (DESIGN.md rule 2).
+/// Largest gap between the exact credit and what is displayed (docs/architecture.md, rule 2).
 pub fn display_tolerance_usd() -> Decimal {
     Decimal::new(5, 2)
 }
@@ -80,7 +80,7 @@ fn account_name(engine: &Engine, account: u32) -> String {
 /// report costs as much as the rest of a step.
 pub const REPORT_EVERY_STEPS: usize = 8;
 
-/// DESIGN.md rule 6, exact, per account: the ledger sums to zero and the outside world
+/// docs/architecture.md, rule 6, exact, per account: the ledger sums to zero and the outside world
 /// holds minus every top-up (every step), and the conservation report's difference is 0;
 /// at the end of a seed, the finance report cut at each day balances on both sides.
 #[derive(Default)]
@@ -1132,7 +1132,7 @@ impl Checker for RateLimit {
 
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         let limit = ctx.engine.config().rate_limit_per_minute;
-        // A restart starts the windows afresh (soft state, DESIGN gap decision).
+        // A restart starts the windows afresh (soft state, decision 53).
         if ctx.log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. })) {
             self.windows.clear();
         }

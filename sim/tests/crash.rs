@@ -119,7 +119,7 @@ fn a_crash_changes_the_state_only_through_the_rate_windows() {
             let limited_b = b.log().exchanges.iter().filter(|e| e.rate_limited).count();
             if limited_a != limited_b {
                 // The crashed run forgot a window and admitted what the other refused:
-                // from here the two may differ, by design (DESIGN gap decision).
+                // from here the two may differ, by design (decision 53).
                 assert!(limited_a < limited_b, "seed {seed}, step {step}: a crash made the limit stricter");
                 rate_window_seeds += 1;
                 break;

@@ -3,7 +3,7 @@
 //! after every op the two must agree on the reseller balance, the lifetime counters,
 //! every wallet's displayed balance and every eSIM's data charged.
 //!
-//! The model is written from the spec and DESIGN.md alone (retail cents of 0.009 USD,
+//! The model is written from the interface and docs/architecture.md alone (retail cents of 0.009 USD,
 //! display rounded down, 15-minute settlements, cut-off at zero), not from the engine.
 
 use esim_engine::rates::RateTable;
@@ -60,7 +60,7 @@ struct Sim {
     charged: Decimal,
     /// The reporting pause of the last fund ends at this time.
     paused_until: i64,
-    /// Unreported usage reports at this time (DESIGN rule 5: a return settles only
+    /// Unreported usage reports at this time (docs/architecture.md, rule 5: a return settles only
     /// once usage has reported).
     report_due: Option<i64>,
 }
@@ -74,7 +74,7 @@ struct Model {
     sims: Vec<Sim>,
 }
 
-/// DESIGN.md rule 1: `floor(a / 0.009)` retail cents of 0.009 USD.
+/// docs/architecture.md, rule 1: `floor(a / 0.009)` retail cents of 0.009 USD.
 fn credit_of(cents: i64) -> Decimal {
     Decimal::new(cents * 10 / 9 * 9, 3)
 }
