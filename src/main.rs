@@ -423,6 +423,16 @@ struct ServeArgs {
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
     )]
     max_connections: usize,
+    /// Open connections at most from one client address (an IPv6 /64), never more than
+    /// three quarters of --max-connections; over it, new connections are closed at once
+    /// (decision 216). Raise it for a reverse proxy on the same host (one address).
+    #[arg(
+        long,
+        env = "ESIM_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = esim_transport::edge::CONNECTIONS_PER_ADDRESS_MAX,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    max_connections_per_address: usize,
 }
 
 /// A new admin token: `adm_` and 48 hex characters from the OS random source.
@@ -1310,6 +1320,7 @@ fn print_demo(demo: Option<Demo>, address: std::net::SocketAddr, data_dir: &Path
 fn server_options(args: &ServeArgs, speed: u32) -> ServerOptions {
     let mut options = ServerOptions::new(speed, args.allow_insecure_webhooks);
     options.edge.connections_max = args.max_connections;
+    options.edge.connections_per_address_max = args.max_connections_per_address;
     options.append_deadline = Duration::from_millis(args.append_deadline_ms);
     options
 }

@@ -876,7 +876,9 @@ pub struct PgStore {
     /// snapshot thread.
     newest_snapshot_unix_ms: Arc<AtomicI64>,
     /// The snapshot being made off the owner task (one at a time, decision 202).
-    snapshotting: Option<std::thread::JoinHandle<()>>,
+    /// The snapshot being made, with the entries and bytes it took off the counters (given
+    /// back if it fails, so that the next append tries again).
+    snapshotting: Option<(std::thread::JoinHandle<bool>, (u64, u64))>,
     lease: Duration,
     /// How long an append's transaction, and each other call of the owner's, may take.
     deadline: Duration,
@@ -897,15 +899,21 @@ struct SnapshotJob {
 impl SnapshotJob {
     /// Rebuilds, encodes and writes the snapshot; a failure is logged (nothing is
     /// removed, and the next one is due after another policy's worth).
-    fn run(self) {
+    /// Writes the snapshot; `false` when it was not written (the owner then tries again
+    /// at its next append, decision 228).
+    fn run(self) -> bool {
         let (shard, covered) = (self.shard, self.covered);
         let began = std::time::Instant::now();
         match self.write() {
             Ok(bytes) => {
                 self.written_ms.store(crate::server::real_now_ms(), Ordering::Relaxed);
                 tracing::info!(shard, covered, bytes, ms = began.elapsed().as_millis() as u64, "snapshot written");
+                true
             }
-            Err(why) => tracing::warn!(shard, covered, %why, "the snapshot was not written"),
+            Err(why) => {
+                tracing::warn!(shard, covered, %why, "the snapshot was not written; trying again at the next append");
+                false
+            }
         }
     }
 
@@ -1115,14 +1123,18 @@ impl PgStore {
     /// durable) from the store on its own connection, encodes it and writes it, fenced
     /// by this epoch; the owner task never encodes the state (decision 202).
     fn snapshot_if_due(&mut self) {
+        if self.snapshotting.as_ref().is_some_and(|(thread, _)| !thread.is_finished()) {
+            return;
+        }
+        if let Some((done, (entries, bytes))) = self.snapshotting.take() {
+            // A snapshot that failed (or panicked) leaves its entries due: retried now.
+            if !done.join().unwrap_or(false) {
+                self.entries_since_snapshot += entries;
+                self.bytes_since_snapshot += bytes;
+            }
+        }
         if !self.policy.due(self.entries_since_snapshot, self.bytes_since_snapshot) {
             return;
-        }
-        if self.snapshotting.as_ref().is_some_and(|thread| !thread.is_finished()) {
-            return;
-        }
-        if let Some(done) = self.snapshotting.take() {
-            let _ = done.join();
         }
         let job = SnapshotJob {
             config: self.config.clone(),
@@ -1136,9 +1148,10 @@ impl PgStore {
             std::thread::Builder::new().name(format!("esim-snapshot-{}", self.shard)).spawn(move || job.run());
         match spawned {
             Ok(thread) => {
+                let taken = (self.entries_since_snapshot, self.bytes_since_snapshot);
                 self.entries_since_snapshot = 0;
                 self.bytes_since_snapshot = 0;
-                self.snapshotting = Some(thread);
+                self.snapshotting = Some((thread, taken));
             }
             Err(error) => tracing::warn!(%error, "cannot start the snapshot thread; trying at the next append"),
         }
@@ -1146,7 +1159,7 @@ impl PgStore {
 
     /// Waits for the snapshot being made, if any (tests: a stop does not wait, decision 202).
     pub fn wait_snapshot(&mut self) {
-        if let Some(thread) = self.snapshotting.take() {
+        if let Some((thread, _)) = self.snapshotting.take() {
             let _ = thread.join();
         }
     }

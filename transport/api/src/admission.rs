@@ -26,8 +26,9 @@ pub enum Admitted {
 }
 
 /// An account's keys share one window of this many keys' limits: as many as the
-/// reseller may hold at once (decision 230). A key keeps the spec's own limit; making
-/// and revoking keys buys no more than holding the most keys an account may hold.
+/// reseller may hold at once (decision 230), or as many as the account holds when the
+/// operator gave it more. A key keeps the spec's own limit; making and revoking keys
+/// buys no more than holding the most keys an account may hold.
 pub const ACCOUNT_BUDGET_IN_KEYS: u32 = limits::API_KEYS_PER_ACCOUNT_MAX as u32;
 
 /// Windows kept before ended ones are swept out (then again each time their number
@@ -167,23 +168,46 @@ impl KeyMemo {
     }
 }
 
-pub struct Admission {
+/// The valid keys, and how many each account holds (its share of the account window).
+#[derive(Default)]
+struct KeyDirectory {
     /// Valid (known, not revoked) key digests and their accounts.
-    keys: RwLock<HashMap<KeyDigest, u32, DigestHash>>,
+    accounts: HashMap<KeyDigest, u32, DigestHash>,
+    /// Valid keys per account; an account with none has no entry.
+    held: HashMap<u32, u32>,
+}
+
+impl KeyDirectory {
+    fn insert(&mut self, digest: KeyDigest, account: u32) {
+        if self.accounts.insert(digest, account).is_none() {
+            *self.held.entry(account).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, digest: &KeyDigest) {
+        let Some(account) = self.accounts.remove(digest) else { return };
+        let held = self.held.get_mut(&account).expect("a valid key's account is counted");
+        assert!(*held > 0, "an account holding a valid key counts it");
+        *held -= 1;
+        if *held == 0 {
+            self.held.remove(&account);
+        }
+    }
+}
+
+pub struct Admission {
+    keys: RwLock<KeyDirectory>,
     windows: Mutex<Windows>,
     /// Per key (the spec's limit).
     limit_per_minute: u32,
-    /// Per account, all its keys together (decision 230).
-    account_limit_per_minute: u32,
 }
 
 impl Admission {
     pub fn new(engine: &Engine) -> Admission {
         let admission = Admission {
-            keys: RwLock::new(HashMap::default()),
+            keys: RwLock::new(KeyDirectory::default()),
             windows: Mutex::new(Windows::default()),
             limit_per_minute: engine.config().rate_limit_per_minute,
-            account_limit_per_minute: engine.config().rate_limit_per_minute.saturating_mul(ACCOUNT_BUDGET_IN_KEYS),
         };
         admission.reload_keys(engine);
         admission
@@ -191,17 +215,20 @@ impl Admission {
 
     /// Copies the engine's valid keys (at start, and after the engine was replaced).
     pub fn reload_keys(&self, engine: &Engine) {
-        let keys: HashMap<KeyDigest, u32, DigestHash> = engine.valid_keys().collect();
+        let mut keys = KeyDirectory::default();
+        for (digest, account) in engine.valid_keys() {
+            keys.insert(digest, account);
+        }
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
     }
 
     /// Brings one key in step with the engine (after a command created or revoked it).
     pub fn refresh_key(&self, engine: &Engine, digest: &KeyDigest) {
         let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
-        match engine.key_account(digest) {
-            Some(account) => keys.insert(*digest, account),
-            None => keys.remove(digest),
-        };
+        keys.remove(digest);
+        if let Some(account) = engine.key_account(digest) {
+            keys.insert(*digest, account);
+        }
     }
 
     /// A restart forgets every rate window (decision 53).
@@ -268,10 +295,15 @@ impl Admission {
     /// a new key of the account starts its own window but shares the account's
     /// (decision 230).
     pub fn admit_key(&self, digest: &KeyDigest, now: Millis) -> Result<(), ApiError> {
-        let Some(account) = self.keys.read().unwrap_or_else(|p| p.into_inner()).get(digest).copied() else {
-            return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key"));
+        let (account, held) = {
+            let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+            let Some(&account) = keys.accounts.get(digest) else {
+                return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key"));
+            };
+            (account, keys.held.get(&account).copied().unwrap_or(1))
         };
-        let (limit, account_limit) = (self.limit_per_minute, self.account_limit_per_minute);
+        let limit = self.limit_per_minute;
+        let account_limit = limit.saturating_mul(held.max(ACCOUNT_BUDGET_IN_KEYS));
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         windows.sweep_if_large(now);
         let Windows { by_key, by_account, .. } = &mut *windows;
@@ -323,6 +355,21 @@ mod tests {
         );
         assert!(matches!(created, Ok(Reply::AccountCreated(_))));
         (engine, digest)
+    }
+
+    #[test]
+    fn the_key_directory_counts_each_accounts_valid_keys() {
+        let mut keys = KeyDirectory::default();
+        let (a, b) = (KeyDigest::of("rsk_a"), KeyDigest::of("rsk_b"));
+        keys.insert(a, 7);
+        keys.insert(a, 7);
+        keys.insert(b, 7);
+        assert_eq!(keys.held.get(&7), Some(&2), "a key inserted twice counts once");
+        keys.remove(&a);
+        keys.remove(&a);
+        assert_eq!(keys.held.get(&7), Some(&1), "a key removed twice counts once");
+        keys.remove(&b);
+        assert!(keys.held.is_empty() && keys.accounts.is_empty());
     }
 
     #[test]

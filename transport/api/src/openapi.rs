@@ -1181,7 +1181,7 @@ fn build() -> Value {
         "info": {
             "title": "Reseller eSIM Connectivity Service",
             "version": "2.0",
-            "description": "Provision eSIM profiles with pay-as-you-go data, fund per-eSIM wallets or shared-balance groups, and receive signed webhook notifications. Money amounts are USD JSON numbers; timestamps are RFC 3339 UTC with milliseconds. Every call but this document needs `Authorization: Bearer <API key>` and is limited to 100 requests per minute per key, and 2000 per minute for all keys of an account together (429 RATE_LIMITED with Retry-After). Errors carry the Error body.",
+            "description": "Provision eSIM profiles with pay-as-you-go data, fund per-eSIM wallets or shared-balance groups, and receive signed webhook notifications. Money amounts are USD JSON numbers; timestamps are RFC 3339 UTC with milliseconds. Every call but this document needs `Authorization: Bearer <API key>` and is limited to 100 requests per minute per key, and 2000 per minute for all keys of an account together, 100 per key held when an account holds more than 20 (429 RATE_LIMITED with Retry-After). Errors carry the Error body.",
         },
         "servers": [{ "url": RESELLER_BASE, "description": "The reseller API; paths are relative to it" }],
         "security": [{ "bearer": [] }],
