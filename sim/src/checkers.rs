@@ -1570,6 +1570,10 @@ mod tests {
             "receiver w1 hold",
             "lost_commit",
             "fund alice s1 5",
+            "stall 2s",
+            "fund alice s1 1",
+            "stall 9s",
+            "fund alice s1 1",
             "crash",
             "standby_lag 3",
             "receiver w1 ok",
@@ -1599,7 +1603,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 20);
+        assert_eq!(names().len(), 21);
     }
 
     #[test]

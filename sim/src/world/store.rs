@@ -4,9 +4,10 @@
 //! The world's service is the owner node: after every op its journal entries are
 //! appended through the owner's [`JournalSink`] (acknowledged or refused, recorded as
 //! facts), the owner renews its lease, and the standby follows unless it was told to
-//! lag. The ops `failover`, `zombie`, `lost_commit` and `standby_lag N` switch the faults.
-//! In the simulation a response is observed before its entries are appended, so every
-//! append must be acknowledged: a refusal is a loss (`no_acknowledged_loss`).
+//! lag. The ops `failover`, `zombie`, `lost_commit`, `stall N` and `standby_lag N` switch
+//! the faults. In the simulation a response is observed before its entries are appended
+//! (except under `stall`, where the request waits for its append up to the deadline), so
+//! every append must be acknowledged: a refusal is a loss (`no_acknowledged_loss`).
 
 use super::observe::Fact;
 use super::World;
