@@ -61,6 +61,7 @@ pub fn all() -> Vec<Box<dyn Checker>> {
         Box::new(SingleOwner::default()),
         Box::new(NoAcknowledgedLoss::default()),
         Box::new(StandbyDigest),
+        Box::new(DeadlineBounded),
     ]
 }
 
@@ -1456,6 +1457,45 @@ impl Checker for StandbyDigest {
     }
 }
 
+// ----- the append deadline -----
+
+/// No request is answered later than the append deadline after it was sent, and every
+/// 503 says when to retry (decision 220): a stalled store costs a request its deadline,
+/// never a hang, and the client knows to come back.
+pub struct DeadlineBounded;
+
+/// The code of a 503 that asks for a retry.
+const UNAVAILABLE: &[u8] = b"\"code\":\"SERVICE_UNAVAILABLE\"";
+
+impl Checker for DeadlineBounded {
+    fn name(&self) -> &'static str {
+        "deadline_bounded"
+    }
+
+    fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
+        for exchange in &ctx.log.exchanges {
+            let waited_ms = exchange.answered.0 - exchange.at.0;
+            if waited_ms > crate::world::APPEND_DEADLINE_MS {
+                return Err(format!(
+                    "{} {} was answered {waited_ms} ms after it was sent, past the {} ms append deadline",
+                    exchange.method,
+                    exchange.path,
+                    crate::world::APPEND_DEADLINE_MS
+                ));
+            }
+            // The spec's NO_ESIMS_AVAILABLE is a 503 too: stock, not a wait, so no Retry-After.
+            let unavailable = exchange.body.windows(UNAVAILABLE.len()).any(|w| w == UNAVAILABLE);
+            if exchange.status == 503 && unavailable && exchange.retry_after.is_none() {
+                return Err(format!(
+                    "{} {} was answered 503 SERVICE_UNAVAILABLE without Retry-After",
+                    exchange.method, exchange.path
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1530,6 +1570,10 @@ mod tests {
             "receiver w1 hold",
             "lost_commit",
             "fund alice s1 5",
+            "stall 2s",
+            "fund alice s1 1",
+            "stall 9s",
+            "fund alice s1 1",
             "crash",
             "standby_lag 3",
             "receiver w1 ok",
@@ -1559,7 +1603,7 @@ mod tests {
         for checker in checkers.iter_mut() {
             assert!(checker.finish(world.engine()).is_ok(), "{}", checker.name());
         }
-        assert_eq!(names().len(), 20);
+        assert_eq!(names().len(), 21);
     }
 
     #[test]
@@ -1777,7 +1821,31 @@ mod tests {
             body: Bytes::new(),
             retry_after: None,
             at,
+            answered: at,
         }
+    }
+
+    #[test]
+    fn deadline_bounded_fires_on_a_late_answer_and_on_a_503_without_retry_after() {
+        let world = world(None);
+        let at = Millis::VIRTUAL_EPOCH;
+        let mut on_time = exchange(503, at);
+        on_time.body = Bytes::from_static(b"{\"error\":\"Service unavailable\",\"code\":\"SERVICE_UNAVAILABLE\"}");
+        on_time.answered = at.plus_ms(crate::world::APPEND_DEADLINE_MS);
+        on_time.retry_after = Some("1".into());
+        let log = StepLog { exchanges: vec![on_time.clone()], ..StepLog::default() };
+        assert!(check_with(&mut DeadlineBounded, &world, &log).is_ok());
+        let mut late = on_time.clone();
+        late.answered = late.answered.plus_ms(1);
+        let log = StepLog { exchanges: vec![late], ..StepLog::default() };
+        assert!(check_with(&mut DeadlineBounded, &world, &log).unwrap_err().contains("past the"));
+        on_time.retry_after = None;
+        let mut no_stock = on_time.clone();
+        no_stock.body = Bytes::from_static(b"{\"code\":\"NO_ESIMS_AVAILABLE\"}");
+        let log = StepLog { exchanges: vec![no_stock], ..StepLog::default() };
+        assert!(check_with(&mut DeadlineBounded, &world, &log).is_ok());
+        let log = StepLog { exchanges: vec![on_time], ..StepLog::default() };
+        assert!(check_with(&mut DeadlineBounded, &world, &log).unwrap_err().contains("without Retry-After"));
     }
 
     #[test]

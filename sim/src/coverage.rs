@@ -39,10 +39,6 @@ fn code_unreachable(code: ErrorCode) -> Option<&'static str> {
         ErrorCode::RequestTimeout => {
             Some("by design: the socket edge's answer to a slow body; the world hands whole requests over")
         }
-        ErrorCode::ServiceUnavailable => Some(
-            "by design: changes are refused only while a server's journal cannot take them; the world appends \
-             after the answer, and a refused append is a loss the store checkers report",
-        ),
         ErrorCode::ApiKeyLimitReached => Some(
             "not reached yet: 20 active keys on one account take 20 key calls of that account; a world makes a \
              few (the engine's key tests reach the limit)",
@@ -114,7 +110,7 @@ const GROUP_ITEMS: [&str; 15] = [
     "members full -> empty",
 ];
 
-const FAULT_ITEMS: [&str; 13] = [
+const FAULT_ITEMS: [&str; 15] = [
     "upstream pause fails (switched on)",
     "network read fails (switched on)",
     "crash after an append (rebuilt from the journal)",
@@ -128,6 +124,8 @@ const FAULT_ITEMS: [&str; 13] = [
     "lost commit outcome read back",
     "standby lag",
     "crash with deliveries held",
+    "store stall",
+    "store stall past the append deadline (503)",
 ];
 
 const WEBHOOK_ITEMS: [&str; 12] = [
@@ -476,6 +474,8 @@ impl Recorder {
         for fact in &log.facts {
             match fact {
                 Fact::SnapshotWritten { .. } => hit(self, "snapshot written"),
+                Fact::Stalled { late: false, .. } => hit(self, "store stall"),
+                Fact::Stalled { late: true, .. } => hit(self, "store stall past the append deadline (503)"),
                 Fact::RebuiltFromStore { from_snapshot: None } => {
                     hit(self, "crash during a snapshot (rebuilt from the rows)")
                 }

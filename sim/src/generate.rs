@@ -625,14 +625,16 @@ impl Generator {
 
     /// A fault of the journal's store: a failover (the owner's lease runs out and the
     /// standby takes over), the zombie trying to append after one, a commit whose
-    /// outcome is lost, a standby left behind for a while, or a snapshot (written, or
+    /// outcome is lost, a stalled append, a standby left behind for a while, or a snapshot (written, or
     /// the process dying while it makes one).
     fn store_fault(&mut self, world: &World) -> Op {
         let op = match self.below(100) {
             0..=24 => Op::Failover,
             25..=39 if world.has_zombie() => Op::Zombie,
             25..=39 => Op::Failover,
-            40..=59 => Op::LostCommit,
+            40..=49 => Op::LostCommit,
+            // Up to twice the append deadline: about half the stalls outlast it.
+            50..=59 => Op::Stall { ms: self.range(1, 2 * crate::world::APPEND_DEADLINE_MS) },
             60..=74 => Op::StandbyLag { steps: self.range(1, 24) as u32 },
             75..=87 => Op::Snapshot { crash: false },
             _ => Op::Snapshot { crash: true },

@@ -53,7 +53,10 @@
 //! `JournalSink`. With `--faults on` the generator also draws `failover` (the owner's
 //! lease runs out, the standby takes over, catches up and serves; the old owner becomes
 //! the zombie), `zombie` (it wakes and tries to append), `lost_commit` (a commit applied
-//! with its outcome lost) and `standby_lag N` (the standby left behind for N steps).
+//! with its outcome lost), `stall N` (the next change's append held N virtual ms: past
+//! the append deadline its request is answered 503 with Retry-After and the batch still
+//! commits; the `deadline_bounded` checker proves no answer comes later) and
+//! `standby_lag N` (the standby left behind for N steps).
 //!
 //! ## Layout
 //! `op` (the steps and their text form), `world` (the service and everything around

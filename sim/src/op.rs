@@ -335,6 +335,12 @@ pub enum Op {
     Snapshot {
         crash: bool,
     },
+    /// The store holds the append of the next change's batch for `ms` of virtual time
+    /// (a frozen disk or database). Past the append deadline the request is answered 503
+    /// with Retry-After; the batch commits when the stall ends (decision 220).
+    Stall {
+        ms: i64,
+    },
 }
 
 impl Op {
@@ -367,12 +373,16 @@ impl Op {
             Op::StandbyLag { .. } => "standby_lag",
             Op::Snapshot { crash: false } => "snapshot",
             Op::Snapshot { crash: true } => "snapshot_crash",
+            Op::Stall { .. } => "stall",
         }
     }
 
     /// The ops of the journal's store ([`Op::Failover`] and the others after it).
     pub fn is_store_fault(&self) -> bool {
-        matches!(self, Op::Failover | Op::Zombie | Op::LostCommit | Op::StandbyLag { .. } | Op::Snapshot { .. })
+        matches!(
+            self,
+            Op::Failover | Op::Zombie | Op::LostCommit | Op::StandbyLag { .. } | Op::Snapshot { .. } | Op::Stall { .. }
+        )
     }
 
     /// Simpler versions of this op, for shrinking (smaller amounts, shorter waits,
@@ -611,6 +621,7 @@ impl fmt::Display for Op {
             Op::Receiver { webhook, mode } => write!(f, "{verb} {} {mode}", token(webhook)),
             Op::Restart { .. } | Op::Failover | Op::Zombie | Op::LostCommit | Op::Snapshot { .. } => f.write_str(verb),
             Op::StandbyLag { steps } => write!(f, "{verb} {steps}"),
+            Op::Stall { ms } => write!(f, "{verb} {}", duration_text(*ms)),
         }
     }
 }
@@ -792,6 +803,7 @@ impl FromStr for Op {
             "standby_lag" => Op::StandbyLag { steps: args.parse("step count")? },
             "snapshot" => Op::Snapshot { crash: false },
             "snapshot_crash" => Op::Snapshot { crash: true },
+            "stall" => Op::Stall { ms: parse_duration(args.next("duration")?)? },
             "receiver" => {
                 let webhook = args.string("webhook")?;
                 let mode = match args.next("mode")? {
@@ -984,6 +996,7 @@ mod tests {
             "failover",
             "zombie",
             "lost_commit",
+            "stall 8s",
             "standby_lag 12",
             "snapshot",
             "snapshot_crash",
@@ -1013,6 +1026,7 @@ mod tests {
             "standby_lag -1",
             "zombie 2",
             "snapshot now",
+            "stall",
         ] {
             assert!(line.parse::<Op>().is_err(), "{line}");
         }

@@ -28,7 +28,7 @@ pub use observe::{decimal, DeliveryRecord, Exchange, Fact, StepLog};
 pub use oracle::Idempotency;
 pub use receiver::Mode;
 pub use request::reached_by;
-pub use store::{STANDBY_DIGEST_EVERY_STEPS, STORE_LEASE_MS};
+pub use store::{APPEND_DEADLINE_MS, STANDBY_DIGEST_EVERY_STEPS, STORE_LEASE_MS};
 
 use crate::op::Op;
 use crate::InjectedBug;
@@ -300,6 +300,7 @@ impl World {
             Op::Failover => self.failover(),
             Op::Zombie => self.zombie_append(),
             Op::LostCommit => self.lose_commit_outcome(),
+            Op::Stall { ms } => self.arm_stall(*ms),
             Op::StandbyLag { steps } => self.lag_standby(*steps),
             Op::Grant { count } => self.grant(*count),
             Op::Snapshot { crash } => self.snapshot(*crash),

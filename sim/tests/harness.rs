@@ -37,6 +37,7 @@ fn a_clean_engine_passes_every_checker() {
         "failover",
         "zombie",
         "lost_commit",
+        "stall",
         "standby_lag",
     ] {
         assert!(summary.commands.get(verb).copied().unwrap_or(0) > 0, "no {verb} in {:?}", summary.commands);

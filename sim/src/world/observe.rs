@@ -134,6 +134,13 @@ pub enum Fact {
         refusal: Option<String>,
         fenced: bool,
     },
+    /// A change's append was held `stall_ms` (`stall`); its client waited `waited_ms`
+    /// and, `late`, was answered 503 at the append deadline while the batch committed.
+    Stalled {
+        stall_ms: i64,
+        waited_ms: i64,
+        late: bool,
+    },
     /// The owner wrote a snapshot covering this many entries (`snapshot`).
     SnapshotWritten {
         covered: u64,
@@ -171,9 +178,12 @@ pub struct Exchange {
     /// A 429 of the rate limit (RATE_LIMITED); other 429s are limits of the account.
     pub rate_limited: bool,
     pub body: Bytes,
-    /// The Retry-After header of a 429.
+    /// The Retry-After header of a 429 or 503.
     pub retry_after: Option<String>,
+    /// When the request was sent.
     pub at: Millis,
+    /// When its answer came (later than `at` only when its append stalled).
+    pub answered: Millis,
 }
 
 /// A webhook delivery the engine handed out, and the receiver's answer.

@@ -168,6 +168,7 @@ impl World {
             | Op::LostCommit
             | Op::StandbyLag { .. }
             | Op::Snapshot { .. }
+            | Op::Stall { .. }
             | Op::Grant { .. } => {}
         }
     }
@@ -404,6 +405,7 @@ impl World {
                     body: Bytes::from(format!("not sent: {error}")),
                     retry_after: None,
                     at: now,
+                    answered: now,
                 });
                 return;
             }
@@ -433,6 +435,9 @@ impl World {
                 esim_transport::api::json_response(500, "{\"error\":\"the test delivery never came\"}")
             }),
         };
+        // What a stalled append makes of the answer the client sees (the world reads the
+        // engine's own answer back, as a retry with the same Idempotency-Key would).
+        let (seen, waited_ms) = self.stall_answer();
         let status = response.status().as_u16();
         let retry_after =
             response.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -452,6 +457,11 @@ impl World {
         if fresh && (200..300).contains(&status) {
             self.observe(who, &kind, &response_body);
         }
+        let (status, response_body, retry_after, idempotency) = match seen {
+            // A 503 is no stored answer: a replay answered so is not judged as one.
+            Some(late) => (late.status, late.body, late.retry_after, Idempotency::None),
+            None => (status, response_body, retry_after, idempotency),
+        };
         self.log.exchanges.push(Exchange {
             method,
             path,
@@ -466,8 +476,11 @@ impl World {
             body: response_body,
             retry_after,
             at: now,
+            answered: now.plus_ms(waited_ms),
         });
         self.now = self.service.now(Millis(0));
+        // The client waited: the world's clock moves on by that much.
+        self.advance_clock(waited_ms);
     }
 }
 

@@ -4,9 +4,10 @@
 //! The world's service is the owner node: after every op its journal entries are
 //! appended through the owner's [`JournalSink`] (acknowledged or refused, recorded as
 //! facts), the owner renews its lease, and the standby follows unless it was told to
-//! lag. The ops `failover`, `zombie`, `lost_commit` and `standby_lag N` switch the faults.
-//! In the simulation a response is observed before its entries are appended, so every
-//! append must be acknowledged: a refusal is a loss (`no_acknowledged_loss`).
+//! lag. The ops `failover`, `zombie`, `lost_commit`, `stall N` and `standby_lag N` switch
+//! the faults. In the simulation a response is observed before its entries are appended
+//! (except under `stall`, where the request waits for its append up to the deadline), so
+//! every append must be acknowledged: a refusal is a loss (`no_acknowledged_loss`).
 
 use super::observe::Fact;
 use super::World;
@@ -26,6 +27,16 @@ pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
 /// steps), and a standby that diverged stays diverged (it only applies entries), so the
 /// last step's comparison proves what the periodic ones did; they report it sooner.
 pub const STANDBY_DIGEST_EVERY_STEPS: usize = 100;
+/// How long a request waits for its batch to be durable: the server's default
+/// (`--append-deadline-ms`, decision 220).
+pub const APPEND_DEADLINE_MS: i64 = esim_transport::server::APPEND_DEADLINE_MS as i64;
+
+/// The answer a client sees when its append outlasted the deadline.
+pub(super) struct LateAnswer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: bytes::Bytes,
+}
 
 /// The nodes of one world around its store.
 pub(super) struct Nodes {
@@ -45,6 +56,10 @@ pub(super) struct Nodes {
     snapshot_covers: Option<u64>,
     /// Compare the standby's digest with the owner's after the next op.
     compare_next: bool,
+    /// `stall N`: the append of the next change's batch is held this many virtual ms.
+    stall_ms: Option<i64>,
+    /// Test switch: a stalled request waits for its append past the deadline.
+    pub(super) ignores_deadline: bool,
 }
 
 impl Nodes {
@@ -66,6 +81,8 @@ impl Nodes {
             reported_head: 0,
             snapshot_covers: None,
             compare_next: false,
+            stall_ms: None,
+            ignores_deadline: false,
         };
         nodes.start_standby(prepare);
         nodes
@@ -245,6 +262,48 @@ impl World {
             refusal: tried.err().map(|e| e.to_string()),
             fenced: zombie.fenced().is_some(),
         });
+    }
+
+    /// `stall N`: the store holds the append of the next change's batch for `ms`.
+    pub(super) fn arm_stall(&mut self, ms: i64) {
+        self.nodes.stall_ms = Some(ms.max(1));
+    }
+
+    /// The stalled append of the request just handled, if a stall is armed and the
+    /// request made a batch: the batch commits when the stall ends, and the request is
+    /// answered when it commits or at the append deadline, whichever comes first (503
+    /// with Retry-After at the deadline, as the server does; decision 220). Returns the
+    /// answer that replaces the engine's, if any, and how long the client waited.
+    pub(super) fn stall_answer(&mut self) -> (Option<LateAnswer>, i64) {
+        let Some(stall_ms) = self.nodes.stall_ms else { return (None, 0) };
+        let entries = self.service.drain_journal();
+        if entries.is_empty() {
+            return (None, 0);
+        }
+        self.nodes.stall_ms = None;
+        let late = stall_ms > APPEND_DEADLINE_MS && !self.nodes.ignores_deadline;
+        let waited_ms = if late { APPEND_DEADLINE_MS } else { stall_ms };
+        self.append_to_store(&entries);
+        self.journal.extend(entries);
+        self.log.facts.push(Fact::Stalled { stall_ms, waited_ms, late });
+        if !late {
+            return (None, waited_ms);
+        }
+        let response = esim_transport::nodes::unavailable(format!(
+            "the journal did not confirm this request within {APPEND_DEADLINE_MS} ms (the store or the disk \
+             stalls); a change it made may still become durable: retry with the same Idempotency-Key"
+        ));
+        let retry_after =
+            response.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let answer = LateAnswer { status: response.status().as_u16(), retry_after, body: response.into_body() };
+        (Some(answer), waited_ms)
+    }
+
+    /// Test switch (a planted bug for `deadline_bounded`): stalled requests wait for
+    /// their append however long it takes.
+    #[cfg(feature = "test-switches")]
+    pub fn ignore_append_deadline_for_test(&mut self) {
+        self.nodes.ignores_deadline = true;
     }
 
     /// `lost_commit`: the next commit is applied but its outcome is lost.
