@@ -323,7 +323,7 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     assert!(!exit.expect("refused within 20 s").success(), "{log}");
     assert!(log.contains("--take-over refused: this process cannot serve the store"), "{log}");
     assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), epoch, "the owner is not fenced");
-    remove_dirs(&[third.clone()]);
+    remove_dirs(std::slice::from_ref(&third));
     let _ = std::fs::remove_file(&wrong);
     let wallet_before = a.api("GET", "/wallet/balance", &key, None).await.body;
     let digest_before = a.digest().await;

@@ -234,6 +234,9 @@ fn schemas(requests: Map<String, Value>) -> Value {
 
 // ----- operations -----
 
+/// Registers a request body's type with the generator and answers its `$ref`.
+type BodySchema = fn(&mut SchemaGenerator) -> Schema;
+
 /// What the document says about one route.
 struct Operation {
     id: &'static str,
@@ -243,7 +246,7 @@ struct Operation {
     query: Vec<Value>,
     /// The request body's schema (registered with the request generator, answering its
     /// `$ref`), and whether the body is required.
-    body: Option<(fn(&mut SchemaGenerator) -> Schema, bool)>,
+    body: Option<(BodySchema, bool)>,
     /// (status, schema name, description) of each success.
     success: Vec<(u16, &'static str, &'static str)>,
     /// Errors of this operation with their conditions (statuses from the codes).
