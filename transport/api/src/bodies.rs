@@ -756,7 +756,7 @@ mod tests {
                 };
                 Ok((card, o.bool("enabled")?, o.money("amount_usd")?))
             })?;
-            agree::<LimitsRequest, _>(&text, |o| Ok(o.integer("max_groups", u32::MAX.into())?))?;
+            agree::<LimitsRequest, _>(&text, |o| o.integer("max_groups", u32::MAX.into()))?;
             agree::<InventoryRequest, _>(&text, |o| Oracle::required("available", o.integer("available", 1_000_000_000)))?;
             agree::<FreezeRequest, _>(&text, |o| Oracle::required("frozen", o.bool("frozen")))?;
             agree::<TopUpRequest, _>(&text, |o| Oracle::required("amount_usd", o.money("amount_usd")))?;
