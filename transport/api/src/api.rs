@@ -16,9 +16,7 @@ use std::borrow::Cow;
 
 /// Largest request body accepted (413 above it).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-/// One sandbox clock advance at most: a leap year (decision 67); a longer jump is
-/// several calls.
-pub const CLOCK_ADVANCE_MAX_SECONDS: i64 = 366 * 24 * 3600;
+pub use crate::bodies::CLOCK_ADVANCE_MAX_SECONDS;
 
 /// What a request asks for, once parsed.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,25 +41,7 @@ pub enum Routed {
     Reject(ApiError),
 }
 
-/// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub use crate::routes::percent_decode;
 
 pub(crate) fn parse_query(query: Option<&str>) -> Vec<(String, String)> {
     query

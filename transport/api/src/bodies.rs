@@ -23,6 +23,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
+/// One sandbox clock advance at most: a leap year (decision 67); a longer jump is
+/// several calls.
+pub const CLOCK_ADVANCE_MAX_SECONDS: i64 = 366 * 24 * 3600;
+
 // ----- reseller API -----
 
 /// Optional body of a provisioning
@@ -245,7 +249,7 @@ pub const INVENTORY_MAX: u64 = 1_000_000_000;
 pub struct ClockAdvanceRequest {
     /// Seconds, above 0 and at most a leap year; fractions are kept to the millisecond
     #[serde(deserialize_with = "field::number")]
-    #[schemars(with = "Usd", range(max = crate::api::CLOCK_ADVANCE_MAX_SECONDS), extend("exclusiveMinimum" = 0))]
+    #[schemars(with = "Usd", range(max = CLOCK_ADVANCE_MAX_SECONDS), extend("exclusiveMinimum" = 0))]
     pub seconds: Decimal,
 }
 

@@ -5,8 +5,6 @@
 //! ([`crate::openapi`]) and the simulation's requests match on it exhaustively, so a new
 //! endpoint does not compile until each of them says what it does with it.
 
-use crate::shards::FanOut;
-
 /// Which API a route belongs to (and so which credential it needs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Api {
@@ -259,7 +257,7 @@ fn segments_match(pattern: &[String], path: &[&str]) -> Option<Vec<String>> {
             if have.is_empty() {
                 return None;
             }
-            params.push(crate::api::percent_decode(have));
+            params.push(percent_decode(have));
         } else if want != have {
             return None;
         }
@@ -323,6 +321,43 @@ pub fn label_of(matched: &Match<'_>) -> &'static str {
         }
         Match::WrongMethod(_) | Match::NotFound => "(no route)",
     }
+}
+
+/// The requests that name no shard and concern every one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FanOut {
+    /// `GET /admin/v1/accounts`: pages merged shard by shard.
+    ListAccounts,
+    /// `GET /admin/v1/reports/conservation` without `account_id`: a row per shard and the total.
+    Report,
+    /// `GET /admin/v1/state`: each shard's digest and one over all.
+    State,
+    /// `POST /sandbox/v1/clock/advance`: every shard to the same time.
+    AdvanceClock,
+    /// `PUT /admin/v1/inventory`: the stock split over the shards.
+    SetInventory,
+    /// `PUT /sandbox/v1/faults`: the same faults on every shard.
+    SetFaults,
+}
+
+/// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

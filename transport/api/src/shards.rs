@@ -17,6 +17,7 @@
 //! here runs: every request goes to shard 0, as before sharding.
 
 use crate::api::{bearer_str, error_response, json_response};
+pub use crate::routes::FanOut;
 use crate::routes::{Match, ShardBy};
 use bytes::Bytes;
 use esim_engine::finance::FinanceReport;
@@ -92,23 +93,6 @@ pub enum Route {
     NewAccount,
     /// To every shard, the answers merged.
     FanOut(FanOut),
-}
-
-/// The requests that name no shard and concern every one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FanOut {
-    /// `GET /admin/v1/accounts`: pages merged shard by shard.
-    ListAccounts,
-    /// `GET /admin/v1/reports/conservation` without `account_id`: a row per shard and the total.
-    Report,
-    /// `GET /admin/v1/state`: each shard's digest and one over all.
-    State,
-    /// `POST /sandbox/v1/clock/advance`: every shard to the same time.
-    AdvanceClock,
-    /// `PUT /admin/v1/inventory`: the stock split over the shards.
-    SetInventory,
-    /// `PUT /sandbox/v1/faults`: the same faults on every shard.
-    SetFaults,
 }
 
 /// Where a matched request goes among `shards` shards: what the endpoint table says
