@@ -300,27 +300,14 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     }
     let missing = third.with_extension("missing-key");
     for (keys, says) in [(&wrong, "does not open the signing secret"), (&missing, "does not exist")] {
-        let mut node = pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string());
-        node.key_file = keys.clone();
-        let mut child = node.command().spawn().unwrap();
-        let exit = process::wait_timeout(&mut child, Duration::from_secs(20));
-        let _ = child.kill();
-        let _ = child.wait();
-        let log = log_of(&third);
-        assert!(!exit.expect("refused within 20 s").success(), "{log}");
+        let log = refused_start(pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string()), keys, &third);
         assert!(log.contains(&format!("the secret key file {} {says}", keys.display())), "{log}");
         assert!(log.contains("this process cannot be the store's standby"), "{log}");
     }
     assert!(!missing.exists(), "no key file made by the refused start");
     // Nor does it take the live owner's lease with --take-over (that would fence it).
-    let mut node = pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string()).arg("--take-over");
-    node.key_file = wrong.clone();
-    let mut child = node.command().spawn().unwrap();
-    let exit = process::wait_timeout(&mut child, Duration::from_secs(20));
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = log_of(&third);
-    assert!(!exit.expect("refused within 20 s").success(), "{log}");
+    let node = pg::launch(&third, &url).arg("--lease-ms").arg(&LEASE_MS.to_string()).arg("--take-over");
+    let log = refused_start(node, &wrong, &third);
     assert!(log.contains("--take-over refused: this process cannot serve the store"), "{log}");
     assert_eq!(cluster.psql("SELECT epoch FROM shard_owner"), epoch, "the owner is not fenced");
     remove_dirs(std::slice::from_ref(&third));
@@ -338,4 +325,17 @@ async fn a_standby_acknowledges_no_write_while_the_lease_is_live() {
     assert_eq!(b.digest().await, replayed_digest(&url));
     second.stop();
     remove_dirs(&dirs);
+}
+
+/// Starts `node` with the key file `keys` in `dir` and expects the start refused (a
+/// non-zero exit within 20 s): answers the node's log.
+fn refused_start(mut node: process::Launch, keys: &std::path::Path, dir: &std::path::Path) -> String {
+    node.key_file = keys.to_path_buf();
+    let mut child = node.command().spawn().unwrap();
+    let exit = process::wait_timeout(&mut child, Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = log_of(dir);
+    assert!(!exit.expect("refused within 20 s").success(), "{log}");
+    log
 }
