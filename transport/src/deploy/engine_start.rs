@@ -260,3 +260,88 @@ pub(crate) fn store_options(options: &ServeOptions) -> StoreOptions {
         take_over: options.take_over,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn virtual_clock() -> ServeOptions {
+        ServeOptions { clock: ClockMode::Virtual, seed: Some(7), ..ServeOptions::default() }
+    }
+
+    #[test]
+    fn a_new_header_carries_the_start_settings() {
+        let header = new_header(&ServeOptions { allow_insecure_webhooks: true, ..virtual_clock() });
+        assert_eq!((header.version, header.first_index), (journal::FORMAT_VERSION, 0));
+        assert_eq!((header.clock, header.start), (ClockMode::Virtual, Millis::VIRTUAL_EPOCH));
+        assert_eq!(header.config.seed, 7);
+        assert!(header.config.allow_insecure_webhooks);
+        let wall = new_header(&ServeOptions { seed: None, ..ServeOptions::default() });
+        assert_eq!(wall.clock, ClockMode::Wall);
+        assert!(wall.start.0 >= 1_700_000_000_000, "the wall clock's now");
+        assert!(!wall.config.allow_insecure_webhooks);
+    }
+
+    #[test]
+    fn each_shard_header_has_its_own_seed_and_no_inventory_of_its_own() {
+        let fresh = new_header(&virtual_clock());
+        assert!(fresh.config.initial_inventory > 0, "the pool's inventory");
+        for shard in 0..3 {
+            let header = shard_header(&fresh, shard, 3);
+            assert_eq!(header.config.seed, 7 + u64::from(shard));
+            assert_eq!((header.config.shard, header.config.shard_count), (shard, 3));
+            assert_eq!(header.config.initial_inventory, 0, "taken from the global pool at start");
+            assert_eq!((header.start, header.clock), (fresh.start, fresh.clock), "every shard's clock starts together");
+        }
+    }
+
+    #[test]
+    fn a_start_continues_what_was_recovered_on_this_starts_clock() {
+        let fresh = new_header(&virtual_clock());
+        let (engine, header, new) =
+            continue_or_start((None, None), 0, ClockMode::Virtual, "this data dir", || fresh.clone());
+        assert!(new);
+        assert_eq!(header.config.seed, 7);
+        let recovered = (Some(engine), Some(header));
+        let never = || -> SegmentHeader { panic!("a recovered state is continued, not made") };
+        let (_, header, new) = continue_or_start(recovered, 42, ClockMode::Wall, "this data dir", never);
+        assert!(!new);
+        assert_eq!((header.first_index, header.clock), (42, ClockMode::Wall), "the next entry, on the new clock");
+    }
+
+    #[test]
+    fn the_demo_account_is_made_once_and_shown_unless_turned_off() {
+        let key = Arc::new(SealingKey::from_bytes([9; 32]));
+        let header = new_header(&virtual_clock());
+        let engine = Engine::new(header.config.clone(), header.start);
+        let mut service = Service::new(engine, "adm".into(), ClockMode::Virtual, Secrets::from_os(key));
+        assert!(settle_demo(None, None, false, &mut service).unwrap().is_none(), "not on an old state by default");
+        assert!(settle_demo(None, Some(false), true, &mut service).unwrap().is_none(), "--demo=false");
+        let Some(Demo::Created(api_key)) = settle_demo(None, None, true, &mut service).unwrap() else { panic!() };
+        assert!(!api_key.is_empty());
+        let existing = existing_demo([&service]).expect("found by its contact");
+        let shown = settle_demo(Some(existing.clone()), None, false, &mut service).unwrap();
+        assert!(matches!(shown, Some(Demo::Exists(id)) if id == existing));
+        assert!(settle_demo(Some(existing), Some(false), false, &mut service).unwrap().is_none());
+        assert_eq!(service.engine().accounts().len(), 1, "made once");
+    }
+
+    #[test]
+    fn the_admin_token_is_the_one_given_else_the_data_dirs_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let given =
+            ServeOptions { admin_token: Some("adm_given".into()), data_dir: dir.path().into(), ..virtual_clock() };
+        assert_eq!(admin_token(&given).unwrap(), "adm_given");
+        assert!(!dir.path().join("admin-token").exists(), "a given token is not written");
+        let generated = ServeOptions { admin_token: Some(String::new()), ..given };
+        let token = admin_token(&generated).unwrap();
+        assert!(token.starts_with("adm_") && token.len() == 52, "{token}");
+        assert_eq!(admin_token(&generated).unwrap(), token, "read back at the next start");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("admin-token")).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+}

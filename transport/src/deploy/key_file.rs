@@ -115,3 +115,90 @@ pub fn opens_every_secret(key: &SealingKey, path: &Path, engine: &Engine) -> Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::Secrets;
+    use crate::{ClockMode, Service};
+    use esim_engine::{AdminOp, Command, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest};
+
+    /// A service whose state holds one webhook, its signing secret sealed by `key`.
+    fn state_sealed_with(key: Arc<SealingKey>) -> Service {
+        let engine = Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH);
+        let mut service = Service::new(engine, "adm".into(), ClockMode::Virtual, Secrets::from_os(key));
+        let now = Millis::VIRTUAL_EPOCH;
+        let created = service.apply_command(
+            now,
+            Command::Admin(AdminOp::CreateAccount {
+                contact_email: "a@example.com".into(),
+                company_name: None,
+                api_key_digest: Default::default(),
+                api_key_prefix: String::new(),
+            }),
+        );
+        let Ok(Reply::AccountCreated(account)) = created else { panic!("account made") };
+        let webhook = ResellerOp::CreateWebhook {
+            url: "https://hooks.example.com/esim".into(),
+            events: vec!["*".into()],
+            signing_secret: Default::default(),
+        };
+        let key_digest = KeyDigest::of(&account.api_key);
+        let request = ResellerRequest { key_digest, idempotency_key: None, op: webhook };
+        let made = service.apply_command(now, Command::Reseller(request));
+        assert!(made.is_ok(), "webhook made");
+        assert_eq!(service.engine().webhooks().len(), 1);
+        service
+    }
+
+    fn empty_state() -> Engine {
+        Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH)
+    }
+
+    #[test]
+    fn a_missing_key_file_is_made_only_when_asked_and_then_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, data_dir) = (dir.path().join("keys/secret-key"), dir.path().join("data"));
+        let mut keys = KeyFile::open(Some(&path), &data_dir).unwrap();
+        assert_eq!(keys.path(), path);
+        assert!(keys.check(&empty_state(), "this data dir").is_ok(), "a state without secrets needs no key");
+        let error = keys.required("a standby").unwrap_err();
+        assert!(error.contains("does not exist: a standby serves secrets sealed by the owner's key"), "{error}");
+        assert!(!path.exists(), "reading and checking make nothing");
+        let made = keys.key().unwrap();
+        assert!(path.exists(), "made once every check has passed");
+        let again = KeyFile::open(Some(&path), &data_dir).unwrap();
+        assert_eq!(again.required("a standby").unwrap().key_id(), made.key_id(), "the same key read back");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret-key");
+        KeyFile::open(Some(&path), dir.path()).unwrap().key().unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(KeyFile::open(Some(&path), &dir.path().join("data")).is_err(), "mode 0644 is refused");
+    }
+
+    #[test]
+    fn a_state_is_served_only_with_the_key_that_sealed_its_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("data");
+        let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+        let mut sealer = KeyFile::open(Some(&first), &data_dir).unwrap();
+        let service = state_sealed_with(sealer.key().unwrap());
+        let state = service.engine();
+        assert!(sealer.check(state, "this data dir").is_ok());
+
+        let mut other = KeyFile::open(Some(&second), &data_dir).unwrap();
+        let missing = other.check(state, "shard 2").unwrap_err();
+        assert!(missing.contains("does not exist, but shard 2 holds signing secrets"), "{missing}");
+        other.key().unwrap();
+        let wrong = other.check(state, "shard 2").unwrap_err();
+        assert!(wrong.contains("does not open the signing secret of webhook wh_"), "{wrong}");
+        let check = other.serve_check(other.required("a standby").unwrap());
+        assert!(check(state).is_err(), "a standby's check refuses it too");
+    }
+}

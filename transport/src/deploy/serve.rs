@@ -5,8 +5,8 @@
 //! then the key file (made when missing), the admin token file and the journal.
 
 use super::engine_start::{
-    admin_token, continue_or_start, existing_demo, new_header, print_demo, server_options, settle_demo,
-    start_service, store_options,
+    admin_token, continue_or_start, existing_demo, new_header, print_demo, server_options, settle_demo, start_service,
+    store_options,
 };
 use super::key_file::KeyFile;
 use super::start_checks::{check_before_taking, check_recovered, check_settings};
@@ -158,7 +158,8 @@ fn serve_one(
     let admin_token = admin_token(options)?;
     let fresh = start.fresh.clone();
     let recovered = (recovery.engine, recovery.header);
-    let (engine, header, new) = continue_or_start(recovered, recovery.next_index, options.clock, "this data dir", || fresh);
+    let (engine, header, new) =
+        continue_or_start(recovered, recovery.next_index, options.clock, "this data dir", || fresh);
     let mut journal = open_sink(options, store.map(|(store, _)| store), header)?;
     let mut service = start_service(options, engine, (key, admin_token), (0, 1))?;
     let demo = settle_demo(existing_demo([&service]), options.demo, new, &mut service)?;

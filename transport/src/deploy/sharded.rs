@@ -88,7 +88,8 @@ fn start_shards(
     let mut parts: Vec<(Service, Box<dyn JournalSink>)> = Vec::with_capacity(shards as usize);
     let mut all_new = true;
     for (shard, (dir, recovery)) in (0..shards).zip(recovered) {
-        let (engine, header, new) = continue_or_start_shard(recovery, start.options.clock, &start.fresh, (shard, shards));
+        let (engine, header, new) =
+            continue_or_start_shard(recovery, start.options.clock, &start.fresh, (shard, shards));
         all_new &= new;
         let journal = FileJournal::open(&dir, header, SnapshotPolicy::default())
             .map_err(|e| format!("cannot open the journal in {}: {e}", dir.display()))?;
