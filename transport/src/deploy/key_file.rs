@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// only once every check of the start has passed (a start that fails leaves none
 /// behind), and checked against every state the start is to serve.
 pub struct KeyFile {
-    pub(crate) path: PathBuf,
+    path: PathBuf,
     /// `None` while the file does not exist.
     key: Option<Arc<SealingKey>>,
 }

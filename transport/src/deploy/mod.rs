@@ -8,11 +8,11 @@
 //! - [`serve()`]: the start of `esim serve` in its order (decision 237): the settings,
 //!   the key file, the lock, the listener, the recovered state checked, and only then the
 //!   first write. One engine on a data dir or a one-shard store here; a sharded data dir
-//!   in [`sharded`], a sharded store's node in [`store_shards`], the standbys in
+//!   in `sharded`, a sharded store's node in [`store_shards`], the standbys in
 //!   [`standby_shard`].
 //! - [`key_file`]: the secret key file a start must open every sealed secret with.
 //! - [`start_checks`]: the settings and the recovered state's time against the wall clock.
-//! - [`engine_start`]: the journal header, engine and service a start continues from or
+//! - `engine_start`: the journal header, engine and service a start continues from or
 //!   makes; the demo account and the admin token.
 //! - [`replay`](mod@replay): `esim replay` and `esim report conservation`, read-only.
 //! - [`logging`]: stderr's log, written by a thread of its own while serving.
