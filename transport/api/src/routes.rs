@@ -14,7 +14,7 @@ pub enum Api {
     Admin,
     /// `/sandbox/v1`: bearer admin token.
     Sandbox,
-    /// No credential (the OpenAPI document).
+    /// No credential (the OpenAPI documents).
     Public,
 }
 
@@ -139,6 +139,8 @@ endpoints! {
     GetAutoRefill => Reseller GET "/auto-refill" by Key,
     UpdateAutoRefill => Reseller PUT "/auto-refill" by Key,
     OpenApi => Public GET "/openapi.json" by Any,
+    AdminOpenApi => Public GET "/admin/v1/openapi.json" by Any,
+    SandboxOpenApi => Public GET "/sandbox/v1/openapi.json" by Any,
     CreateAccount => Admin POST "/admin/v1/accounts" by NewAccount,
     ListAccounts => Admin GET "/admin/v1/accounts" by Every(FanOut::ListAccounts),
     TopUp => Admin POST "/admin/v1/accounts/{account_id}/topups" by AccountId,
@@ -161,6 +163,18 @@ impl Endpoint {
     /// The full path pattern (`/api/v2/reseller/esim/{iccid}`, `/admin/v1/keys/{api_key}`).
     pub fn full_pattern(self) -> String {
         full_path(self.api(), self.pattern())
+    }
+
+    /// The API whose OpenAPI document lists it: its own, or for a public endpoint the
+    /// API whose path it lives under (each API's document is one of them).
+    pub fn documented_in(self) -> Api {
+        match self.api() {
+            Api::Public => match api_of_path(&self.full_pattern()) {
+                Some(api) => api,
+                None => unreachable!("{self:?} lives under an API's path"),
+            },
+            api => api,
+        }
     }
 
     /// The names of its path parameters, in order (`["id", "iccid"]`).
@@ -199,9 +213,14 @@ pub fn percent_encode(text: &str) -> String {
     out
 }
 
-/// The full path of a route (reseller and public routes live under the base path).
+/// The full path of a route: reseller routes live under the base path; admin and
+/// sandbox routes are written in full; a public route is written like the routes of the
+/// API it serves (the reseller's document relative to its base, the admin's and the
+/// sandbox's in full).
 pub fn full_path(api: Api, pattern: &str) -> String {
+    let in_full = |pattern: &str| pattern.starts_with("/admin/") || pattern.starts_with("/sandbox/");
     match api {
+        Api::Public if in_full(pattern) => pattern.to_string(),
         Api::Reseller | Api::Public => format!("{RESELLER_BASE}{pattern}"),
         Api::Admin | Api::Sandbox => pattern.to_string(),
     }
@@ -381,5 +400,11 @@ mod tests {
         assert_eq!(Endpoint::RevokeKey.path(&["rsk_1"]), "/admin/v1/keys/rsk_1");
         assert_eq!(find("PATCH", "/api/v2/reseller/groups"), Match::WrongMethod(vec!["GET", "POST"]));
         assert_eq!(find("GET", "/api/v2/reseller/nothing"), Match::NotFound);
+        assert_eq!(find("GET", "/admin/v1/openapi.json"), Match::Found(Endpoint::AdminOpenApi, vec![]));
+        assert_eq!(Endpoint::SandboxOpenApi.full_pattern(), "/sandbox/v1/openapi.json");
+        assert_eq!(Endpoint::OpenApi.full_pattern(), "/api/v2/reseller/openapi.json");
+        let documented = |api| Endpoint::ALL.iter().filter(|e| e.documented_in() == api).count();
+        assert_eq!([documented(Api::Reseller), documented(Api::Admin), documented(Api::Sandbox)], [39, 12, 6]);
+        assert!(Endpoint::ALL.iter().all(|e| e.documented_in() != Api::Public));
     }
 }
