@@ -140,7 +140,7 @@ fn endpoint_of(request: &http::Request<Bytes>) -> Result<(Endpoint, Cow<'_, [Str
             ErrorCode::MethodNotAllowed,
             format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
         )),
-        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
+        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, routes::not_found_message(path))),
     }
 }
 

@@ -324,6 +324,54 @@ pub fn api_of_path(path: &str) -> Option<Api> {
     }
 }
 
+/// Prefixes people and old clients write for each API's base (an older version, a base
+/// without its API's name, or the name without the version), most specific first.
+const NEAR_PREFIXES: [(&str, &[&str]); 3] = [
+    (
+        RESELLER_BASE,
+        &[
+            "/api/v1/reseller",
+            "/api/reseller",
+            "/v2/reseller",
+            "/v1/reseller",
+            "/reseller",
+            "/api/v1",
+            "/api/v2",
+            "/api",
+        ],
+    ),
+    ("/admin/v1", &["/api/v2/admin", "/api/v1/admin", "/api/admin", "/admin/v2", "/admin"]),
+    ("/sandbox/v1", &["/api/v2/sandbox", "/api/v1/sandbox", "/api/sandbox", "/sandbox/v2", "/sandbox"]),
+];
+
+/// The path meant by a path that no route has, when it starts with a near prefix of an
+/// API's base (`/api/v1/esim/list` for `/api/v2/reseller/esim/list`): the same rest
+/// under the real base when a route has it, else the base itself.
+pub fn suggestion(path: &str) -> Option<String> {
+    let path = format!("/{}", path.trim_start_matches('/'));
+    for (base, near) in NEAR_PREFIXES {
+        if path == base || path.starts_with(&format!("{base}/")) {
+            return None; // under the real base: a wrong route, not a wrong prefix
+        }
+        let Some(rest) = near.iter().find_map(|prefix| path.strip_prefix(prefix).filter(|r| r.starts_with('/'))) else {
+            continue;
+        };
+        let meant = format!("{base}{rest}");
+        // Any method: a path routed for another one answers 405, not 404.
+        let routed = !matches!(find("GET", &meant), Match::NotFound);
+        return Some(if routed { meant } else { format!("{base}/...") });
+    }
+    None
+}
+
+/// The message of a 404 for a path no route has, with the path meant when it is near.
+pub fn not_found_message(path: &str) -> String {
+    match suggestion(path) {
+        Some(meant) => format!("no route for {path}; did you mean {meant}?"),
+        None => format!("no route for {path}"),
+    }
+}
+
 /// What a log line says of a request's path: its route's pattern
 /// (`/admin/v1/keys/{api_key}`), never the path text, which may hold a credential.
 pub fn log_label(method: &str, path: &str) -> &'static str {
@@ -406,5 +454,29 @@ mod tests {
         let documented = |api| Endpoint::ALL.iter().filter(|e| e.documented_in() == api).count();
         assert_eq!([documented(Api::Reseller), documented(Api::Admin), documented(Api::Sandbox)], [39, 12, 6]);
         assert!(Endpoint::ALL.iter().all(|e| e.documented_in() != Api::Public));
+    }
+
+    #[test]
+    fn a_path_under_a_near_prefix_suggests_the_one_meant() {
+        for (path, meant) in [
+            ("/api/v1/esim/list", Some("/api/v2/reseller/esim/list")),
+            ("/api/v1/reseller/groups/g1/esims", Some("/api/v2/reseller/groups/g1/esims")),
+            ("/api/v2/wallet/balance", Some("/api/v2/reseller/wallet/balance")),
+            ("/api/v1/nothing/here", Some("/api/v2/reseller/...")),
+            ("/admin/accounts", Some("/admin/v1/accounts")),
+            ("/admin/v2/state", Some("/admin/v1/state")),
+            ("/sandbox/clock/advance", Some("/sandbox/v1/clock/advance")),
+            ("/api/v2/reseller/nowhere", None),
+            ("/admin/v1/nothing", None),
+            ("/elsewhere", None),
+            ("/apixyz/esim/list", None),
+        ] {
+            assert_eq!(suggestion(path).as_deref(), meant, "{path}");
+        }
+        assert_eq!(
+            not_found_message("/api/v1/esim/list"),
+            "no route for /api/v1/esim/list; did you mean /api/v2/reseller/esim/list?"
+        );
+        assert_eq!(not_found_message("/elsewhere"), "no route for /elsewhere");
     }
 }
