@@ -73,7 +73,7 @@ def check_reference(page, api, problems, counted):
     missing = sorted(set(expected) - set(rendered))
     if missing:
         problems.append(f"{api}: operations not rendered: {missing}")
-    menu = page.locator("li[data-item-id^='operation/']").count()
+    menu = page.locator("li[data-item-id*='operation/']").count()
     if menu < len(expected):
         problems.append(f"{api}: the menu lists {menu} operations of {len(expected)}")
     current = page.get_attribute(f"#api-{api}", "aria-current")
