@@ -93,24 +93,42 @@ fn wants_html(headers: &http::HeaderMap) -> bool {
     })
 }
 
-/// The JSON index: what the service is and where its parts are.
+/// The JSON index: what the service is and where its parts are (fields in this order).
+#[derive(serde::Serialize)]
+struct Index {
+    service: &'static str,
+    interface_version: &'static str,
+    links: Links,
+}
+
+#[derive(serde::Serialize)]
+struct Links {
+    dashboard: &'static str,
+    api_reference: &'static str,
+    reseller_api: &'static str,
+    reseller_openapi: String,
+    admin_openapi: String,
+    sandbox_openapi: String,
+    health: &'static str,
+    readiness: &'static str,
+}
+
 fn index() -> http::Response<Bytes> {
-    let document = |endpoint: Endpoint| endpoint.full_pattern();
-    let body = serde_json::json!({
-        "service": "Reseller eSIM Connectivity Service",
-        "interface_version": "2.0",
-        "links": {
-            "dashboard": crate::dashboard::BASE,
-            "api_reference": BASE,
-            "reseller_api": RESELLER_BASE,
-            "reseller_openapi": document(Endpoint::OpenApi),
-            "admin_openapi": document(Endpoint::AdminOpenApi),
-            "sandbox_openapi": document(Endpoint::SandboxOpenApi),
-            "health": "/healthz",
-            "readiness": "/readyz",
+    let index = Index {
+        service: "Reseller eSIM Connectivity Service",
+        interface_version: "2.0",
+        links: Links {
+            dashboard: crate::dashboard::BASE,
+            api_reference: BASE,
+            reseller_api: RESELLER_BASE,
+            reseller_openapi: Endpoint::OpenApi.full_pattern(),
+            admin_openapi: Endpoint::AdminOpenApi.full_pattern(),
+            sandbox_openapi: Endpoint::SandboxOpenApi.full_pattern(),
+            health: "/healthz",
+            readiness: "/readyz",
         },
-    });
-    let text = serde_json::to_vec_pretty(&body).expect("a JSON value always serializes");
+    };
+    let text = serde_json::to_vec_pretty(&index).expect("the index always serializes");
     http::Response::builder()
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Bytes::from(text))

@@ -345,10 +345,9 @@ pub fn key_refusal(headers: &http::HeaderMap, admin_token: &str) -> ApiError {
         Some(_) if credential.is_empty() => {
             format!("the Authorization header is not `Bearer ` and a token: {KEY_EXPECTED}")
         }
-        Some(_) if esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes()) => format!(
-            "this is the admin token, which opens the admin and sandbox APIs only; the reseller API \
-             {KEY_EXPECTED}"
-        ),
+        Some(_) if esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes()) => {
+            format!("this is the admin token, which opens only the admin and sandbox APIs: {KEY_EXPECTED}")
+        }
         Some(_) if !credential.starts_with("rsk_") => {
             format!("the bearer token is not an API key (API keys start with `rsk_`): {KEY_EXPECTED}")
         }
