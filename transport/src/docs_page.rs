@@ -88,7 +88,8 @@ fn wants_html(headers: &http::HeaderMap) -> bool {
     accept.flat_map(|value| value.split(',')).any(|range| {
         let mut parts = range.split(';').map(str::trim);
         let media = parts.next().unwrap_or_default();
-        let refused = parts.any(|param| param.strip_prefix("q=").and_then(|q| q.parse::<f32>().ok()) == Some(0.0));
+        let refused =
+            parts.any(|param| param.strip_prefix("q=").and_then(|q| q.parse::<f32>().ok()).is_some_and(|q| q <= 0.0));
         media.eq_ignore_ascii_case("text/html") && !refused
     })
 }
