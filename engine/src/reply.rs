@@ -881,33 +881,38 @@ pub struct WebhookTestResult {
     pub error: Option<String>,
 }
 
-/// A new reseller account (admin API, status 201). Its API key is shown only here.
-#[derive(Clone, Debug, Serialize)]
+/// A new reseller account (status 201); its API key is shown only here
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct AccountCreated {
-    /// The account's id (`acc_` followed by 16 hex characters).
+    /// The account's id (`acc_` followed by 16 hex characters)
     pub account_id: String,
-    /// The account's first API key (`rsk_...`), shown once. Filled by the shell, which
-    /// drew the key ([`Reply::show_secret`]).
+    /// The account's first API key (`rsk_` and 64 hex digits), shown only here
+    // Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    #[schemars(length(min = 68, max = 68), regex(pattern = r"^rsk_[0-9a-f]{64}$"))]
     pub api_key: String,
-    /// The account as `GET /account` shows it.
+    /// The account as the reseller's `GET /account` shows it
     pub account: AccountRecord,
 }
 
-/// A manual top-up of the reseller balance (admin API, status 201).
-#[derive(Clone, Debug, Serialize)]
+/// A manual top-up of the reseller balance (status 201)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct ToppedUp {
-    /// The top-up's id.
+    /// The top-up's id
     pub topup_id: String,
-    /// USD credited.
+    /// USD credited
+    #[schemars(with = "schema::Usd")]
     pub amount_usd: Decimal,
-    /// USD. The reseller balance after the top-up.
+    /// USD. The reseller balance after the top-up
+    #[schemars(with = "schema::Usd")]
     pub balance_usd: Decimal,
 }
 
-/// A new API key of an existing account (admin API, status 201), shown only here.
-#[derive(Clone, Debug, Serialize)]
+/// A new API key of an existing account (status 201), shown only here
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct KeyCreated {
-    /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    /// The key (`rsk_` and 64 hex digits): keep it now, it is never shown again
+    // Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    #[schemars(length(min = 68, max = 68), regex(pattern = r"^rsk_[0-9a-f]{64}$"))]
     pub api_key: String,
 }
 
@@ -994,34 +999,39 @@ pub struct AutoRefillSettings {
     pub last_error: Option<AutoRefillError>,
 }
 
-/// A device installed the profile (sandbox API).
-#[derive(Clone, Debug, Serialize)]
+/// A device installed the profile (sandbox API)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Installed {
-    /// Always true.
+    /// Always true
     pub success: bool,
-    /// The eSIM.
+    /// ICCID (19 digits)
     pub iccid: String,
-    /// The eSIM's status after the install: `active`, or `suspended` while its data
-    /// is disabled.
+    /// The eSIM's status after the install: active, or suspended while its data is disabled
+    #[schemars(with = "String")]
     pub status: &'static str,
-    /// The profile's state as the network now reports it.
+    /// The profile's state as the network now reports it
+    #[schemars(with = "String")]
     pub euicc_state: &'static str,
-    /// First installation of the profile (this one, or an earlier one).
+    /// First installation of the profile (this one, or an earlier one)
     #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub activated_at: Option<Millis>,
 }
 
-/// What a simulated data session used and cost (sandbox API).
-#[derive(Clone, Debug, Serialize)]
+/// What a simulated data session used and cost (sandbox API)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct UsageResult {
-    /// Megabytes actually used: less than asked when the credit ran out.
+    /// Megabytes actually used: less than asked when the credit ran out
+    #[schemars(with = "schema::Usd")]
     pub used_mb: Decimal,
-    /// USD charged to the wallet (the eSIM's or its group's), at the network's rate.
+    /// USD charged to the wallet (the eSIM's or its group's), at the network's rate
+    #[schemars(with = "schema::Usd")]
     pub charged_usd: Decimal,
-    /// True when data stopped (or never started): `reason` says why.
+    /// True when data stopped (or never started): reason says why
     pub data_stopped: bool,
-    /// Why no (more) data flows, when it does not.
+    /// Why no (more) data flows, when it does not
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub reason: Option<&'static str>,
 }
 

@@ -11,6 +11,8 @@
 //!   body budget).
 //! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
 //! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
+//! - [`docs_page`]: the front door: `/` (landing page or JSON index) and the API reference
+//!   under `/docs/`.
 //! - [`shards`]: accounts sharded over engines in one process: the shard each id names,
 //!   routing, and the requests that fan out to every shard.
 //! - [`store_pg`] and [`standby`]: the journal in PostgreSQL, and the hot standby that
@@ -24,6 +26,7 @@
 
 pub mod dashboard;
 pub mod deploy;
+pub mod docs_page;
 pub mod edge;
 pub mod fence;
 pub mod journal;

@@ -34,8 +34,9 @@ pub enum Routed {
     Accounts { limit: u64, offset: u64 },
     /// `GET /admin/v1/state`: the engine's state digest and clock.
     StateDigest,
-    /// `GET /api/v2/reseller/openapi.json`.
-    OpenApi,
+    /// The OpenAPI document of this API (`GET /api/v2/reseller/openapi.json`,
+    /// `/admin/v1/openapi.json`, `/sandbox/v1/openapi.json`).
+    OpenApi(Api),
     /// Answer at once with this error. (Credentials and the rate limit were checked
     /// before, by [`crate::admission`], so a bad request answers 401 or 429 first.)
     Reject(ApiError),
@@ -116,7 +117,10 @@ fn try_route(
             let key_digest = key_digest.unwrap_or_else(|| KeyDigest::of(credential));
             Some(Routed::Engine(Command::Reseller(ResellerRequest { key_digest, idempotency_key, op })))
         }
-        Api::Public => (endpoint == Endpoint::OpenApi).then_some(Routed::OpenApi),
+        Api::Public => {
+            let document = matches!(endpoint, Endpoint::OpenApi | Endpoint::AdminOpenApi | Endpoint::SandboxOpenApi);
+            document.then(|| Routed::OpenApi(endpoint.documented_in()))
+        }
         Api::Admin => admin(endpoint, &call)?,
         Api::Sandbox => sandbox(endpoint, &call)?,
     };
@@ -136,7 +140,7 @@ fn endpoint_of(request: &http::Request<Bytes>) -> Result<(Endpoint, Cow<'_, [Str
             ErrorCode::MethodNotAllowed,
             format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
         )),
-        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
+        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, routes::not_found_message(path))),
     }
 }
 
@@ -477,7 +481,7 @@ mod tests {
                 .unwrap();
             match route(&request, "t", None) {
                 Routed::Reject(error) => assert_eq!(error.code, ErrorCode::ValidationError, "{uri}: {error:?}"),
-                Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi => {}
+                Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi(_) => {}
                 Routed::Accounts { .. } | Routed::Report { .. } | Routed::ClockAdvance { .. } => {}
             }
         }
