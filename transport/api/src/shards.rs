@@ -281,12 +281,14 @@ where
 /// The report of a sharded service: one row per shard (`shard-k`, its accounts summed)
 /// and the total (also what `esim report` prints for a sharded data dir).
 pub fn combine_reports(generated_at: String, parts: Vec<(String, Option<String>, FinanceReport)>) -> FinanceReport {
+    use esim_engine::finance_render::count;
     let accounts: usize = parts.iter().map(|(_, _, part)| part.accounts.len()).sum();
     let shards = parts.len();
+    let (shards, accounts) = (count(shards, "shard", "shards"), count(accounts, "account", "accounts"));
     FinanceReport::combine(
         generated_at,
         format!(
-            "one row per shard ({shards} shards): each shard's accounts summed ({accounts} accounts in all); the per-day table sums every shard's day by date"
+            "one row per shard ({shards}): each shard's accounts summed ({accounts} in all); the per-day table sums every shard's day by date"
         ),
         parts,
     )
