@@ -363,7 +363,8 @@ impl FinanceReport {
 
 /// A column heading; a word of the glossary carries its meaning as a tooltip.
 fn heading(out: &mut String, label: &str) {
-    let meaning = GLOSSARY.iter().find(|(term, _)| term.split(" (").next().unwrap_or(term).split(", ").any(|w| w == label));
+    let meaning =
+        GLOSSARY.iter().find(|(term, _)| term.split(" (").next().unwrap_or(term).split(", ").any(|w| w == label));
     match meaning {
         Some((_, meaning)) => {
             let _ = write!(out, "<th title=\"{}\">{}</th>", escape(meaning), escape(label));

@@ -76,10 +76,7 @@ pub const GLOSSARY: [(&str, &str); 7] = [
          cycle, so an eSIM's total_data_charged_usd stays 0 meanwhile. Over a period it \
          can be below 0: reports caught up with usage of earlier days.",
     ),
-    (
-        "forfeited",
-        "Wallet credit of terminated eSIMs: it cannot be returned.",
-    ),
+    ("forfeited", "Wallet credit of terminated eSIMs: it cannot be returned."),
     (
         "spent (and the wallet's lifetime usage)",
         "Spent counts what left the resellers' hands for good: provisioning fees, data \

@@ -34,6 +34,8 @@ pub enum Routed {
     Accounts { limit: u64, offset: u64 },
     /// `GET /admin/v1/state`: the engine's state digest and clock.
     StateDigest,
+    /// `GET /sandbox/v1/pending`: the first `limit` timers still to fall due (decision 320).
+    Pending { limit: u64 },
     /// `GET /api/v2/reseller/openapi.json`.
     OpenApi,
     /// Answer at once with this error. (Credentials and the rate limit were checked
@@ -391,6 +393,10 @@ fn sandbox(endpoint: Endpoint, call: &Call) -> Result<Option<Routed>, ApiError> 
     use Endpoint as E;
     let op = match endpoint {
         E::Clock => return Ok(Some(Routed::ClockRead)),
+        E::Pending => {
+            let (limit, _) = esim_engine::page(call.query_u64("limit")?, None)?;
+            return Ok(Some(Routed::Pending { limit }));
+        }
         E::AdvanceClock => {
             let ClockAdvanceRequest { seconds } = call.body()?;
             if seconds <= Decimal::ZERO || seconds > Decimal::from(CLOCK_ADVANCE_MAX_SECONDS) {
@@ -478,7 +484,10 @@ mod tests {
             match route(&request, "t", None) {
                 Routed::Reject(error) => assert_eq!(error.code, ErrorCode::ValidationError, "{uri}: {error:?}"),
                 Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi => {}
-                Routed::Accounts { .. } | Routed::Report { .. } | Routed::ClockAdvance { .. } => {}
+                Routed::Accounts { .. }
+                | Routed::Report { .. }
+                | Routed::ClockAdvance { .. }
+                | Routed::Pending { .. } => {}
             }
         }
     }

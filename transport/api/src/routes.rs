@@ -155,6 +155,7 @@ endpoints! {
     Install => Sandbox POST "/sandbox/v1/esims/{iccid}/install" by Iccid,
     Usage => Sandbox POST "/sandbox/v1/esims/{iccid}/usage" by Iccid,
     SetFaults => Sandbox PUT "/sandbox/v1/faults" by Every(FanOut::SetFaults),
+    Pending => Sandbox GET "/sandbox/v1/pending" by Every(FanOut::Pending),
 }
 
 impl Endpoint {
@@ -338,6 +339,8 @@ pub enum FanOut {
     SetInventory,
     /// `PUT /sandbox/v1/faults`: the same faults on every shard.
     SetFaults,
+    /// `GET /sandbox/v1/pending`: every shard's timers, merged by due time.
+    Pending,
 }
 
 /// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
