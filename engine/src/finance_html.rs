@@ -26,6 +26,7 @@ svg{display:block;margin:6px 0 4px}svg text{font-family:inherit;font-size:11px;f
 .grid{stroke:#d5dae1;stroke-width:1}.link{stroke:#8a94a3;stroke-dasharray:3 2}
 dl.words{display:grid;grid-template-columns:minmax(150px,max-content) minmax(0,70ch);gap:6px 16px;font-size:13px;margin:8px 0}dl.words dt{font-weight:600}dl.words dd{margin:0;color:#39424f}
 th[title]{text-decoration:underline dotted;cursor:help}
+@media screen{table{display:block;max-width:100%;overflow-x:auto}}
 @media print{body{margin:10mm;max-width:none}h2{break-after:avoid}table,svg{break-inside:avoid}}";
 
 /// Escapes text for HTML content and attribute values.
