@@ -1035,6 +1035,57 @@ pub struct UsageResult {
     pub reason: Option<&'static str>,
 }
 
+/// What the service is still waiting for, soonest first (sandbox API, `GET /sandbox/v1/pending`): the timers that move money or send events; housekeeping timers (stored idempotent answers, revoked key records) are left out
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PendingTimers {
+    /// Service time of the answer
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "schema::Timestamp")]
+    pub now: Millis,
+    /// Number of pending timers of the kinds listed
+    pub total: u64,
+    /// Page size applied (default 50, at most 100)
+    pub limit: u64,
+    /// The soonest `limit` of them, by due time (ties in the order they were set)
+    pub timers: Vec<PendingTimer>,
+}
+
+/// One pending timer: its kind, when it falls due and what it concerns
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct PendingTimer {
+    /// usage_report: data charged to a wallet is reported by the next sync cycle after its reporting pause; esim_return: a defund or a move into a group settles; group_return: a group defund settles; card_charge: an auto-refill card charge settles; webhook_retry: a failed delivery is tried again; group_low_event: a held-back group.balance_low goes out
+    #[schemars(extend("enum" = ["usage_report", "esim_return", "group_return", "card_charge", "webhook_retry", "group_low_event"]))]
+    pub kind: &'static str,
+    /// When it falls due (service time)
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "schema::Timestamp")]
+    pub due_at: Millis,
+    /// Whole seconds from now until it falls due (rounded up; 0 when due)
+    pub due_in_seconds: i64,
+    /// The account it concerns
+    pub account_id: String,
+    /// The eSIM it concerns (usage_report of an eSIM wallet, esim_return)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iccid: Option<String>,
+    /// The group it concerns (usage_report of a group wallet, group_return, group_low_event)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", extend("format" = "uuid"))]
+    pub group_id: Option<String>,
+    /// The webhook a retry goes to
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_id: Option<String>,
+    /// The event a retry carries
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<&'static str>,
+    /// The attempt a retry will be (2 for the first retry)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// USD. The money that moves when it falls due: data not yet reported, a return on its way, a card charge
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "schema::Usd")]
+    pub amount_usd: Option<Decimal>,
+}
+
 /// JSON Schemas of the field types whose serde form is not their Rust type's: money as
 /// an exact JSON number, times as RFC 3339 text, throttle speeds as their names.
 pub mod schema {

@@ -34,6 +34,8 @@ pub enum Routed {
     Accounts { limit: u64, offset: u64 },
     /// `GET /admin/v1/state`: the engine's state digest and clock.
     StateDigest,
+    /// `GET /sandbox/v1/pending`: the first `limit` timers still to fall due (decision 320).
+    Pending { limit: u64 },
     /// The OpenAPI document of this API (`GET /api/v2/reseller/openapi.json`,
     /// `/admin/v1/openapi.json`, `/sandbox/v1/openapi.json`).
     OpenApi(Api),
@@ -395,6 +397,10 @@ fn sandbox(endpoint: Endpoint, call: &Call) -> Result<Option<Routed>, ApiError> 
     use Endpoint as E;
     let op = match endpoint {
         E::Clock => return Ok(Some(Routed::ClockRead)),
+        E::Pending => {
+            let (limit, _) = esim_engine::page(call.query_u64("limit")?, None)?;
+            return Ok(Some(Routed::Pending { limit }));
+        }
         E::AdvanceClock => {
             let ClockAdvanceRequest { seconds } = call.body()?;
             if seconds <= Decimal::ZERO || seconds > Decimal::from(CLOCK_ADVANCE_MAX_SECONDS) {
@@ -482,7 +488,10 @@ mod tests {
             match route(&request, "t", None) {
                 Routed::Reject(error) => assert_eq!(error.code, ErrorCode::ValidationError, "{uri}: {error:?}"),
                 Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi(_) => {}
-                Routed::Accounts { .. } | Routed::Report { .. } | Routed::ClockAdvance { .. } => {}
+                Routed::Accounts { .. }
+                | Routed::Report { .. }
+                | Routed::ClockAdvance { .. }
+                | Routed::Pending { .. } => {}
             }
         }
     }

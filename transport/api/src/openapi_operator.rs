@@ -149,9 +149,8 @@ struct StateDigest {
     /// A sharded node: each shard's digest, time and writes
     #[serde(skip_serializing_if = "Option::is_none")]
     shards: Option<Vec<ShardState>>,
-    /// A sharded node: the eSIM inventory, in the pool and by shard
-    #[serde(skip_serializing_if = "Option::is_none")]
-    inventory: Option<InventorySet>,
+    /// The eSIM inventory (on a sharded node also in the pool and by shard)
+    inventory: InventorySet,
 }
 
 /// One shard's state digest
@@ -233,6 +232,7 @@ fn reply_schemas(api: Api) -> Map<String, Value> {
         generator.subschema_for::<Installed>();
         generator.subschema_for::<UsageResult>();
         generator.subschema_for::<FaultsSet>();
+        generator.subschema_for::<esim_engine::reply::PendingTimers>();
     }
     generator.subschema_for::<ErrorBody>();
     generator.take_definitions(true)

@@ -50,6 +50,11 @@ pub(crate) fn operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Absent fields keep their value.")
             .ok(200, "FaultsSet", "The faults as they now are")
             .body::<FaultsRequest>(true),
+        E::Pending => Operation::new("listPending", "Clock", "List what is still to fall due")
+            .describe("The timers the service waits for, soonest first: usage reports after the reporting pause, returns, card charges, webhook retries. A read: nothing changes.")
+            .ok(200, "PendingTimers", "The pending timers")
+            .query(vec![crate::openapi::paging_parameters().swap_remove(0)])
+            .errors(&[(ValidationError, "limit is not a whole number of at least 1")]),
         E::SandboxOpenApi => crate::openapi_operator::document_operation("getSandboxOpenApiDocument"),
         _ => return None,
     })

@@ -157,6 +157,7 @@ endpoints! {
     Install => Sandbox POST "/sandbox/v1/esims/{iccid}/install" by Iccid,
     Usage => Sandbox POST "/sandbox/v1/esims/{iccid}/usage" by Iccid,
     SetFaults => Sandbox PUT "/sandbox/v1/faults" by Every(FanOut::SetFaults),
+    Pending => Sandbox GET "/sandbox/v1/pending" by Every(FanOut::Pending),
 }
 
 impl Endpoint {
@@ -405,6 +406,8 @@ pub enum FanOut {
     SetInventory,
     /// `PUT /sandbox/v1/faults`: the same faults on every shard.
     SetFaults,
+    /// `GET /sandbox/v1/pending`: every shard's timers, merged by due time.
+    Pending,
 }
 
 /// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
@@ -452,7 +455,7 @@ mod tests {
         assert_eq!(Endpoint::SandboxOpenApi.full_pattern(), "/sandbox/v1/openapi.json");
         assert_eq!(Endpoint::OpenApi.full_pattern(), "/api/v2/reseller/openapi.json");
         let documented = |api| Endpoint::ALL.iter().filter(|e| e.documented_in() == api).count();
-        assert_eq!([documented(Api::Reseller), documented(Api::Admin), documented(Api::Sandbox)], [39, 12, 6]);
+        assert_eq!([documented(Api::Reseller), documented(Api::Admin), documented(Api::Sandbox)], [39, 12, 7]);
         assert!(Endpoint::ALL.iter().all(|e| e.documented_in() != Api::Public));
     }
 

@@ -398,12 +398,19 @@ impl Service {
                     None => "accepted".to_string(),
                     Some(why) => format!("refused: {why}"),
                 };
+                // The stock the operator set, less what was provisioned since (decision 321):
+                // the dashboard shows it before anyone changes it.
                 let body = serde_json::json!({
                     "state_digest": self.engine.state_digest(),
                     "now": now.to_rfc3339(),
                     "writes": writes,
+                    "inventory": { "available": self.engine.inventory() },
                 });
                 json_response(200, serde_json::to_vec(&body).expect("json"))
+            }
+            Routed::Pending { limit } => {
+                self.advance(now);
+                json_response(200, serde_json::to_vec(&self.engine.pending_timers(limit)).expect("json"))
             }
             Routed::ClockAdvance { .. } if self.refusal.is_some() => {
                 api::error_response(self.refused().expect("refusing"))

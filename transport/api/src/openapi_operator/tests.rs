@@ -242,6 +242,10 @@ fn every_answer_of_the_sandbox_api_matches_its_document() {
     o.expect("POST", &esim("usage"), Some(json!({ "mb": 5, "country": "FR" })), 200);
     let stopped = o.expect("POST", &esim("usage"), Some(json!({ "mb": 100000, "country": "FR" })), 200);
     assert_eq!(stopped["data_stopped"], true, "the credit ran out: {stopped}");
+    // The usage waits for its report: the pending timers list it (every field checked).
+    let pending = o.expect("GET", "/sandbox/v1/pending?limit=5", None, 200);
+    assert!(pending["timers"].as_array().is_some_and(|timers| !timers.is_empty()), "{pending}");
+    o.expect_code("GET", "/sandbox/v1/pending?limit=x", None, "VALIDATION_ERROR");
     o.expect_code("POST", &esim("usage"), Some(json!({ "mb": 5, "country": "XX" })), "VALIDATION_ERROR");
     o.expect("PUT", "/sandbox/v1/faults", Some(json!({ "upstream_pause_fails": true })), 200);
     o.expect_code("PUT", "/sandbox/v1/faults", Some(json!({ "network_read_fails": "yes" })), "VALIDATION_ERROR");
