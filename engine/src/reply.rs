@@ -1061,6 +1061,32 @@ pub mod schema {
         }
     }
 
+    /// The profile's state on the device, as the network reports it
+    // Named once in the document (a generated client gets one class), its nullable uses
+    // `anyOf` with it and null; a test of the document pairs the values with
+    // `state::EuiccState`'s.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+    #[allow(dead_code, missing_docs)] // only its schema is used; a `///` would make it a oneOf
+    pub enum EuiccState {
+        Released,
+        Downloaded,
+        Installed,
+        Enabled,
+    }
+
+    /// pending until first installed, active, suspended while data is disabled, terminated for good
+    // Named once, as `EuiccState`; a test pairs the values with `state::EsimStatus`'s.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "snake_case")]
+    #[allow(dead_code, missing_docs)] // only its schema is used; a `///` would make it a oneOf
+    pub enum EsimStatus {
+        Pending,
+        Active,
+        Suspended,
+        Terminated,
+    }
+
     /// A throttle speed: one of [`ThrottleSpeed::names`].
     pub struct ThrottleSpeed;
 
