@@ -15,7 +15,7 @@ use crate::reply::schema;
 use crate::time::{rfc3339, Millis};
 use crate::EventName;
 use rust_decimal::Decimal;
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Serialize;
 
 /// An event's `data`, one variant per event (the variant names the event).
@@ -90,6 +90,33 @@ impl EventData {
             D::EsimGroupAssigned(_) => N::EsimGroupAssigned,
             D::EsimGroupRemoved(_) => N::EsimGroupRemoved,
             D::Test(_) => N::Test,
+        }
+    }
+
+    /// The schema of `name`'s payload (registered with `generator`, answering its
+    /// `$ref`): the OpenAPI document's `webhooks` section describes each event by it.
+    pub fn schema_of(name: EventName, generator: &mut SchemaGenerator) -> Schema {
+        use EventName as N;
+        match name {
+            N::EsimProvisioned => generator.subschema_for::<EsimProvisionedData>(),
+            N::EsimActivated => generator.subschema_for::<EsimActivatedData>(),
+            N::EsimTerminated => generator.subschema_for::<EsimTerminatedData>(),
+            N::EsimDataSuspended | N::EsimDataResumed => generator.subschema_for::<EsimData>(),
+            N::EsimBalanceLow => generator.subschema_for::<EsimBalanceLowData>(),
+            N::EsimBalanceDepleted => generator.subschema_for::<EsimBalanceDepletedData>(),
+            N::EsimDefunded => generator.subschema_for::<EsimDefundedData>(),
+            N::BalanceLow => generator.subschema_for::<BalanceLowData>(),
+            N::BalanceDepleted => generator.subschema_for::<BalanceDepletedData>(),
+            N::BalanceToppedUp => generator.subschema_for::<BalanceToppedUpData>(),
+            N::BalanceAutoRefillSucceeded => generator.subschema_for::<AutoRefillSucceededData>(),
+            N::BalanceAutoRefillFailed => generator.subschema_for::<AutoRefillFailedData>(),
+            N::GroupBalanceLow => generator.subschema_for::<GroupBalanceLowData>(),
+            N::GroupFunded => generator.subschema_for::<GroupFundedData>(),
+            N::GroupBalanceDepleted => generator.subschema_for::<GroupData>(),
+            N::GroupDefunded => generator.subschema_for::<GroupDefundedData>(),
+            N::EsimGroupAssigned => generator.subschema_for::<EsimGroupAssignedData>(),
+            N::EsimGroupRemoved => generator.subschema_for::<EsimGroupRemovedData>(),
+            N::Test => generator.subschema_for::<TestData>(),
         }
     }
 
