@@ -134,6 +134,7 @@ pub struct Event {
 impl Event {
     /// The exact bytes POSTed to receivers: `{"id","event","created_at","data"}`.
     pub fn envelope_bytes(&self) -> Vec<u8> {
+        assert_eq!(self.name, self.data.name(), "an event's payload is its name's");
         envelope_text(&self.id, self.name, self.created_at, &self.data.to_json()).into_bytes()
     }
 }
@@ -293,13 +294,9 @@ impl EsimEvent {
                 label,
                 returned_usd,
             }),
-            E::GroupRemoved { group_id, group_name } => D::EsimGroupRemoved(EsimGroupRemovedData {
-                end_user_reference,
-                group_id,
-                group_name,
-                iccid,
-                label,
-            }),
+            E::GroupRemoved { group_id, group_name } => {
+                D::EsimGroupRemoved(EsimGroupRemovedData { end_user_reference, group_id, group_name, iccid, label })
+            }
         }
     }
 }
@@ -393,11 +390,7 @@ impl Engine {
     /// The common fields of an eSIM's events.
     fn esim_common(&self, sim: EsimIx) -> EsimCommon {
         let esim = &self.esims[sim];
-        EsimCommon {
-            iccid: esim.iccid,
-            end_user_reference: esim.end_user_reference.clone(),
-            label: esim.label.clone(),
-        }
+        EsimCommon { iccid: esim.iccid, end_user_reference: esim.end_user_reference.clone(), label: esim.label.clone() }
     }
 
     /// Emits an `esim.*` event: the common fields of the eSIM, then the event's own.

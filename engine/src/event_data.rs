@@ -233,7 +233,7 @@ pub struct EsimTerminatedData {
     pub iccid: Iccid,
     /// Your label given at provisioning
     pub label: Option<String>,
-    /// terminated
+    /// Always terminated
     #[schemars(with = "String", extend("const" = "terminated"))]
     pub status: &'static str,
     /// When it was terminated

@@ -306,7 +306,8 @@ fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
                     && fields.iter().all(|(k, v)| matches(lookup(&data_json(e), k), v))
             });
             if found.is_none() {
-                let seen: Vec<String> = log.events.iter().map(|e| format!("{} {}", e.name.as_str(), e.data.to_json())).collect();
+                let seen: Vec<String> =
+                    log.events.iter().map(|e| format!("{} {}", e.name.as_str(), e.data.to_json())).collect();
                 return Err(format!("expected event {name} {subject:?} {fields:?}; the last op emitted {seen:?}"));
             }
         }

@@ -391,9 +391,7 @@ fn fields(schema: Schema) -> Vec<(String, Value, Value)> {
 
 /// The parameters of a schema-only type's fields, in `location`.
 fn parameters(schema: Schema, location: &str, required: bool) -> Vec<Value> {
-    let parameter = |(name, schema, description)| {
-        json!({ "name": name, "in": location, "required": required, "schema": schema, "description": description })
-    };
+    let parameter = |(name, schema, description)| json!({ "name": name, "in": location, "required": required, "schema": schema, "description": description });
     fields(schema).into_iter().map(parameter).collect()
 }
 
