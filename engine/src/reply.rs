@@ -307,10 +307,10 @@ pub struct ProvisionedEsim {
     #[schemars(extend("format" = "uri"))]
     pub direct_install_url: String,
     /// pending at provisioning
-    #[schemars(extend("enum" = ["pending", "active", "suspended", "terminated"]))]
+    #[schemars(with = "schema::EsimStatus")]
     pub status: &'static str,
     /// RELEASED at provisioning
-    #[schemars(extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"]))]
+    #[schemars(with = "schema::EuiccState")]
     pub euicc_state: &'static str,
     /// As given
     pub end_user_reference: Option<String>,
@@ -341,10 +341,10 @@ pub struct EsimItem {
     /// ICCID (19 digits), the identifier used in paths
     pub iccid: String,
     /// pending until first installed, active, suspended while data is disabled, terminated for good
-    #[schemars(extend("enum" = ["pending", "active", "suspended", "terminated"]))]
+    #[schemars(with = "schema::EsimStatus")]
     pub status: &'static str,
     /// Activation state of the profile on the device
-    #[schemars(extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null]))]
+    #[schemars(with = "Option<schema::EuiccState>")]
     pub euicc_state: Option<&'static str>,
     /// The reseller's own customer or order reference
     pub end_user_reference: Option<String>,
@@ -1119,6 +1119,49 @@ pub mod schema {
         }
         fn json_schema(_: &mut SchemaGenerator) -> Schema {
             json_schema!({ "type": "string", "format": "date-time" })
+        }
+    }
+
+    /// The profile's state on the device, as the network reports it
+    // Named once in the document (a generated client gets one class), its nullable uses
+    // `anyOf` with it and null; a test of the document pairs the values with
+    // `state::EuiccState`'s.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+    #[allow(dead_code, missing_docs)] // only its schema is used; a `///` would make it a oneOf
+    pub enum EuiccState {
+        Released,
+        Downloaded,
+        Installed,
+        Enabled,
+    }
+
+    /// pending until first installed, active, suspended while data is disabled, terminated for good
+    // Named once, as `EuiccState`; a test pairs the values with `state::EsimStatus`'s.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "snake_case")]
+    #[allow(dead_code, missing_docs)] // only its schema is used; a `///` would make it a oneOf
+    pub enum EsimStatus {
+        Pending,
+        Active,
+        Suspended,
+        Terminated,
+    }
+
+    /// The name of an event a webhook can subscribe to (`esim.provisioned`, ...): one of
+    /// [`crate::EventName::SUBSCRIBABLE`].
+    pub struct SubscribableEvent;
+
+    impl JsonSchema for SubscribableEvent {
+        fn inline_schema() -> bool {
+            true
+        }
+        fn schema_name() -> Cow<'static, str> {
+            "SubscribableEvent".into()
+        }
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            let names: Vec<&str> = crate::EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect();
+            json_schema!({ "type": "string", "enum": names })
         }
     }
 

@@ -2,9 +2,10 @@
 //! ([`crate::openapi_operator`] builds the document).
 
 use crate::bodies::*;
-use crate::openapi::{paging_parameters, query_parameter, Operation};
+use crate::openapi::Operation;
 use crate::routes::Endpoint;
 use esim_engine::ErrorCode;
+use schemars::JsonSchema;
 use serde_json::{json, Value};
 
 pub(crate) const DESCRIPTION: &str = "The operator's API: reseller accounts, their API keys, balances, limits and auto-refill, the eSIM inventory, the finance (conservation) report and the state digest. Every call but this document needs `Authorization: Bearer <admin token>`. Money amounts are USD JSON numbers; errors carry the Error body. The reseller API's own reference is at /api/v2/reseller/openapi.json.";
@@ -20,6 +21,21 @@ pub(crate) fn tags() -> Value {
 }
 
 const NO_ACCOUNT: (ErrorCode, &str) = (ErrorCode::AccountNotFound, "no account has that id");
+
+/// The query of `GET /admin/v1/reports/conservation` (schema only: the API reads it).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct ReportQuery {
+    /// Only this account (default: every account)
+    account_id: String,
+    /// The report's format
+    #[schemars(extend("enum" = ["json", "csv", "md", "html"], "default" = "json"))]
+    format: String,
+    /// First day counted: a date (YYYY-MM-DD) or an RFC 3339 time (write the + of an offset as %2B); default: the first day
+    from: String,
+    /// First day not counted, written like from; default: after today
+    until: String,
+}
 
 /// The documented operation of an admin endpoint; `None` for another endpoint.
 pub(crate) fn operation(endpoint: Endpoint) -> Option<Operation> {
@@ -38,7 +54,7 @@ fn account_operation(endpoint: Endpoint) -> Option<Operation> {
         E::ListAccounts => Operation::new("listAccounts", "Accounts", "List the accounts")
             .describe("Every account, oldest first, with its balance and counts; never a key.")
             .ok(200, "AccountPage", "A page of accounts")
-            .query(paging_parameters())
+            .paged()
             .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer")]),
         E::TopUp => Operation::new("topUpAccount", "Accounts", "Top up a reseller balance")
             .describe("Credits the reseller balance by hand (a balance.topped_up event follows).")
@@ -87,12 +103,7 @@ fn other_operation(endpoint: Endpoint) -> Option<Operation> {
         E::ConservationReport => Operation::new("getConservationReport", "Reports", "The finance (conservation) report")
             .describe("Money in, where it is now, where it went and the difference, per account and in total, over a period of UTC days, with a per-day movements table. conserved is true when every difference is 0.")
             .ok(200, "FinanceReport", "The report, in the format asked")
-            .query(vec![
-                query_parameter("account_id", json!({ "type": "string" }), "Only this account (default: every account)"),
-                query_parameter("format", json!({ "type": "string", "enum": ["json", "csv", "md", "html"], "default": "json" }), "The report's format"),
-                query_parameter("from", json!({ "type": "string" }), "First day counted: a date (YYYY-MM-DD) or an RFC 3339 time (write the + of an offset as %2B); default: the first day"),
-                query_parameter("until", json!({ "type": "string" }), "First day not counted, written like from; default: after today"),
-            ])
+            .query::<ReportQuery>()
             .errors(&[(ValidationError, "format not json, csv, md or html, or from or until not a date, or until not after from"), NO_ACCOUNT]),
         E::State => Operation::new("getState", "Reports", "The state digest")
             .describe("A digest of the engine's whole state (equal digests, equal states: a restart or a replica must show the same), the service time, and whether changes are accepted now.")

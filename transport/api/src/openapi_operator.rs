@@ -311,12 +311,14 @@ fn shared_errors(endpoint: Endpoint, op: &Operation) -> Vec<(ErrorCode, String)>
 
 fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGenerator) -> Value {
     let mut parameters = path_parameters(endpoint.pattern());
-    parameters.extend(op.query.iter().cloned());
+    for schema_of in &op.query {
+        parameters.extend(crate::openapi::parameters(schema_of(requests), "query", false));
+    }
     let mut responses = Map::new();
     for (status, schema, description) in &op.success {
         responses.insert(status.to_string(), json!({ "description": description, "content": json_content(schema) }));
     }
-    responses.extend(error_responses(&shared_errors(endpoint, &op)));
+    responses.extend(error_responses(&shared_errors(endpoint, &op), requests));
     let mut value = json!({
         "operationId": op.id,
         "tags": [op.tag],

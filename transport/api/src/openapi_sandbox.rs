@@ -20,6 +20,15 @@ pub(crate) fn tags() -> Value {
 
 const NO_ESIM: (ErrorCode, &str) = (ErrorCode::EsimNotFound, "no eSIM of any account has that ICCID");
 
+/// The query of `GET /sandbox/v1/pending` (schema only: the API reads it).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct PendingQuery {
+    /// Timers to list; values above 100 are clamped to 100
+    #[schemars(range(min = 1, max = 100), extend("default" = 50))]
+    limit: u64,
+}
+
 /// The documented operation of a sandbox endpoint; `None` for another endpoint.
 pub(crate) fn operation(endpoint: Endpoint) -> Option<Operation> {
     use Endpoint as E;
@@ -53,7 +62,7 @@ pub(crate) fn operation(endpoint: Endpoint) -> Option<Operation> {
         E::Pending => Operation::new("listPending", "Clock", "List what is still to fall due")
             .describe("The timers the service waits for, soonest first: usage reports after the reporting pause, returns, card charges, webhook retries. A read: nothing changes.")
             .ok(200, "PendingTimers", "The pending timers")
-            .query(vec![crate::openapi::paging_parameters().swap_remove(0)])
+            .query::<PendingQuery>()
             .errors(&[(ValidationError, "limit is not a whole number of at least 1")]),
         E::SandboxOpenApi => crate::openapi_operator::document_operation("getSandboxOpenApiDocument"),
         _ => return None,
