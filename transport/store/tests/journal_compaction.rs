@@ -4,13 +4,13 @@
 //! the next append, and a journal closed while one runs cancels it.
 
 mod journal_support;
-use esim_transport::journal::{recover, FileJournal, RecoverOptions, SnapshotPolicy};
-use esim_transport::server::JournalSink;
+use esim_store::journal::{recover, FileJournal, RecoverOptions, SnapshotPolicy};
+use esim_store::sink::JournalSink;
 use journal_support::*;
 use std::fs;
 use std::sync::{Arc, Mutex};
 
-fn recovered(dir: &std::path::Path) -> esim_transport::journal::Recovery {
+fn recovered(dir: &std::path::Path) -> esim_store::journal::Recovery {
     recover(dir, &RecoverOptions { repair: false, until: None }).unwrap()
 }
 
