@@ -1816,7 +1816,9 @@ fn journal_unavailable() -> http::Response<Bytes> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::routes::log_label;
+    use esim_store::journal::SnapshotWritten;
 
     #[test]
     fn new_request_ids_are_16_hex_digits_counting_up() {
@@ -1845,5 +1847,58 @@ mod tests {
         }
         assert_eq!(log_label("DELETE", &format!("//admin/v1/keys/{key}")), "/admin/v1/keys/{api_key}");
         assert_eq!(log_label("POST", "/api/v2/reseller/esim/89/fund"), "/api/v2/reseller/esim/{iccid}/fund");
+    }
+
+    /// A journal that keeps whom it is to tell of the snapshots its own thread writes.
+    struct Listened(Arc<Mutex<Option<SnapshotWritten>>>);
+
+    impl JournalSink for Listened {
+        fn append(&mut self, _entries: &[crate::JournalEntry]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn reload(&mut self) -> Result<Engine, String> {
+            Err("nothing to reload".into())
+        }
+        fn blocks(&self) -> bool {
+            false
+        }
+        fn on_snapshot_written(&mut self, written: SnapshotWritten) {
+            *self.0.lock().unwrap() = Some(written);
+        }
+    }
+
+    /// `esim_snapshots_written_total` as `GET /metrics` shows it (0 before the first).
+    fn snapshots_written() -> u64 {
+        let text = crate::metrics::handle().render();
+        let line = text.lines().find(|line| line.starts_with(crate::metrics::SNAPSHOTS_WRITTEN));
+        line.and_then(|line| line.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+    }
+
+    /// The store does not know the shell's metrics: the owner task's start tells its
+    /// journal to count each snapshot the journal's own thread writes there.
+    #[tokio::test]
+    async fn a_journal_tells_the_metrics_of_the_snapshots_its_thread_writes() {
+        let told = Arc::new(Mutex::new(None));
+        let engine = Engine::new(esim_engine::EngineConfig::default(), Millis::VIRTUAL_EPOCH);
+        let service = Service::new(engine, "adm_x".into(), ClockMode::Virtual, crate::secrets::Secrets::seeded(1));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let journal = Box::new(Listened(told.clone()));
+        let server = tokio::spawn(serve(listener, service, journal, ServerOptions::new(1, true), async {
+            let _ = stopped.await;
+        }));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let written = loop {
+            if let Some(written) = told.lock().unwrap().clone() {
+                break written;
+            }
+            assert!(std::time::Instant::now() < deadline, "the owner task never told its journal");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let before = snapshots_written();
+        written();
+        assert_eq!(snapshots_written(), before + 1);
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
     }
 }
