@@ -11,11 +11,15 @@
 //! - [`sender`]: the webhook sender (signed POSTs, retries, no private networks).
 //! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
 //! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
+//! - [`docs_page`]: the front door: `/` (landing page or JSON index) and the API reference
+//!   under `/docs/`.
 //! - [`nodes`]: the nodes of a sharded store: forwarding a shard's requests to its owner.
 //! - [`stock`]: one shard's side of the global eSIM inventory, kept by its owner task
 //!   (with the store's durable [`pool`] as [`pool`]).
 //! - [`standby_http`]: what a hot standby answers while the store's follower
 //!   ([`standby`]) follows the owner; [`standby::follow`] runs both.
+//! - [`deploy`]: the deployment wiring of the `esim` commands (serve, sharded serve,
+//!   standbys, replay, report, repair, logging) as library functions taking plain options.
 //!
 //! From the API layer: [`routes`], [`api`], [`service`], [`admission`], [`secrets`],
 //! [`openapi`], [`shards`], [`webhook_headers`]. From the store: [`journal`],
@@ -24,6 +28,8 @@
 #![forbid(unsafe_code)]
 
 pub mod dashboard;
+pub mod deploy;
+pub mod docs_page;
 pub mod edge;
 pub mod metrics;
 pub mod nodes;
