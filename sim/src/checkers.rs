@@ -1393,7 +1393,7 @@ impl Checker for NoAcknowledgedLoss {
 }
 
 impl NoAcknowledgedLoss {
-    fn compare(&self, head: u64, rows: &[esim_transport::store_mem::RowSum]) -> Result<(), String> {
+    fn compare(&self, head: u64, rows: &[esim_store::store_mem::RowSum]) -> Result<(), String> {
         for (index, &(seq, epoch, crc)) in rows.iter().enumerate() {
             if seq != index as u64 {
                 return Err(format!("the store holds entry {seq} at position {index}: lost, reordered or twice"));
