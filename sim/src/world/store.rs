@@ -22,12 +22,13 @@ use esim_transport::{ClockMode, JournalEntry};
 /// The lease of the simulated nodes, by the store's clock (the PostgreSQL store's
 /// default).
 pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
-/// The standby's digest is compared with the owner's every this many steps, at every
+/// The standby's state is compared with the owner's every this many steps, at every
 /// store op and takeover, and at the last step of a run ([`World::compare_standby_next`]).
-/// A digest serializes the whole state (the largest cost of a step when it ran every 32
-/// steps), and a standby that diverged stays diverged (it only applies entries), so the
-/// last step's comparison proves what the periodic ones did; they report it sooner.
-pub const STANDBY_DIGEST_EVERY_STEPS: usize = 100;
+/// A comparison serializes two whole states (the largest cost of a step), and a standby
+/// that diverged stays diverged (it only applies entries), so the last step's comparison
+/// proves what the periodic ones did; they report it sooner, in runs longer than the
+/// usual 200 steps (decision 290).
+pub const STANDBY_DIGEST_EVERY_STEPS: usize = 200;
 /// How long a request waits for its batch to be durable: the server's default
 /// (`--append-deadline-ms`, decision 220).
 pub const APPEND_DEADLINE_MS: i64 = esim_transport::server::APPEND_DEADLINE_MS as i64;

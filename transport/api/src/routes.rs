@@ -266,6 +266,7 @@ fn compiled() -> &'static [Compiled] {
                         false => Segment::Literal(segment.to_string()),
                     })
                     .collect();
+                assert!(segments.len() < MAX_SEGMENTS, "{endpoint:?} has more segments than routing reads");
                 let parameters = segments.iter().filter(|s| matches!(s, Segment::Param)).count();
                 Compiled { endpoint, full_pattern, segments, parameters }
             })
@@ -280,31 +281,42 @@ fn compiled_entry(endpoint: Endpoint) -> &'static Compiled {
     entry
 }
 
+/// More segments than any pattern has (the longest has 7): a longer path is no route.
+const MAX_SEGMENTS: usize = 8;
+
 /// Whether the path's segments fit the pattern: every literal equal, every parameter
 /// non-empty. Nothing is allocated (routing tries many patterns per request).
-fn segments_match(pattern: &[Segment], path: &str, count: usize) -> bool {
-    count == pattern.len()
-        && pattern.iter().zip(path.split('/')).all(|(want, have)| match want {
+fn segments_match(pattern: &[Segment], path: &[&str]) -> bool {
+    pattern.len() == path.len()
+        && pattern.iter().zip(path).all(|(want, have)| match want {
             Segment::Literal(text) => text == have,
             Segment::Param => !have.is_empty(),
         })
 }
 
 /// The path parameters of a path that fits `pattern`, percent-decoded, in order.
-fn parameters_of(pattern: &[Segment], path: &str) -> Vec<String> {
-    let segments = pattern.iter().zip(path.split('/'));
+fn parameters_of(pattern: &[Segment], path: &[&str]) -> Vec<String> {
+    let segments = pattern.iter().zip(path);
     segments.filter(|(want, _)| matches!(want, Segment::Param)).map(|(_, have)| percent_decode(have)).collect()
 }
 
 /// Finds the route of `method` and `path` (the path without its query).
 pub fn find(method: &str, path: &str) -> Match<'static> {
-    let path = path.trim_matches('/');
-    let count = path.bytes().filter(|&b| b == b'/').count() + 1;
+    let mut parts = [""; MAX_SEGMENTS];
+    let mut count = 0;
+    for segment in path.trim_matches('/').split('/') {
+        if count == MAX_SEGMENTS {
+            return Match::NotFound;
+        }
+        parts[count] = segment;
+        count += 1;
+    }
+    let path = &parts[..count];
     let mut allowed = Vec::new();
     for Compiled { endpoint, segments, .. } in compiled() {
         // Literal segments win over parameters: "/esim/list" before "/esim/{iccid}",
         // which the table order already guarantees.
-        if segments_match(segments, path, count) {
+        if segments_match(segments, path) {
             let route_method = endpoint.method();
             if route_method == method {
                 return Match::Found(*endpoint, parameters_of(segments, path));
