@@ -675,3 +675,27 @@ fn the_idempotency_store_of_an_account_is_bounded_oldest_first() {
     h.advance_secs(24 * 3600 + 1);
     assert!(h.run(request(newest, ResellerOp::Enable { iccid: iccid.clone() })).is_ok());
 }
+
+#[test]
+fn pending_timers_list_the_usage_report_and_the_return_until_they_fall_due() {
+    let mut h = Harness::new();
+    let r = h.reseller("100");
+    let iccid = h.provision_installed(&r);
+    h.fund(&r, &iccid, "9").unwrap();
+    assert_eq!(h.engine.pending_timers(50).total, 0, "nothing used, nothing to report");
+    let out = h.usage(&iccid, "100");
+    let pending = h.engine.pending_timers(50);
+    assert_eq!(pending.total, 1, "{pending:?}");
+    let report = &pending.timers[0];
+    assert_eq!((report.kind, report.iccid.as_deref()), ("usage_report", Some(iccid.as_str())));
+    assert_eq!(report.amount_usd, Some(out.charged_usd));
+    // Reported by the first sync cycle after the 15-minute reporting pause.
+    assert!(report.due_in_seconds > 15 * 60 && report.due_in_seconds <= 17 * 60, "{report:?}");
+    h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }).unwrap();
+    let kinds: Vec<&str> = h.engine.pending_timers(50).timers.iter().map(|t| t.kind).collect();
+    assert_eq!(kinds, ["usage_report", "esim_return"], "the return waits for the report");
+    let first = h.engine.pending_timers(1);
+    assert_eq!((first.total, first.timers.len()), (2, 1), "the limit bounds the list, not the total");
+    h.advance_secs(20 * 60);
+    assert_eq!(h.engine.pending_timers(50).total, 0, "both fell due");
+}

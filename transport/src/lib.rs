@@ -11,16 +11,22 @@
 //!   body budget).
 //! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
 //! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
+//! - [`docs_page`]: the front door: `/` (landing page or JSON index) and the API reference
+//!   under `/docs/`.
 //! - [`shards`]: accounts sharded over engines in one process: the shard each id names,
 //!   routing, and the requests that fan out to every shard.
 //! - [`store_pg`] and [`standby`]: the journal in PostgreSQL, and the hot standby that
 //!   follows it and takes the shard over when the owner's lease runs out.
 //! - [`fence`]: the fencing rules of a shard's owner row, shared by the stores.
+//! - [`deploy`]: the deployment wiring of the `esim` commands (serve, sharded serve,
+//!   standbys, replay, report, repair, logging) as library functions taking plain options.
 //! - [`store_mem`]: an in-memory store with the PostgreSQL store's semantics and faults,
 //!   for the simulation.
 #![forbid(unsafe_code)]
 
 pub mod dashboard;
+pub mod deploy;
+pub mod docs_page;
 pub mod edge;
 pub mod fence;
 pub mod journal;

@@ -914,6 +914,12 @@ async fn answer(
         tracing::debug!(%method, route = "dashboard", status = response.status().as_u16(), "request");
         return ("dashboard", response);
     }
+    if crate::docs_page::is_front_door(&method, request.uri().path()) {
+        // The landing page and the API reference: static too (issue 37).
+        let response = crate::docs_page::answer(request.uri().path(), request.headers());
+        tracing::debug!(%method, route = "front door", status = response.status().as_u16(), "request");
+        return ("front_door", response);
+    }
     if let Some(name) = operator_endpoint(&method, request.uri().path()) {
         // Not logged at info: a prober calls these every few seconds.
         let response = operator_answer(name, request.headers(), shared);

@@ -28,15 +28,15 @@ pub fn document() -> String {
 
 // ----- schemas -----
 
-fn schema_ref(name: &str) -> Value {
+pub(crate) fn schema_ref(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
 }
 
-fn string(description: &str) -> Value {
+pub(crate) fn string(description: &str) -> Value {
     json!({ "type": "string", "description": description })
 }
 
-fn boolean(description: &str) -> Value {
+pub(crate) fn boolean(description: &str) -> Value {
     json!({ "type": "boolean", "description": description })
 }
 
@@ -48,7 +48,7 @@ const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"
 
 /// JSON Schema 2020-12 (OpenAPI 3.1's dialect), with the named schemas under
 /// `components/schemas`.
-fn component_settings() -> SchemaSettings {
+pub(crate) fn component_settings() -> SchemaSettings {
     SchemaSettings::draft2020_12().with(|settings| {
         settings.definitions_path = "/components/schemas".into();
         settings.meta_schema = None;
@@ -57,7 +57,7 @@ fn component_settings() -> SchemaSettings {
 
 /// The generator of the request body schemas: as the bodies deserialize (an optional
 /// field is not required).
-fn request_generator() -> SchemaGenerator {
+pub(crate) fn request_generator() -> SchemaGenerator {
     component_settings().for_deserialize().into_generator()
 }
 
@@ -113,7 +113,7 @@ fn reply_schemas() -> Map<String, Value> {
 #[derive(JsonSchema)]
 #[schemars(rename = "Error")]
 #[allow(dead_code)] // only its schema is used: the engine writes the body from an `ApiError`
-struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// Human-readable text
     error: String,
     /// Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND
@@ -235,26 +235,26 @@ fn schemas(requests: Map<String, Value>) -> Value {
 // ----- operations -----
 
 /// Registers a request body's type with the generator and answers its `$ref`.
-type BodySchema = fn(&mut SchemaGenerator) -> Schema;
+pub(crate) type BodySchema = fn(&mut SchemaGenerator) -> Schema;
 
 /// What the document says about one route.
-struct Operation {
-    id: &'static str,
-    tag: &'static str,
-    summary: &'static str,
-    description: &'static str,
-    query: Vec<Value>,
+pub(crate) struct Operation {
+    pub(crate) id: &'static str,
+    pub(crate) tag: &'static str,
+    pub(crate) summary: &'static str,
+    pub(crate) description: &'static str,
+    pub(crate) query: Vec<Value>,
     /// The request body's schema (registered with the request generator, answering its
     /// `$ref`), and whether the body is required.
-    body: Option<(BodySchema, bool)>,
+    pub(crate) body: Option<(BodySchema, bool)>,
     /// (status, schema name, description) of each success.
-    success: Vec<(u16, &'static str, &'static str)>,
+    pub(crate) success: Vec<(u16, &'static str, &'static str)>,
     /// Errors of this operation with their conditions (statuses from the codes).
-    errors: Vec<(ErrorCode, &'static str)>,
+    pub(crate) errors: Vec<(ErrorCode, &'static str)>,
 }
 
 impl Operation {
-    fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
+    pub(crate) fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
         Operation {
             id,
             tag,
@@ -266,34 +266,34 @@ impl Operation {
             errors: Vec::new(),
         }
     }
-    fn describe(mut self, description: &'static str) -> Self {
+    pub(crate) fn describe(mut self, description: &'static str) -> Self {
         self.description = description;
         self
     }
-    fn ok(mut self, status: u16, schema: &'static str, description: &'static str) -> Self {
+    pub(crate) fn ok(mut self, status: u16, schema: &'static str, description: &'static str) -> Self {
         self.success.push((status, schema, description));
         self
     }
     /// The request body is a `T` (one of `crate::bodies`).
-    fn body<T: JsonSchema>(mut self, required: bool) -> Self {
+    pub(crate) fn body<T: JsonSchema>(mut self, required: bool) -> Self {
         self.body = Some((SchemaGenerator::subschema_for::<T>, required));
         self
     }
-    fn query(mut self, parameters: Vec<Value>) -> Self {
+    pub(crate) fn query(mut self, parameters: Vec<Value>) -> Self {
         self.query = parameters;
         self
     }
-    fn errors(mut self, errors: &[(ErrorCode, &'static str)]) -> Self {
+    pub(crate) fn errors(mut self, errors: &[(ErrorCode, &'static str)]) -> Self {
         self.errors.extend_from_slice(errors);
         self
     }
 }
 
-fn query_parameter(name: &str, schema: Value, description: &str) -> Value {
+pub(crate) fn query_parameter(name: &str, schema: Value, description: &str) -> Value {
     json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description })
 }
 
-fn paging_parameters() -> Vec<Value> {
+pub(crate) fn paging_parameters() -> Vec<Value> {
     vec![
         query_parameter(
             "limit",
@@ -305,9 +305,9 @@ fn paging_parameters() -> Vec<Value> {
 }
 
 /// The documented operation of an endpoint; `None` for the admin and sandbox APIs,
-/// which this document (of the reseller API) leaves out.
+/// which have their own documents ([`crate::openapi_operator`]).
 fn operation(endpoint: Endpoint) -> Option<Operation> {
-    if matches!(endpoint.api(), Api::Admin | Api::Sandbox) {
+    if endpoint.documented_in() != Api::Reseller {
         return None;
     }
     let resources = [
@@ -676,12 +676,12 @@ fn path_parameters(pattern: &str) -> Vec<Value> {
         .collect()
 }
 
-fn json_content(schema: &str) -> Value {
+pub(crate) fn json_content(schema: &str) -> Value {
     json!({ "application/json": { "schema": schema_ref(schema) } })
 }
 
 /// The error responses of an operation, one per status, each listing its codes.
-fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
+pub(crate) fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
     let mut by_status: std::collections::BTreeMap<u16, Vec<(ErrorCode, String)>> = Default::default();
     for (code, condition) in errors {
         let list = by_status.entry(code.http_status()).or_default();
@@ -775,11 +775,11 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
 
 // ----- webhooks (the `webhooks` section: what receivers get) -----
 
-fn usd(description: &str) -> Value {
+pub(crate) fn usd(description: &str) -> Value {
     json!({ "type": "number", "description": description })
 }
 
-fn date_time(description: &str) -> Value {
+pub(crate) fn date_time(description: &str) -> Value {
     json!({ "type": "string", "format": "date-time", "description": description })
 }
 
@@ -1211,7 +1211,7 @@ fn build() -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::routes::{find, Match};
     use crate::service::{ClockMode, Outcome, Service};
@@ -1282,7 +1282,7 @@ mod tests {
             .collect();
         let routed: BTreeSet<(String, String)> = Endpoint::ALL
             .iter()
-            .filter(|endpoint| matches!(endpoint.api(), Api::Reseller | Api::Public))
+            .filter(|endpoint| endpoint.documented_in() == Api::Reseller)
             .map(|endpoint| (endpoint.method().to_string(), endpoint.pattern().to_string()))
             .collect();
         assert_eq!(documented, routed);
@@ -1294,7 +1294,7 @@ mod tests {
     }
 
     /// Every JSON value under `value` with its key path.
-    fn walk<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+    pub(crate) fn walk<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
         match value {
             Value::Object(map) => map.iter().for_each(|(key, child)| walk(child, format!("{at}/{key}"), out)),
             Value::Array(items) => {
@@ -1381,7 +1381,7 @@ mod tests {
 
     /// A small JSON Schema check (the subset this document uses); strict about
     /// undeclared properties, so a field added to a reply must be documented.
-    fn check(doc: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
+    pub(crate) fn check(doc: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
         if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
             let name = target.trim_start_matches("#/components/schemas/");
             return check(doc, &doc["components"]["schemas"][name], value, at, problems);
