@@ -7,7 +7,7 @@
 //! Every checker has a unit test that feeds it a corrupted state or a fabricated
 //! observation and sees it fire: a checker that cannot fail is a defect.
 
-use crate::world::{DeliveryRecord, Fact, Idempotency, StepLog};
+use crate::world::{Compared, DeliveryRecord, Fact, Idempotency, StepLog};
 use esim_engine::ledger::SlotKind;
 use esim_engine::state::{EsimIx, EsimStatus, EuiccState, GroupIx, WalletOwner};
 use esim_engine::{money, Engine, EventData, EventName, Millis};
@@ -1242,7 +1242,7 @@ impl Checker for CrashRecovery {
                 Fact::Restarted { rebuild: Some(Err(why)) } => {
                     return Err(format!("the journal did not rebuild the engine: {why}"))
                 }
-                Fact::Restarted { rebuild: Some(Ok((before, after))) } if before != after => {
+                Fact::Restarted { rebuild: Some(Ok(Compared::Differ(before, after))) } => {
                     return Err(format!(
                         "the engine rebuilt from the journal has digest {after}, the one that crashed {before}"
                     ))
@@ -1442,12 +1442,10 @@ impl Checker for StandbyDigest {
 
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         for fact in &ctx.log.facts {
-            if let Fact::StandbyAt { standby, head, standby_digest, owner_digest } = fact {
-                if standby_digest != owner_digest {
-                    return Err(format!(
-                        "the standby {standby} at head {head} has digest {standby_digest}, the owner {owner_digest}"
-                    ));
-                }
+            if let Fact::StandbyAt { standby, head, compared: Compared::Differ(standby_digest, owner_digest) } = fact {
+                return Err(format!(
+                    "the standby {standby} at head {head} has digest {standby_digest}, the owner {owner_digest}"
+                ));
             }
         }
         Ok(())

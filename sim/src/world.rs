@@ -16,6 +16,7 @@
 //! restart, and the rebuild from the journal), `store` (the journal in the in-memory
 //! store: owner, standby, zombie, and their faults) and `json` (request bodies).
 
+mod compare;
 mod crash;
 mod json;
 mod observe;
@@ -24,6 +25,7 @@ mod receiver;
 mod request;
 mod store;
 
+pub use compare::{compare, Compared};
 pub use observe::{decimal, DeliveryRecord, Exchange, Fact, StepLog};
 pub use oracle::Idempotency;
 pub use receiver::Mode;

@@ -1,6 +1,7 @@
 //! A crash or restart of the service process: held deliveries die with their
 //! connections, and a crash rebuilds the engine from the journal's bytes alone.
 
+use super::compare::compare;
 use super::observe::Fact;
 use super::World;
 use esim_api::ClockMode;
@@ -14,7 +15,6 @@ impl World {
     pub(super) fn restart(&mut self, rebuild: bool) {
         self.commit_journal();
         let rebuilt = rebuild.then(|| {
-            let before = self.service.engine().state_digest();
             let header = SegmentHeader {
                 version: journal::FORMAT_VERSION,
                 config: self.config.clone(),
@@ -29,9 +29,9 @@ impl World {
                 Ok((mut engine, _, _)) => {
                     #[cfg(feature = "test-switches")]
                     engine.inject_bug_for_test(self.bug);
-                    let after = engine.state_digest();
+                    let compared = compare(self.service.engine(), &engine);
                     self.service.replace_engine(engine);
-                    Ok((before, after))
+                    Ok(compared)
                 }
                 Err(error) => Err(error.to_string()),
             }

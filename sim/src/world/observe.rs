@@ -1,6 +1,7 @@
 //! What the world saw: the [`StepLog`] of one op (exchanges, events, deliveries) and the
 //! typed [`Fact`]s read out of successful responses, the checkers' only evidence.
 
+use super::compare::Compared;
 use super::oracle::Idempotency;
 use super::receiver::Mode;
 use super::request::{Kind, Who};
@@ -82,10 +83,10 @@ pub enum Fact {
         webhook: u32,
     },
     /// The service restarted (`crash` or `restart`). For a crash, `rebuild` holds the
-    /// state digest before it and the digest of the engine rebuilt from the journal's
-    /// bytes, or why the rebuild failed.
+    /// engine that died compared with the one rebuilt from the journal's bytes (their
+    /// digests in that order when they differ), or why the rebuild failed.
     Restarted {
-        rebuild: Option<Result<(String, String), String>>,
+        rebuild: Option<Result<Compared, String>>,
     },
     /// A block of the pool was granted (`grant`): the stock before it, and after it
     /// (`None` when the command was refused, e.g. while the journal refuses changes).
@@ -151,12 +152,12 @@ pub enum Fact {
     RebuiltFromStore {
         from_snapshot: Option<u64>,
     },
-    /// The standby and the owner at the same head, with their state digests.
+    /// The standby and the owner at the same head, their states compared (the
+    /// standby's digest first when they differ).
     StandbyAt {
         standby: String,
         head: u64,
-        standby_digest: String,
-        owner_digest: String,
+        compared: Compared,
     },
 }
 

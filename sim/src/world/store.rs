@@ -9,6 +9,7 @@
 //! (except under `stall`, where the request waits for its append up to the deadline), so
 //! every append must be acknowledged: a refusal is a loss (`no_acknowledged_loss`).
 
+use super::compare::{compare, Compared};
 use super::observe::Fact;
 use super::World;
 use crate::InjectedBug;
@@ -22,12 +23,13 @@ use esim_store::store_mem::{CommitFault, MemNode, MemOpened, MemStandby, MemStor
 /// The lease of the simulated nodes, by the store's clock (the PostgreSQL store's
 /// default).
 pub const STORE_LEASE_MS: i64 = esim_store::store_pg::LEASE_MS as i64;
-/// The standby's digest is compared with the owner's every this many steps, at every
+/// The standby's state is compared with the owner's every this many steps, at every
 /// store op and takeover, and at the last step of a run ([`World::compare_standby_next`]).
-/// A digest serializes the whole state (the largest cost of a step when it ran every 32
-/// steps), and a standby that diverged stays diverged (it only applies entries), so the
-/// last step's comparison proves what the periodic ones did; they report it sooner.
-pub const STANDBY_DIGEST_EVERY_STEPS: usize = 100;
+/// A comparison serializes two whole states (the largest cost of a step), and a standby
+/// that diverged stays diverged (it only applies entries), so the last step's comparison
+/// proves what the periodic ones did; they report it sooner, in runs longer than the
+/// usual 200 steps (decision 290).
+pub const STANDBY_DIGEST_EVERY_STEPS: usize = 200;
 /// How long a request waits for its batch to be durable: the server's default
 /// (`--append-deadline-ms`, decision 220).
 pub const APPEND_DEADLINE_MS: i64 = esim_store::sink::APPEND_DEADLINE_MS as i64;
@@ -179,12 +181,8 @@ impl World {
             || self.steps.is_multiple_of(STANDBY_DIGEST_EVERY_STEPS)
             || std::mem::take(&mut nodes.compare_next);
         if let Some(standby) = nodes.standby.as_ref().filter(|s| due && s.applied() == head) {
-            self.log.facts.push(Fact::StandbyAt {
-                standby: standby.name().to_string(),
-                head,
-                standby_digest: standby.engine().state_digest(),
-                owner_digest: self.service.engine().state_digest(),
-            });
+            let compared = compare(standby.engine(), self.service.engine());
+            self.log.facts.push(Fact::StandbyAt { standby: standby.name().to_string(), head, compared });
         }
     }
 
@@ -195,7 +193,6 @@ impl World {
     /// zombie; a new standby starts from the store.
     pub(super) fn failover(&mut self) {
         self.commit_journal();
-        let before = self.service.engine().state_digest();
         self.nodes.store.advance_ms(STORE_LEASE_MS + 1);
         let prepare = prepare(self.bug);
         if self.nodes.standby.is_none() {
@@ -218,16 +215,21 @@ impl World {
         };
         match taken {
             Ok((node, engine, from)) => {
-                let after = engine.state_digest();
+                // The engine that caught up against the paused owner's (unchanged since).
+                let compared = compare(&engine, self.service.engine());
                 let head = node.next_index();
                 self.log.facts.push(Fact::TookOver { node: node.name().to_string(), epoch: node.epoch(), from, head });
                 self.log.facts.push(Fact::StandbyAt {
                     standby: node.name().to_string(),
                     head,
-                    standby_digest: after.clone(),
-                    owner_digest: before.clone(),
+                    compared: compared.clone(),
                 });
-                self.log.facts.push(Fact::Restarted { rebuild: Some(Ok((before, after))) });
+                // A crash compares the engine that died first.
+                let rebuilt = match compared {
+                    Compared::Differ(standby, owner) => Compared::Differ(owner, standby),
+                    Compared::Same => Compared::Same,
+                };
+                self.log.facts.push(Fact::Restarted { rebuild: Some(Ok(rebuilt)) });
                 self.service.replace_engine(engine);
                 let old = std::mem::replace(&mut self.nodes.owner, node);
                 self.nodes.zombie = Some(old);
@@ -352,16 +354,15 @@ impl World {
     /// A restart whose engine is read back from the store (its newest snapshot and the
     /// rows after it), compared with the one that died (`crash_recovery`).
     fn rebuild_from_store(&mut self) {
-        let before = self.service.engine().state_digest();
         let from_snapshot = self.nodes.snapshot_covers;
         let rebuilt = match self.nodes.store.load(None) {
             #[cfg_attr(not(feature = "test-switches"), allow(unused_mut))]
             Ok((mut engine, _)) => {
                 #[cfg(feature = "test-switches")]
                 engine.inject_bug_for_test(self.bug);
-                let after = engine.state_digest();
+                let compared = compare(self.service.engine(), &engine);
                 self.service.replace_engine(engine);
-                Ok((before, after))
+                Ok(compared)
             }
             Err(why) => Err(why),
         };

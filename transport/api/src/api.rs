@@ -87,7 +87,18 @@ pub fn bearer_str(headers: &http::HeaderMap) -> &str {
 /// APIs; a reseller request comes with its key's digest when [`crate::admission`] hashed
 /// the key already (once per request), or it is hashed here.
 pub fn route(request: &http::Request<Bytes>, admin_token: &str, key_digest: Option<KeyDigest>) -> Routed {
-    match try_route(request, admin_token, key_digest) {
+    route_matched(request, admin_token, key_digest, None)
+}
+
+/// [`route`] of a request whose path was matched already (by the caller that checked
+/// its credentials), so the table is searched once per request.
+pub fn route_matched(
+    request: &http::Request<Bytes>,
+    admin_token: &str,
+    key_digest: Option<KeyDigest>,
+    found: Option<(Endpoint, &[String])>,
+) -> Routed {
+    match try_route(request, admin_token, key_digest, found) {
         Ok(routed) => routed,
         Err(error) => Routed::Reject(error),
     }
@@ -97,11 +108,15 @@ fn try_route(
     request: &http::Request<Bytes>,
     admin_token: &str,
     key_digest: Option<KeyDigest>,
+    found: Option<(Endpoint, &[String])>,
 ) -> Result<Routed, ApiError> {
     if request.body().len() > MAX_BODY_BYTES {
         return Err(ApiError::new(ErrorCode::PayloadTooLarge, format!("the body exceeds {MAX_BODY_BYTES} bytes")));
     }
-    let (endpoint, params) = endpoint_of(request)?;
+    let (endpoint, params) = match found {
+        Some((endpoint, params)) => (endpoint, Cow::Borrowed(params)),
+        None => endpoint_of(request)?,
+    };
     let credential = bearer_str(request.headers());
     if matches!(endpoint.api(), Api::Admin | Api::Sandbox)
         && !esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes())

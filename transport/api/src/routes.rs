@@ -188,30 +188,40 @@ impl Endpoint {
     ///
     /// Panics when the number of parameters is not the pattern's (a caller's bug).
     pub fn path(self, params: &[&str]) -> String {
-        assert_eq!(self.parameters().count(), params.len(), "parameters of {self:?}");
+        let entry = compiled_entry(self);
+        assert_eq!(entry.parameters, params.len(), "parameters of {self:?}");
         let mut params = params.iter();
-        self.full_pattern()
-            .split('/')
-            .map(|segment| match segment.starts_with('{') {
-                true => percent_encode(params.next().expect("counted above")),
-                false => segment.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("/")
+        let mut out = String::with_capacity(entry.full_pattern.len() + 24);
+        for segment in &entry.segments {
+            out.push('/');
+            match segment {
+                Segment::Literal(text) => out.push_str(text),
+                Segment::Param => encode_into(params.next().expect("counted above"), &mut out),
+            }
+        }
+        out
     }
 }
 
 /// Percent-encodes a path segment or query value (unreserved characters stay).
 pub fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
+    encode_into(text, &mut out);
+    out
+}
+
+/// [`percent_encode`] onto the end of `out`.
+fn encode_into(text: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
             out.push(byte as char);
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            out.push('%');
+            out.push(HEX[usize::from(byte >> 4)] as char);
+            out.push(HEX[usize::from(byte & 0xf)] as char);
         }
     }
-    out
 }
 
 /// The full path of a route: reseller routes live under the base path; admin and
@@ -249,7 +259,15 @@ struct Compiled {
     /// [`Endpoint::full_pattern`], kept for log lines (no allocation per request).
     full_pattern: String,
     /// The full pattern's segments.
-    segments: Vec<String>,
+    segments: Vec<Segment>,
+    /// How many of the segments are parameters.
+    parameters: usize,
+}
+
+/// One segment of a pattern: its text, or a `{name}` parameter.
+enum Segment {
+    Literal(String),
+    Param,
 }
 
 /// The endpoint table, in [`Endpoint::ALL`] order.
@@ -260,42 +278,68 @@ fn compiled() -> &'static [Compiled] {
             .iter()
             .map(|&endpoint| {
                 let full_pattern = endpoint.full_pattern();
-                let segments = full_pattern.trim_matches('/').split('/').map(str::to_string).collect();
-                Compiled { endpoint, full_pattern, segments }
+                let segments: Vec<Segment> = full_pattern
+                    .trim_matches('/')
+                    .split('/')
+                    .map(|segment| match segment.starts_with('{') {
+                        true => Segment::Param,
+                        false => Segment::Literal(segment.to_string()),
+                    })
+                    .collect();
+                assert!(segments.len() < MAX_SEGMENTS, "{endpoint:?} has more segments than routing reads");
+                let parameters = segments.iter().filter(|s| matches!(s, Segment::Param)).count();
+                Compiled { endpoint, full_pattern, segments, parameters }
             })
             .collect()
     })
 }
 
-fn segments_match(pattern: &[String], path: &[&str]) -> Option<Vec<String>> {
-    if pattern.len() != path.len() {
-        return None;
-    }
-    let mut params = Vec::new();
-    for (want, have) in pattern.iter().zip(path) {
-        if want.starts_with('{') {
-            if have.is_empty() {
-                return None;
-            }
-            params.push(percent_decode(have));
-        } else if want != have {
-            return None;
-        }
-    }
-    Some(params)
+/// The prepared entry of `endpoint`.
+fn compiled_entry(endpoint: Endpoint) -> &'static Compiled {
+    let entry = &compiled()[endpoint as usize];
+    assert_eq!(entry.endpoint, endpoint, "the table is in Endpoint::ALL order");
+    entry
+}
+
+/// More segments than any pattern has (the longest has 7): a longer path is no route.
+const MAX_SEGMENTS: usize = 8;
+
+/// Whether the path's segments fit the pattern: every literal equal, every parameter
+/// non-empty. Nothing is allocated (routing tries many patterns per request).
+fn segments_match(pattern: &[Segment], path: &[&str]) -> bool {
+    pattern.len() == path.len()
+        && pattern.iter().zip(path).all(|(want, have)| match want {
+            Segment::Literal(text) => text == have,
+            Segment::Param => !have.is_empty(),
+        })
+}
+
+/// The path parameters of a path that fits `pattern`, percent-decoded, in order.
+fn parameters_of(pattern: &[Segment], path: &[&str]) -> Vec<String> {
+    let segments = pattern.iter().zip(path);
+    segments.filter(|(want, _)| matches!(want, Segment::Param)).map(|(_, have)| percent_decode(have)).collect()
 }
 
 /// Finds the route of `method` and `path` (the path without its query).
 pub fn find(method: &str, path: &str) -> Match<'static> {
-    let path: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut parts = [""; MAX_SEGMENTS];
+    let mut count = 0;
+    for segment in path.trim_matches('/').split('/') {
+        if count == MAX_SEGMENTS {
+            return Match::NotFound;
+        }
+        parts[count] = segment;
+        count += 1;
+    }
+    let path = &parts[..count];
     let mut allowed = Vec::new();
     for Compiled { endpoint, segments, .. } in compiled() {
         // Literal segments win over parameters: "/esim/list" before "/esim/{iccid}",
         // which the table order already guarantees.
-        if let Some(params) = segments_match(segments, &path) {
+        if segments_match(segments, path) {
             let route_method = endpoint.method();
             if route_method == method {
-                return Match::Found(*endpoint, params);
+                return Match::Found(*endpoint, parameters_of(segments, path));
             }
             if !allowed.contains(&route_method) {
                 allowed.push(route_method);
@@ -382,11 +426,7 @@ pub fn log_label(method: &str, path: &str) -> &'static str {
 /// [`log_label`] of a request already matched.
 pub fn label_of(matched: &Match<'_>) -> &'static str {
     match matched {
-        Match::Found(endpoint, _) => {
-            let entry = &compiled()[*endpoint as usize];
-            assert_eq!(entry.endpoint, *endpoint, "the table is in Endpoint::ALL order");
-            &entry.full_pattern
-        }
+        Match::Found(endpoint, _) => &compiled_entry(*endpoint).full_pattern,
         Match::WrongMethod(_) | Match::NotFound => "(no route)",
     }
 }
@@ -412,6 +452,9 @@ pub enum FanOut {
 
 /// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
 pub fn percent_decode(text: &str) -> String {
+    if !text.contains('%') {
+        return text.to_string();
+    }
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -427,7 +470,7 @@ pub fn percent_decode(text: &str) -> String {
         out.push(bytes[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8(out).unwrap_or_else(|not_utf8| String::from_utf8_lossy(not_utf8.as_bytes()).into_owned())
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! hyper server drives it from one owner task; tests and the simulation drive it in
 //! memory. It tells the driver what to journal, so durability slots in around it.
 
-use crate::admission::{Admission, Admitted};
+use crate::admission::{Admission, Admitted, KeyMemo};
 use crate::api::{self, json_response, respond, Routed};
+use crate::routes::{self, Endpoint, Match};
 use crate::secrets::Secrets;
 use bytes::Bytes;
 use esim_engine::{
@@ -368,12 +369,19 @@ impl Service {
     /// the request itself.
     pub fn handle(&mut self, wall_now: Millis, request: &http::Request<Bytes>) -> Outcome {
         let now = self.now(wall_now);
-        let admitted =
-            self.admission.screen(request.method(), request.uri().path(), request.headers(), &self.admin_token, now);
+        let path = request.uri().path();
+        // Matched once, for the credential check and for routing.
+        let matched = routes::find(request.method().as_str(), path);
+        let memo = KeyMemo::default();
+        let admitted = self.admission.screen_matched(&matched, path, request.headers(), &self.admin_token, &memo, now);
+        let found = match &matched {
+            Match::Found(endpoint, params) => Some((*endpoint, params.as_slice())),
+            Match::WrongMethod(_) | Match::NotFound => None,
+        };
         match admitted {
             Err(refused) => Outcome::Respond(api::error_response(refused)),
-            Ok(Admitted::Reseller(digest)) => self.handle_admitted(wall_now, request, Some(digest)),
-            Ok(_) => self.handle_admitted(wall_now, request, None),
+            Ok(Admitted::Reseller(digest)) => self.handle_found(wall_now, request, Some(digest), found),
+            Ok(_) => self.handle_found(wall_now, request, None, found),
         }
     }
 
@@ -386,9 +394,20 @@ impl Service {
         request: &http::Request<Bytes>,
         key_digest: Option<KeyDigest>,
     ) -> Outcome {
+        self.handle_found(wall_now, request, key_digest, None)
+    }
+
+    /// [`Service::handle_admitted`] of a request whose route was found already.
+    fn handle_found(
+        &mut self,
+        wall_now: Millis,
+        request: &http::Request<Bytes>,
+        key_digest: Option<KeyDigest>,
+        found: Option<(Endpoint, &[String])>,
+    ) -> Outcome {
         let now = self.now(wall_now);
         self.clock_now = now;
-        let response = match api::route(request, &self.admin_token, key_digest) {
+        let response = match api::route_matched(request, &self.admin_token, key_digest, found) {
             Routed::Reject(error) => api::error_response(error),
             Routed::OpenApi(api) => json_response(200, crate::openapi_operator::served(api)),
             Routed::ClockRead => self.clock_body(now),
