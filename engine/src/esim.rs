@@ -2,12 +2,13 @@
 //! preconditions of fund and defund (their wallet rules are in `wallet`).
 
 use crate::codes;
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EsimEvent;
-use crate::ids::Purpose;
 use crate::ledger::Reason;
+use crate::limits::{self, page};
 use crate::money;
+use crate::random::Purpose;
 use crate::reply::*;
 use crate::state::*;
 use crate::wallet::{CrossingAlarm, Return};
@@ -36,15 +37,6 @@ pub(crate) fn check_text(field: &str, value: &Option<String>) -> Result<(), ApiE
         }
         _ => Ok(()),
     }
-}
-
-/// Checks and clamps list paging: limit default 50, 1 to 100 (above 100 is clamped).
-pub fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64), ApiError> {
-    let limit = limit.unwrap_or(limits::PAGE_DEFAULT);
-    if limit == 0 {
-        return Err(ApiError::validation("limit must be at least 1"));
-    }
-    Ok((limit.min(limits::PAGE_MAX), offset.unwrap_or(0)))
 }
 
 impl Engine {
@@ -81,8 +73,10 @@ impl Engine {
         let built = self.status_counts_built();
         let esim = &mut self.esims[sim];
         let before = std::mem::replace(&mut esim.status, status);
+        assert!(before.may_become(status), "eSIM {}: no rule moves {before:?} to {status:?}", esim.iccid);
         if built {
-            let counts = &mut self.status_counts[esim.account.0 as usize];
+            let counts = &mut self.status_counts[esim.account.index()];
+            assert!(counts[before.index()] > 0, "the counts hold every eSIM of the account");
             counts[before.index()] -= 1;
             counts[status.index()] += 1;
         }
@@ -143,6 +137,9 @@ impl Engine {
         }
     }
 
+    /// `POST /esims`: checks first (texts, the group, the account, the fee, the stock),
+    /// then the fee is taken, the profile drawn (serial, matching id, id) and the eSIM
+    /// kept; `esim.provisioned` goes out.
     pub(crate) fn provision(
         &mut self,
         account: AccountIx,
@@ -152,46 +149,15 @@ impl Engine {
     ) -> Response {
         check_text("end_user_reference", &end_user_reference)?;
         check_text("label", &label)?;
-        let group = match &group_id {
-            Some(id) if uuid::Uuid::try_parse(id).is_err() => {
-                return Err(ApiError::validation("group_id must be a UUID"));
-            }
-            Some(id) => {
-                let group = self.group_of(account, id)?;
-                self.require_group_room(group)?;
-                Some(group)
-            }
-            None => None,
-        };
+        let group = self.provision_group(account, group_id.as_deref())?;
         self.require_not_frozen(account)?;
-        let fee = money::provisioning_fee_usd();
-        self.require_balance(account, fee)?;
-        if self.inventory == 0 {
-            return Err(ApiError::new(ErrorCode::NoEsimsAvailable, "eSIM inventory is depleted; try again later"));
-        }
-        self.inventory -= 1;
-        let fees = self.accounts[account].slots.fees;
-        self.spend(account, fees, fee, Reason::ProvisioningFee);
-        self.accounts[account].lifetime_usage += fee;
-
-        if self.next_serial == 0 {
-            // A random starting serial makes ICCIDs look issued from a real range.
-            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>(Purpose::Serial)) % 100_000_000_000 + 1;
-            if self.config.sharded() {
-                // Serials of shard k are k modulo the shard count (decision 168): unique
-                // across shards by construction, and an ICCID tells its shard.
-                let count = u64::from(self.config.shard_count);
-                self.next_serial = self.next_serial - self.next_serial % count + u64::from(self.config.shard) + count;
-            }
-        }
-        let iccid = codes::iccid_for_serial(self.next_serial);
-        self.next_serial += u64::from(self.config.shard_count.max(1));
+        let fee = self.take_provisioning_fee(account)?;
+        let iccid = self.next_iccid();
         let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>(Purpose::MatchingId)));
         let id = self.random_uuid();
         let uuid = uuid::Uuid::try_parse(&id).expect("a drawn id is a UUID");
         let slots = self.ledger.open_sim_wallet(account);
-        let sim = EsimIx(self.esims.len() as u32);
-        self.esims.push(Esim {
+        let sim = self.keep_esim(Esim {
             id: uuid,
             iccid,
             account,
@@ -213,16 +179,6 @@ impl Engine {
                 None => Funding::NoWallet,
             },
         });
-        let number = crate::ids::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
-        let previous = self.iccid_index.insert(number, sim);
-        assert!(previous.is_none(), "ICCIDs are unique");
-        self.accounts[account].esims.push(sim);
-        if self.status_counts_built() {
-            self.status_counts[account.0 as usize][EsimStatus::Pending.index()] += 1;
-        }
-        if let Some(group) = group {
-            self.groups[group].members.insert(sim);
-        }
         let created_at = self.now;
         self.emit_esim(
             sim,
@@ -252,6 +208,69 @@ impl Engine {
             created_at,
             group_id,
         }))
+    }
+
+    /// The group a provisioning joins: a UUID of the account's groups, with room.
+    fn provision_group(&self, account: AccountIx, group_id: Option<&str>) -> Result<Option<GroupIx>, ApiError> {
+        match group_id {
+            Some(id) if uuid::Uuid::try_parse(id).is_err() => Err(ApiError::validation("group_id must be a UUID")),
+            Some(id) => {
+                let group = self.group_of(account, id)?;
+                self.require_group_room(group)?;
+                Ok(Some(group))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The provisioning fee, taken from the reseller balance (the last precondition is
+    /// a profile in stock, which it uses up). Returns the fee.
+    fn take_provisioning_fee(&mut self, account: AccountIx) -> Result<Decimal, ApiError> {
+        let fee = money::provisioning_fee_usd();
+        self.require_balance(account, fee)?;
+        if self.inventory == 0 {
+            return Err(ApiError::new(ErrorCode::NoEsimsAvailable, "eSIM inventory is depleted; try again later"));
+        }
+        self.inventory -= 1;
+        let fees = self.accounts[account].slots.fees;
+        self.spend(account, fees, fee, Reason::ProvisioningFee);
+        self.accounts[account].lifetime_usage += fee;
+        Ok(fee)
+    }
+
+    /// The ICCID of the next serial. The first serial is drawn at random, so ICCIDs look
+    /// issued from a real range; serials of shard k are k modulo the shard count
+    /// (decision 168): unique across shards by construction, and an ICCID tells its shard.
+    fn next_iccid(&mut self) -> codes::Iccid {
+        if self.next_serial == 0 {
+            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>(Purpose::Serial)) % 100_000_000_000 + 1;
+            if self.config.sharded() {
+                let count = u64::from(self.config.shard_count);
+                self.next_serial = self.next_serial - self.next_serial % count + u64::from(self.config.shard) + count;
+            }
+        }
+        let iccid = codes::iccid_for_serial(self.next_serial);
+        self.next_serial += u64::from(self.config.shard_count.max(1));
+        iccid
+    }
+
+    /// Keeps a new eSIM and indexes it (ICCID, its account, the status counts, its group).
+    fn keep_esim(&mut self, esim: Esim) -> EsimIx {
+        let sim = EsimIx(u32::try_from(self.esims.len()).expect("fewer than 2^32 eSIMs"));
+        let (account, group) = (esim.account, esim.funding.group());
+        let number = crate::ids::iccid_number(&esim.iccid).expect("generated ICCIDs are 19 digits");
+        debug_assert_eq!(esim.status, EsimStatus::Pending, "a new eSIM is pending");
+        self.esims.push(esim);
+        let previous = self.iccid_index.insert(number, sim);
+        assert!(previous.is_none(), "ICCIDs are unique");
+        self.accounts[account].esims.push(sim);
+        if self.status_counts_built() {
+            self.status_counts[account.index()][EsimStatus::Pending.index()] += 1;
+        }
+        if let Some(group) = group {
+            self.groups[group].members.insert(sim);
+        }
+        sim
     }
 
     pub(crate) fn list_esims(
@@ -453,7 +472,7 @@ impl Engine {
     /// decision 79.)
     pub(crate) fn fund(&mut self, account: AccountIx, iccid: &str, amount: Decimal) -> Response {
         #[cfg(feature = "test-switches")]
-        if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
+        if self.injected_bug == Some(crate::config::InjectedBug::PanicOnFund) {
             panic!("injected engine bug: a fund panics (test switch)");
         }
         let sim = self.sim_of(account, iccid)?;

@@ -4,8 +4,8 @@
 
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
-use crate::esim::page;
 use crate::event::{EsimEvent, GroupEvent};
+use crate::limits::page;
 use crate::money;
 use crate::reply::*;
 use crate::state::*;
@@ -116,8 +116,10 @@ impl Engine {
             created_at: self.now,
             updated_at: self.now,
         });
-        self.group_index.insert(id, group);
+        let previous = self.group_index.insert(id, group);
+        assert!(previous.is_none(), "group ids are unique");
         self.accounts[account].groups.push(group);
+        assert!(self.accounts[account].groups.len() as u32 <= max, "an account holds at most its groups");
         Ok(Reply::GroupCreated(self.group_record(group)))
     }
 

@@ -7,12 +7,10 @@
 //! always zero: the `World` slot goes negative by exactly what came in from outside.
 //! That is docs/architecture.md, rule 6 as an identity, checked by the simulation after every step.
 
-use crate::state::AccountIx;
+use crate::ids::AccountIx;
+pub use crate::ids::Slot;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-
-/// Index of a slot in the ledger.
-pub type Slot = u32;
 
 /// What a slot holds. Only `World` may go below zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -271,7 +269,7 @@ impl TryFrom<LedgerRecord> for Ledger {
 
 impl Ledger {
     fn open(&mut self, account: AccountIx, kind: SlotKind) -> Slot {
-        let slot = self.slots.len() as Slot;
+        let slot = Slot(u32::try_from(self.slots.len()).expect("fewer than 2^32 ledger slots"));
         self.slots.push(SlotEntry { balance: Decimal::ZERO, info: SlotInfo { account, kind } });
         slot
     }
@@ -311,7 +309,7 @@ impl Ledger {
 
     /// A slot's balance now.
     pub fn balance(&self, slot: Slot) -> Decimal {
-        self.slots[slot as usize].balance
+        self.slots[slot.index()].balance
     }
 
     /// Moves `amount` from one slot to another of the same account. A zero amount is a
@@ -323,17 +321,20 @@ impl Ledger {
         if amount.is_zero() {
             return;
         }
-        let (from_info, to_info) = (self.slots[from as usize].info, self.slots[to as usize].info);
+        let (from_info, to_info) = (self.slots[from.index()].info, self.slots[to.index()].info);
         assert_eq!(from_info.account, to_info.account, "transfers stay inside one account");
-        let from_balance = self.slots[from as usize].balance - amount;
+        let from_balance = self.slots[from.index()].balance - amount;
         assert!(
             from_info.kind == SlotKind::World || from_balance >= Decimal::ZERO,
             "{reason:?} would overdraw {:?} by {}",
             from_info.kind,
             -from_balance
         );
-        self.slots[from as usize].balance = from_balance;
-        self.slots[to as usize].balance += amount;
+        let to_balance = self.slots[to.index()].balance + amount;
+        // Conservation per transfer: what one slot loses the other gains, exactly.
+        debug_assert_eq!(from_balance + to_balance, self.slots[from.index()].balance + self.slots[to.index()].balance);
+        self.slots[from.index()].balance = from_balance;
+        self.slots[to.index()].balance = to_balance;
         let index = reason as usize;
         let account = from_info.account.0 as usize;
         self.flows[account][index] += amount;
@@ -392,13 +393,13 @@ impl Ledger {
 
     /// Every slot with its owner and balance, in slot order (for reports and checkers).
     pub fn slots(&self) -> impl Iterator<Item = (Slot, SlotInfo, Decimal)> + '_ {
-        self.slots.iter().enumerate().map(|(i, entry)| (i as Slot, entry.info, entry.balance))
+        self.slots.iter().enumerate().map(|(i, entry)| (Slot(i as u32), entry.info, entry.balance))
     }
 
     /// Test and checker hook: overwrite a balance to prove the checkers fire.
     #[cfg(feature = "test-switches")]
     pub fn corrupt_for_test(&mut self, slot: Slot, balance: Decimal) {
-        self.slots[slot as usize].balance = balance;
+        self.slots[slot.index()].balance = balance;
     }
 }
 

@@ -101,6 +101,7 @@
 #![forbid(unsafe_code)]
 
 pub mod account;
+mod alarm;
 mod auth;
 pub mod codes;
 pub mod command;
@@ -110,33 +111,38 @@ pub mod engine;
 pub mod error;
 pub mod esim;
 pub mod event;
+mod event_api;
 pub mod event_log;
+pub mod event_name;
 pub mod finance;
 pub mod finance_html;
 pub mod finance_render;
 pub mod group;
 mod idempotency;
-mod ids;
+pub mod ids;
 pub mod ledger;
+pub mod limits;
 pub mod money;
 pub mod network;
+mod random;
 pub mod rates;
 pub mod reply;
 pub mod report;
+pub mod schema;
 pub mod secret;
 pub mod state;
 pub mod time;
-mod timer;
+pub mod timer;
 pub mod wallet;
 pub mod webhook;
 
 pub use command::*;
 #[cfg(feature = "test-switches")]
 pub use engine::InjectedBug;
-pub use engine::{limits, Delivery, Effect, Engine, EngineConfig};
+pub use engine::{Delivery, Effect, Engine, EngineConfig};
 pub use error::{ApiError, ErrorCode};
-pub use esim::page;
 pub use event::{Event, EventName};
+pub use limits::page;
 pub use reply::{draw_qr, render, Reply, Response};
 pub use secret::{KeyDigest, SealedSecret};
 pub use time::Millis;
@@ -158,10 +164,4 @@ macro_rules! with_test_switches {
 #[macro_export]
 macro_rules! with_test_switches {
     ($($code:tt)*) => {};
-}
-
-/// The rates endpoint: the built-in table filtered by country and continent.
-pub(crate) fn rates_reply(country: Option<&str>, continent: Option<&str>) -> Reply {
-    let countries = rates::RateTable::builtin().filter(country, continent);
-    Reply::Rates(reply::Rates { total_countries: countries.len() as u64, discount: rates::DISCOUNT_TEXT, countries })
 }

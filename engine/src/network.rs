@@ -3,9 +3,10 @@
 //! charges, and its reporting pipeline, are in `wallet`.
 
 use crate::command::SandboxOp;
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EsimEvent;
+use crate::limits;
 use crate::rates::RateTable;
 use crate::reply::*;
 use crate::state::*;

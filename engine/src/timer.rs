@@ -1,12 +1,10 @@
-//! Everything the engine waits for: the timers, their scheduling and what each does
-//! when it fires. A timer whose subject moved on (a retry of a webhook disabled or
+//! Everything the engine waits for: the timers (scheduled and fired by the engine,
+//! each handled by the part whose rule it waits for). A timer whose subject moved on (a retry of a webhook disabled or
 //! deleted since, a held-back event already sent, an answer the store's bound dropped)
 //! is stale: it fires as a no-op, and its handler says why that is expected. Timers
 //! that always find their subject (a return to settle, a card charge) assert it.
 
-use crate::engine::Engine;
-use crate::state::{AccountIx, DeliveryId, EsimIx, GroupIx, WalletOwner};
-use crate::time::Millis;
+use crate::ids::{AccountIx, DeliveryId, EsimIx, GroupIx, WalletOwner};
 use serde::{Deserialize, Serialize};
 
 /// Everything the engine waits for. Fired in deadline order, ties by scheduling order.
@@ -28,27 +26,4 @@ pub enum Timer {
     ExpireIdempotency(AccountIx, String),
     /// A revoked API key's record has been kept long enough (by its id, decision 231).
     DropRevokedKey(u128),
-}
-
-impl Engine {
-    /// Waits for `deadline` (never earlier than now); ties fire in scheduling order.
-    pub(crate) fn schedule(&mut self, deadline: Millis, timer: Timer) {
-        let seq = self.next_timer_seq;
-        self.next_timer_seq += 1;
-        self.timers.insert((deadline.max(self.now), seq), timer);
-    }
-
-    /// Carries out a timer due now (`handle_timeout` set the time to its deadline).
-    pub(crate) fn fire(&mut self, timer: Timer) {
-        match timer {
-            Timer::Report(owner) => self.report_usage(owner),
-            Timer::SettleReturn(sim) => self.settle_return(WalletOwner::Sim(sim)),
-            Timer::SettleGroupDefund(group) => self.settle_return(WalletOwner::Group(group)),
-            Timer::RetryDelivery(id) => self.retry_delivery(id),
-            Timer::CardSettles(account) => self.card_settles(account),
-            Timer::GroupLowDeadline(group) => self.group_low_deadline(group),
-            Timer::ExpireIdempotency(account, key) => self.expire_idempotent(account, &key),
-            Timer::DropRevokedKey(id) => self.drop_revoked_key(id),
-        }
-    }
 }

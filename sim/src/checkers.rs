@@ -226,7 +226,7 @@ impl Checker for Display {
                 continue;
             }
             self.checked[index] = Some(exact);
-            if let Some(error) = display_error(exact, engine.esim_displayed_balance(index as u32)) {
+            if let Some(error) = display_error(exact, engine.esim_displayed_balance(EsimIx(index as u32))) {
                 return Err(format!("eSIM {}: {error}", esim.iccid));
             }
         }
@@ -363,7 +363,7 @@ impl Checker for ReturnsExact {
         }
         for event in ctx.log.events.iter().filter(|e| e.name == EventName::BalanceAutoRefillSucceeded) {
             if let (Some(expected), Some(amount)) =
-                (self.expected.get_mut(event.account as usize), event.data.get("amount_usd").and_then(decimal))
+                (self.expected.get_mut(event.account.index()), event.data.get("amount_usd").and_then(decimal))
             {
                 *expected += amount;
             }
@@ -428,7 +428,7 @@ impl Checker for LifetimeCounters {
         }
         for event in ctx.log.events.iter().filter(|e| e.name == EventName::BalanceAutoRefillSucceeded) {
             if let (Some(expected), Some(amount)) =
-                (self.expected.get_mut(event.account as usize), event.data.get("amount_usd").and_then(decimal))
+                (self.expected.get_mut(event.account.index()), event.data.get("amount_usd").and_then(decimal))
             {
                 expected.1 += amount;
             }
@@ -751,7 +751,7 @@ impl Checker for EventDelivery {
                 .subscriptions
                 .iter()
                 .filter(|(w, (account, subscribed))| {
-                    *account == event.account
+                    *account == event.account.0
                         && active.get(**w as usize) == Some(&true)
                         && subscribed.covers(event.name)
                 })
@@ -1055,7 +1055,7 @@ impl Checker for LowBalanceOnce {
                 EventName::EsimBalanceLow | EventName::EsimBalanceDepleted => event.data.get("iccid"),
                 EventName::GroupBalanceLow | EventName::GroupBalanceDepleted => event.data.get("group_id"),
                 EventName::BalanceLow | EventName::BalanceDepleted => {
-                    let id = engine.accounts().get(event.account as usize).map(|a| a.id.clone());
+                    let id = engine.accounts().get(event.account.index()).map(|a| a.id.clone());
                     if !self.notified.insert((event.name, id.unwrap_or_default())) {
                         return Err(format!(
                             "a second {} for account {} without a credit in between",
@@ -1551,7 +1551,7 @@ mod tests {
         world
     }
 
-    fn credit_slot(world: &World, sim: usize) -> u32 {
+    fn credit_slot(world: &World, sim: usize) -> esim_engine::ledger::Slot {
         world.engine().esims()[sim].wallet.slots.credit
     }
 

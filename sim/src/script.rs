@@ -239,7 +239,7 @@ fn event_subject_id(world: &World, subject: &Option<String>) -> Option<String> {
 /// Whether an event concerns `id` (an eSIM, group or account id).
 fn event_about(event: &esim_engine::Event, world: &World, id: &str) -> bool {
     ["iccid", "group_id"].iter().any(|f| event.data.get(*f).and_then(Value::as_str) == Some(id))
-        || world.engine().accounts().get(event.account as usize).is_some_and(|a| a.id == id)
+        || world.engine().accounts().get(event.account.index()).is_some_and(|a| a.id == id)
 }
 
 fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
