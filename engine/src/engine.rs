@@ -1,8 +1,9 @@
-//! The engine: the state it keeps, its constructor, the inputs, outputs and getters of
-//! the contract (see the crate docs), and the dispatch of reseller requests. The rules
-//! of each resource live in their own module (`esim`, `group`, `webhook`, `account`,
-//! `network`, `wallet`) as `impl Engine` blocks; timers in `timer`, idempotency in
-//! `idempotency`, authentication in `auth`, ids and randomness in `ids`.
+//! The engine: the parts it composes (the ledger, the event log, the randomness, the
+//! records), its constructor, the inputs, outputs and getters of the contract (see the
+//! crate docs), and the dispatch of reseller requests and of timers. The rules of each
+//! resource live in their own module (`esim`, `group`, `webhook`, `account`, `network`,
+//! `wallet`, `event_api`) as `impl Engine` blocks; idempotency in `idempotency`,
+//! authentication in `auth`. No part imports this module.
 
 pub use crate::config::EngineConfig;
 #[cfg(feature = "test-switches")]

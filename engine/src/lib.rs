@@ -82,22 +82,25 @@
 //! - A displayed balance is the exact credit rounded down to the cent (rule 2).
 //! - Usage never takes a wallet below zero (rule 3).
 //!
-//! ## Layout
-//! - `engine`: the [`Engine`] state, its constructor, the inputs, outputs and getters
-//!   above, and the dispatch of reseller requests.
-//! - `config`: [`EngineConfig`], the spec's [`limits`] and, with the `test-switches`
-//!   feature only, `InjectedBug` (decision 84).
-//! - `effect`: [`Effect`] and [`Delivery`], what the shell must carry out.
-//! - `timer`: the `Timer`s, their scheduling and what each does when it fires.
-//! - `auth`: API key authentication; `idempotency`: stored answers of
-//!   `Idempotency-Key`s; `ids`: randomness, ids, hex and ICCID helpers.
-//! - `event`: event names, the envelope and emitting to observers and webhooks.
-//! - one module per resource (`account`, `esim`, `group`, `webhook`, `network`), and
-//!   `wallet` (every eSIM and group wallet rule); `state`: the records kept and their
-//!   index newtypes (`AccountIx`, `EsimIx`, `GroupIx`, `WebhookIx`, `DeliveryId`).
-//! - `ledger` and `money` (the money rules), `command`/`reply`/`error` (the interface),
-//!   `rates` and `codes` (data and artefacts), `report` (conservation report),
-//!   `secret` (key digests and sealed secrets), `time` (service time).
+//! ## Layout, from the ground up
+//! No module below `engine` imports it: the leaves and the parts know nothing of the
+//! engine, and only the rule modules (`impl Engine` blocks) reach into several parts.
+//! - Leaves: `ids` (the index newtypes `AccountIx`, `EsimIx`, `GroupIx`, `WebhookIx`,
+//!   the ledger's `Slot`, `DeliveryId`, `EventId`, `WalletOwner`; hex and ICCID
+//!   helpers), `limits` (the spec's [`limits`] and paging), `time`, `money`, `error`,
+//!   `codes`, `secret` (key digests and sealed secrets), `event_name`, `alarm` (the
+//!   once-per-crossing balance alarms), `schema`, `config` ([`EngineConfig`] and, with the
+//!   `test-switches` feature only, `InjectedBug`, decision 84).
+//! - Parts that own their state, with their own methods: `ledger` (the double-entry
+//!   ledger, the one place money moves), `event_log` (the events API's store),
+//!   `random` (the seeded streams), and the records of `state`.
+//! - The interface: `command`, `reply`, [`Effect`] and [`Delivery`] (`effect`), `timer`
+//!   (what the engine waits for), `event` (the events and how they are emitted).
+//! - `engine`: the [`Engine`] that composes the parts, its constructor, the inputs,
+//!   outputs and getters above, the dispatch of requests and timers.
+//! - Rules, as `impl Engine` blocks: one module per resource (`account`, `esim`,
+//!   `group`, `webhook`, `network`, `event_api`), `wallet` (every eSIM and group wallet
+//!   rule), `auth`, `idempotency`; and the reports (`report`, `finance`).
 #![forbid(unsafe_code)]
 
 pub mod account;
