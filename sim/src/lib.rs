@@ -67,6 +67,7 @@
 #![forbid(unsafe_code)]
 
 pub mod checkers;
+pub mod cli;
 pub mod coverage;
 pub mod generate;
 pub mod op;

@@ -16,11 +16,14 @@
 //! - [`store_pg`] and [`standby`]: the journal in PostgreSQL, and the hot standby that
 //!   follows it and takes the shard over when the owner's lease runs out.
 //! - [`fence`]: the fencing rules of a shard's owner row, shared by the stores.
+//! - [`deploy`]: the deployment wiring of the `esim` commands (serve, sharded serve,
+//!   standbys, replay, report, repair, logging) as library functions taking plain options.
 //! - [`store_mem`]: an in-memory store with the PostgreSQL store's semantics and faults,
 //!   for the simulation.
 #![forbid(unsafe_code)]
 
 pub mod dashboard;
+pub mod deploy;
 pub mod edge;
 pub mod fence;
 pub mod journal;

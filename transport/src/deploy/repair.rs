@@ -1,19 +1,16 @@
 //! `esim repair`: find the first damage in a data dir's journal and tell what cutting
-//! there drops; with `--cut-at-damage`, cut it.
+//! there drops; with `cut_at_damage`, cut it.
 
-use esim_transport::journal::{self, KeptEntry};
+use crate::journal::{self, DamageReport, KeptEntry};
 use std::path::PathBuf;
 
-#[derive(clap::Args)]
-pub struct RepairArgs {
-    /// The data dir of `esim serve` (refused while a running process holds it).
-    #[arg(long)]
+/// What `esim repair` is told.
+#[derive(Clone, Debug)]
+pub struct RepairOptions {
+    /// The data dir (refused while a running process holds it).
     pub data_dir: PathBuf,
-    /// Cut the damaged segment at the damage offset and remove every later segment,
-    /// dropping the entries listed (when entries are missing, a segment deleted or cut
-    /// short, every segment after the gap is removed). Without it nothing is changed: the
-    /// damage and what cutting would drop are only reported.
-    #[arg(long)]
+    /// Cut the damaged segment at the damage and remove every later segment; without it
+    /// nothing is changed.
     pub cut_at_damage: bool,
 }
 
@@ -24,10 +21,11 @@ fn describe(kept: Option<KeptEntry>) -> String {
     }
 }
 
-/// Exit status: success when the data dir is clean (torn tails aside) or was cut.
-pub fn run(args: RepairArgs) -> Result<(), String> {
-    let applied = args.cut_at_damage;
-    let report = journal::repair(&args.data_dir, applied).map_err(|e| e.to_string())?;
+/// `esim repair`. Exit status: success when the data dir is clean (torn tails aside) or
+/// was cut.
+pub fn repair(options: RepairOptions) -> Result<(), String> {
+    let applied = options.cut_at_damage;
+    let report = journal::repair(&options.data_dir, applied).map_err(|e| e.to_string())?;
     for warning in &report.warnings {
         println!("warning          {warning}");
     }
@@ -36,11 +34,30 @@ pub fn run(args: RepairArgs) -> Result<(), String> {
         println!("torn tail        {note} ({what})");
     }
     let Some(damage) = report.damage else {
-        println!("clean            no damage in {}", args.data_dir.display());
+        println!("clean            no damage in {}", options.data_dir.display());
         println!("entries          {}", report.entries_kept);
         println!("last entry       {}", describe(report.last_kept));
         return Ok(());
     };
+    print_damage(&damage);
+    println!("last entry kept  {}", describe(report.last_kept));
+    println!("entries kept     {}", report.entries_kept);
+    if applied {
+        println!("result           cut: the data dir starts cleanly now; the manifest lists the segments left");
+        Ok(())
+    } else {
+        println!("result           nothing changed");
+        Err(format!(
+            "the journal in {} is damaged; `esim repair --data-dir {} --cut-at-damage` drops what is listed above \
+             (or restore the data dir from a backup)",
+            options.data_dir.display(),
+            options.data_dir.display()
+        ))
+    }
+}
+
+/// The damage found and what cutting there drops.
+fn print_damage(damage: &DamageReport) {
     println!("damage           {}", damage.message);
     if damage.gap {
         println!(
@@ -62,18 +79,4 @@ pub fn run(args: RepairArgs) -> Result<(), String> {
         damage.unreadable_stretches
     );
     println!("dropped bytes    {}", damage.dropped_bytes);
-    println!("last entry kept  {}", describe(report.last_kept));
-    println!("entries kept     {}", report.entries_kept);
-    if applied {
-        println!("result           cut: the data dir starts cleanly now; the manifest lists the segments left");
-        Ok(())
-    } else {
-        println!("result           nothing changed");
-        Err(format!(
-            "the journal in {} is damaged; `esim repair --data-dir {} --cut-at-damage` drops what is listed above \
-             (or restore the data dir from a backup)",
-            args.data_dir.display(),
-            args.data_dir.display()
-        ))
-    }
 }
