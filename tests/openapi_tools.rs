@@ -1,5 +1,6 @@
 //! The OpenAPI document checked by real tools against the real `esim serve` binary
-//! (issue 14): `openapi-spec-validator` validates the document as served, and
+//! (issue 14): `openapi-spec-validator` validates the document as served (and the admin
+//! and sandbox APIs' documents, issue 37), and
 //! `schemathesis` fuzzes every operation (examples, coverage, fuzzing, and the stateful
 //! phase that follows the document's links) and finds no 5xx, no status, content type or
 //! body outside the document. Both come from PyPI, pinned, in one venv this file makes
@@ -105,6 +106,15 @@ async fn the_served_document_validates_with_openapi_spec_validator() {
     let output = validate("openapi.json", &document);
     let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success() && said.contains("OK"), "openapi-spec-validator: {said}");
+
+    // The admin and sandbox documents, public too, validate alike.
+    for (name, path) in [("admin.json", "/admin/v1/openapi.json"), ("sandbox.json", "/sandbox/v1/openapi.json")] {
+        let reply = client.raw("GET", path, None, &[], Default::default()).await;
+        assert_eq!((reply.status, &reply.body["openapi"]), (200, &json!("3.1.0")), "{path}");
+        let output = validate(name, &reply.body);
+        let said = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success() && said.contains("OK"), "openapi-spec-validator, {path}: {said}");
+    }
 
     // The validator can fail: a webhook whose request body is not a Request Body Object.
     let mut broken = document.clone();

@@ -222,3 +222,32 @@ fn on_the_wall_clock(launch: &Launch, log: &Path, extra: &[&str]) -> Command {
         .stderr(std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap());
     command
 }
+
+/// A second `esim serve` on a port already in use (the README's first server still
+/// running) ends before anything is written: no data dir, no lock, no demo account
+/// whose key would never be shown again (decision 268).
+#[test]
+fn a_busy_port_ends_the_start_before_the_data_dir_is_made() {
+    let root = test_root("busy-port");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let data_dir = root.join("data");
+    let output = Command::new(env!("CARGO_BIN_EXE_esim"))
+        .args(["serve", "--clock", "virtual", "--listen", &address, "--data-dir"])
+        .arg(&data_dir)
+        .env("ESIM_SECRET_KEY_FILE", root.join("secret-key"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen on {address}")), "{stderr}");
+    assert!(!data_dir.exists(), "a refused start made {}: {:?}", data_dir.display(), walk(&data_dir));
+    assert!(!root.join("secret-key").exists(), "no key file either");
+    // Once the port is free, the same command starts and makes the data dir.
+    drop(taken);
+    let launch = Launch::new(&data_dir).arg("--demo=false");
+    launch.start(false).stop();
+    assert!(data_dir.join("lock").exists());
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -106,7 +106,7 @@ pub enum ResellerOp {
     Throttle {
         /// The eSIM.
         iccid: String,
-        /// `NO_LIMIT` or `SPEED_<n>_KBPS` (see [`crate::reply::schema::ThrottleSpeed`]);
+        /// `NO_LIMIT` or `SPEED_<n>_KBPS` (see [`crate::schema::ThrottleSpeed`]);
         /// anything else answers 400 VALIDATION_ERROR.
         speed: String,
     },

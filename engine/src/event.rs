@@ -1,18 +1,21 @@
 //! Events: the names of the spec (plus `esim.defunded`), the envelope, and how an
 //! event is emitted (to observers and to the account's subscribed webhooks).
 
+use crate::codes::Iccid;
 use crate::engine::Engine;
+use crate::event_data::*;
 use crate::event_log::{EventId, JsonData, KeptData, KeptEvent};
 use crate::random::Purpose;
 use crate::state::{AccountIx, EsimIx, EsimStatus, GroupIx, WalletOwner, WebhookIx};
 use crate::time::{rfc3339, Millis};
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+pub(crate) use crate::event_data::TopUpSource;
 pub use crate::event_name::EventName;
 
 /// One emitted event: the delivery envelope plus the account it belongs to.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
     /// The envelope `id` (`evt_...`): receivers de-duplicate retries by it.
     pub id: String,
@@ -22,14 +25,15 @@ pub struct Event {
     pub name: EventName,
     /// When it happened (service time).
     pub created_at: Millis,
-    /// The event's own fields (decision 17).
-    pub data: serde_json::Value,
+    /// The event's fields (decision 17), typed: its variant is `name`'s.
+    pub data: EventData,
 }
 
 impl Event {
     /// The exact bytes POSTed to receivers: `{"id","event","created_at","data"}`.
     pub fn envelope_bytes(&self) -> Vec<u8> {
-        envelope_text(&self.id, self.name, self.created_at, &self.data.to_string()).into_bytes()
+        assert_eq!(self.name, self.data.name(), "an event's payload is its name's");
+        envelope_text(&self.id, self.name, self.created_at, &self.data.to_json()).into_bytes()
     }
 }
 
@@ -63,31 +67,30 @@ fn push_json_str(out: &mut String, text: &str) {
     }
 }
 
-// ----- typed payloads (decision 17) -----
+// ----- what the emitters say (decision 17) -----
 //
-// Each event's own fields are a variant of one of the enums below, and the variant names
-// the event, so a payload cannot go out under the wrong name. The common fields are
-// added by [`Engine::emit_esim`] and [`Engine::emit_group`]. On the wire, `data` is a JSON
-// object with its keys in alphabetical order (serde_json's map), whatever the field order
-// here.
+// An emitter names the event and gives its own fields, as a variant of one of the enums
+// below; [`Engine::emit_esim`] and [`Engine::emit_group`] add the common fields of the
+// eSIM or group, making the [`EventData`] that goes out, so a payload cannot go out under
+// the wrong name or without its common fields.
 
-/// The fields every `esim.*` event carries (decision 17).
+/// The fields every `esim.*` event carries (decision 17), from the eSIM record.
 #[derive(Serialize)]
-struct EsimFields<'a> {
-    iccid: &'a str,
-    end_user_reference: &'a Option<String>,
-    label: &'a Option<String>,
+struct EsimCommon {
+    iccid: Iccid,
+    end_user_reference: Option<String>,
+    label: Option<String>,
 }
 
-/// The fields every `group.*` event carries (decision 17).
+/// The fields every `group.*` event carries (decision 17), from the group record.
 #[derive(Serialize)]
-struct GroupFields<'a> {
-    group_id: &'a str,
-    name: &'a str,
+struct GroupCommon {
+    group_id: String,
+    name: String,
     balance_usd: Decimal,
 }
 
-/// An `esim.*` event: its own fields, beside [`EsimFields`].
+/// An `esim.*` event: its own fields, beside [`EsimCommon`].
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum EsimEvent {
@@ -135,24 +138,68 @@ pub(crate) enum EsimEvent {
 }
 
 impl EsimEvent {
-    /// The event this payload is.
-    pub(crate) fn name(&self) -> EventName {
+    /// The payload: the eSIM's common fields and this event's own.
+    fn into_data(self, common: EsimCommon) -> EventData {
+        use EsimEvent as E;
+        use EventData as D;
+        let EsimCommon { iccid, end_user_reference, label } = common;
         match self {
-            EsimEvent::Provisioned { .. } => EventName::EsimProvisioned,
-            EsimEvent::Activated { .. } => EventName::EsimActivated,
-            EsimEvent::Terminated { .. } => EventName::EsimTerminated,
-            EsimEvent::DataSuspended {} => EventName::EsimDataSuspended,
-            EsimEvent::DataResumed {} => EventName::EsimDataResumed,
-            EsimEvent::BalanceLow { .. } => EventName::EsimBalanceLow,
-            EsimEvent::BalanceDepleted { .. } => EventName::EsimBalanceDepleted,
-            EsimEvent::Defunded { .. } => EventName::EsimDefunded,
-            EsimEvent::GroupAssigned { .. } => EventName::EsimGroupAssigned,
-            EsimEvent::GroupRemoved { .. } => EventName::EsimGroupRemoved,
+            E::Provisioned { lpa_string, status, created_at, group_id } => D::EsimProvisioned(EsimProvisionedData {
+                created_at,
+                end_user_reference,
+                group_id,
+                iccid,
+                label,
+                lpa_string,
+                status,
+            }),
+            E::Activated { activated_at, euicc_state, status } => D::EsimActivated(EsimActivatedData {
+                activated_at,
+                end_user_reference,
+                euicc_state,
+                iccid,
+                label,
+                status,
+            }),
+            E::Terminated { status, terminated_at, forfeited_usd } => D::EsimTerminated(EsimTerminatedData {
+                end_user_reference,
+                forfeited_usd,
+                iccid,
+                label,
+                status,
+                terminated_at,
+            }),
+            E::DataSuspended {} => D::EsimDataSuspended(EsimData { end_user_reference, iccid, label }),
+            E::DataResumed {} => D::EsimDataResumed(EsimData { end_user_reference, iccid, label }),
+            E::BalanceLow { wallet_balance_usd, threshold_usd } => D::EsimBalanceLow(EsimBalanceLowData {
+                end_user_reference,
+                iccid,
+                label,
+                threshold_usd,
+                wallet_balance_usd,
+            }),
+            E::BalanceDepleted { wallet_balance_usd } => {
+                D::EsimBalanceDepleted(EsimBalanceDepletedData { end_user_reference, iccid, label, wallet_balance_usd })
+            }
+            E::Defunded { returned_usd } => {
+                D::EsimDefunded(EsimDefundedData { end_user_reference, iccid, label, returned_usd })
+            }
+            E::GroupAssigned { group_id, group_name, returned_usd } => D::EsimGroupAssigned(EsimGroupAssignedData {
+                end_user_reference,
+                group_id,
+                group_name,
+                iccid,
+                label,
+                returned_usd,
+            }),
+            E::GroupRemoved { group_id, group_name } => {
+                D::EsimGroupRemoved(EsimGroupRemovedData { end_user_reference, group_id, group_name, iccid, label })
+            }
         }
     }
 }
 
-/// A `group.*` event: its own fields, beside [`GroupFields`].
+/// A `group.*` event: its own fields, beside [`GroupCommon`].
 #[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum GroupEvent {
@@ -167,25 +214,29 @@ pub(crate) enum GroupEvent {
 }
 
 impl GroupEvent {
-    /// The event this payload is.
-    pub(crate) fn name(&self) -> EventName {
+    /// The payload: the group's common fields and this event's own.
+    fn into_data(self, common: GroupCommon) -> EventData {
+        use EventData as D;
+        use GroupEvent as E;
+        let GroupCommon { group_id, name, balance_usd } = common;
         match self {
-            GroupEvent::Funded { .. } => EventName::GroupFunded,
-            GroupEvent::Defunded { .. } => EventName::GroupDefunded,
-            GroupEvent::BalanceLow { .. } => EventName::GroupBalanceLow,
-            GroupEvent::BalanceDepleted {} => EventName::GroupBalanceDepleted,
+            E::Funded { amount_usd } => D::GroupFunded(GroupFundedData { amount_usd, balance_usd, group_id, name }),
+            E::Defunded { returned_usd } => {
+                D::GroupDefunded(GroupDefundedData { balance_usd, group_id, name, returned_usd })
+            }
+            E::BalanceLow { suggested_amount_usd, threshold_usd, account_underfunded } => {
+                D::GroupBalanceLow(GroupBalanceLowData {
+                    account_underfunded,
+                    balance_usd,
+                    group_id,
+                    name,
+                    suggested_amount_usd,
+                    threshold_usd,
+                })
+            }
+            E::BalanceDepleted {} => D::GroupBalanceDepleted(GroupData { balance_usd, group_id, name }),
         }
     }
-}
-
-/// Where a top-up came from (`balance.topped_up`'s `source`).
-#[derive(Clone, Copy, Debug, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum TopUpSource {
-    /// The admin API.
-    Manual,
-    /// An auto-refill charge that settled.
-    AutoRefill,
 }
 
 /// A `balance.*` event of the reseller balance: every field is its own (decision 17:
@@ -213,47 +264,36 @@ pub(crate) enum BalanceEvent {
 }
 
 impl BalanceEvent {
-    /// The event this payload is.
-    pub(crate) fn name(&self) -> EventName {
+    /// The payload: this event's fields.
+    fn into_data(self) -> EventData {
+        use BalanceEvent as E;
+        use EventData as D;
         match self {
-            BalanceEvent::Low { .. } => EventName::BalanceLow,
-            BalanceEvent::Depleted { .. } => EventName::BalanceDepleted,
-            BalanceEvent::ToppedUp { .. } => EventName::BalanceToppedUp,
-            BalanceEvent::AutoRefillSucceeded { .. } => EventName::BalanceAutoRefillSucceeded,
-            BalanceEvent::AutoRefillFailed { .. } => EventName::BalanceAutoRefillFailed,
+            E::Low { balance_usd, threshold_usd } => D::BalanceLow(BalanceLowData { balance_usd, threshold_usd }),
+            E::Depleted { balance_usd } => D::BalanceDepleted(BalanceDepletedData { balance_usd }),
+            E::ToppedUp { amount_usd, new_balance_usd, balance_usd, source, topup_id } => {
+                D::BalanceToppedUp(BalanceToppedUpData { amount_usd, balance_usd, new_balance_usd, source, topup_id })
+            }
+            E::AutoRefillSucceeded { amount_usd, payment_intent_id, balance_usd } => {
+                D::BalanceAutoRefillSucceeded(AutoRefillSucceededData { amount_usd, balance_usd, payment_intent_id })
+            }
+            E::AutoRefillFailed { amount_usd, error_code, error_message, balance_usd } => {
+                D::BalanceAutoRefillFailed(AutoRefillFailedData { amount_usd, balance_usd, error_code, error_message })
+            }
         }
     }
 }
 
-/// The probe of `POST /webhooks/{id}/test` (decision 39).
-#[derive(Serialize)]
-pub(crate) struct TestEvent<'a> {
-    pub(crate) webhook_id: &'a str,
-    pub(crate) message: &'static str,
-}
-
-/// A payload as the JSON object `data` carries: the common fields and the event's own.
-fn data_of(common: impl Serialize, own: impl Serialize) -> serde_json::Value {
-    let mut data = serde_json::to_value(common).expect("event fields serialize");
-    let serde_json::Value::Object(fields) = serde_json::to_value(own).expect("event fields serialize") else {
-        unreachable!("every payload is a struct: a JSON object")
-    };
-    let map = data.as_object_mut().expect("common fields are an object");
-    for (key, value) in fields {
-        let previous = map.insert(key, value);
-        assert!(previous.is_none(), "an event's own field never shadows a common one");
-    }
-    data
-}
-
 impl Engine {
+    /// The common fields of an eSIM's events.
+    fn esim_common(&self, sim: EsimIx) -> EsimCommon {
+        let esim = &self.esims[sim];
+        EsimCommon { iccid: esim.iccid, end_user_reference: esim.end_user_reference.clone(), label: esim.label.clone() }
+    }
+
     /// Emits an `esim.*` event: the common fields of the eSIM, then the event's own.
     pub(crate) fn emit_esim(&mut self, sim: EsimIx, event: EsimEvent) {
-        let esim = &self.esims[sim];
-        let common =
-            EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
-        let data = data_of(common, &event);
-        let account = esim.account;
+        let account = self.esims[sim].account;
         let typed = self.typed_esim_event(sim, &event);
         let group = match (&typed, &event) {
             (Some(_), _) => None,
@@ -262,7 +302,8 @@ impl Engine {
             | (None, EsimEvent::GroupRemoved { group_id: id, .. }) => self.group_index.get(id.as_str()).copied(),
             _ => None,
         };
-        self.emit(account, event.name(), data, typed, Some(sim), group);
+        let data = event.into_data(self.esim_common(sim));
+        self.emit(account, data, typed, Some(sim), group);
     }
 
     /// The typed kept form of `esim.provisioned` and `esim.activated` (decision 155),
@@ -291,7 +332,7 @@ impl Engine {
 
     /// The `data` of a typed kept event created at `created_at`, built as it was when
     /// it was emitted; `None` for one kept as JSON text.
-    fn typed_event_data(&self, data: &KeptData, created_at: Millis) -> Option<serde_json::Value> {
+    fn typed_event_data(&self, data: &KeptData, created_at: Millis) -> Option<EventData> {
         let (sim, event) = match *data {
             KeptData::Provisioned { sim, group } => {
                 let event = EsimEvent::Provisioned {
@@ -309,10 +350,7 @@ impl Engine {
             }
             KeptData::Json(_) | KeptData::Legacy(_) => return None,
         };
-        let esim = &self.esims[sim];
-        let common =
-            EsimFields { iccid: &esim.iccid, end_user_reference: &esim.end_user_reference, label: &esim.label };
-        Some(data_of(common, &event))
+        Some(event.into_data(self.esim_common(sim)))
     }
 
     /// A kept event's envelope: the bytes that were delivered when it was emitted.
@@ -323,7 +361,7 @@ impl Engine {
             KeptData::Legacy(legacy) => legacy.envelope.to_string(),
             typed => {
                 let data = self.typed_event_data(typed, event.created_at).expect("not JSON text: typed");
-                envelope_text(&id, typed.name(), event.created_at, &data.to_string())
+                envelope_text(&id, typed.name(), event.created_at, &data.to_json())
             }
         }
     }
@@ -332,16 +370,14 @@ impl Engine {
     pub(crate) fn emit_group(&mut self, group: GroupIx, event: GroupEvent) {
         let record = &self.groups[group];
         let balance_usd = self.shown_balance(WalletOwner::Group(group));
-        let common = GroupFields { group_id: &record.id, name: &record.name, balance_usd };
-        let data = data_of(common, &event);
+        let common = GroupCommon { group_id: record.id.clone(), name: record.name.clone(), balance_usd };
         let account = record.account;
-        self.emit(account, event.name(), data, None, None, Some(group));
+        self.emit(account, event.into_data(common), None, None, Some(group));
     }
 
     /// Emits a `balance.*` event of the account's reseller balance.
     pub(crate) fn emit_balance(&mut self, account: AccountIx, event: BalanceEvent) {
-        let data = serde_json::to_value(&event).expect("event fields serialize");
-        self.emit(account, event.name(), data, None, None, None);
+        self.emit(account, event.into_data(), None, None, None);
     }
 
     /// Emits an event of an account: queued for observers, handed to every active
@@ -351,12 +387,12 @@ impl Engine {
     fn emit(
         &mut self,
         account: AccountIx,
-        name: EventName,
-        data: serde_json::Value,
+        data: EventData,
         typed: Option<KeptData>,
         sim: Option<EsimIx>,
         group: Option<GroupIx>,
     ) {
+        let name = data.name();
         let id = EventId(self.random_bytes::<12>(Purpose::EventId));
         let now = self.now;
         let targets: Vec<WebhookIx> = self.accounts[account]
@@ -370,7 +406,7 @@ impl Engine {
             .collect();
         // The JSON text only where it is used: a typed event with no webhook to deliver
         // to (most, at scale) needs none (decision 155).
-        let data_json = (typed.is_none() || !targets.is_empty()).then(|| data.to_string());
+        let data_json = (typed.is_none() || !targets.is_empty()).then(|| data.to_json());
         let event = Event { id: id.text(), account, name, created_at: now, data };
         if let (Some(data_json), false) = (&data_json, targets.is_empty()) {
             let body = envelope_text(&event.id, name, now, data_json);
@@ -394,6 +430,135 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dec(text: &str) -> Decimal {
+        text.parse().unwrap()
+    }
+
+    /// A payload as the engine wrote `data` before [`EventData`]: the common fields and
+    /// the event's own merged into a `serde_json::Value` object (keys in alphabetical
+    /// order), the oracle of the wire bytes.
+    fn value_of(common: impl Serialize, own: impl Serialize) -> String {
+        let mut data = serde_json::to_value(common).unwrap();
+        let serde_json::Value::Object(fields) = serde_json::to_value(own).unwrap() else { unreachable!() };
+        let map = data.as_object_mut().unwrap();
+        for (key, value) in fields {
+            assert!(map.insert(key, value).is_none(), "an event's own field never shadows a common one");
+        }
+        data.to_string()
+    }
+
+    fn esim_commons() -> Vec<EsimCommon> {
+        let text = |t: &str| Some(t.to_string());
+        vec![
+            EsimCommon { iccid: Iccid::parse("8901000000000000012").unwrap(), end_user_reference: None, label: None },
+            EsimCommon {
+                iccid: Iccid::parse("8901000000000000020").unwrap(),
+                end_user_reference: text("order \"9\" \\ é"),
+                label: text("Phone\t😀\u{1}"),
+            },
+        ]
+    }
+
+    /// Every event's bytes are exactly those of the `Value` object the engine wrote
+    /// before the typed payloads: keys in alphabetical order, the same numbers (scale
+    /// kept, as `Decimal` writes them), `null` and absent fields alike.
+    #[test]
+    fn typed_payloads_write_the_bytes_of_the_value_object() {
+        let at = Millis(1_767_225_600_123);
+        let amounts = [dec("0"), dec("5"), dec("19.99"), dec("0.10"), dec("12.3450"), dec("-1.5")];
+        let mut kinds = std::collections::BTreeSet::new();
+        for amount in amounts {
+            for group_id in [None, Some("5f0c1a2b-0000-4000-8000-000000000001".to_string())] {
+                let returned = group_id.as_ref().map(|_| amount);
+                let esim_events = [
+                    EsimEvent::Provisioned {
+                        lpa_string: "LPA:1$smdp.example.com$ABC".into(),
+                        status: "pending",
+                        created_at: at,
+                        group_id: group_id.clone(),
+                    },
+                    EsimEvent::Activated { activated_at: at, euicc_state: "ENABLED", status: "active" },
+                    EsimEvent::Terminated { status: "terminated", terminated_at: at, forfeited_usd: amount },
+                    EsimEvent::DataSuspended {},
+                    EsimEvent::DataResumed {},
+                    EsimEvent::BalanceLow { wallet_balance_usd: amount, threshold_usd: dec("5") },
+                    EsimEvent::BalanceDepleted { wallet_balance_usd: amount },
+                    EsimEvent::Defunded { returned_usd: amount },
+                    EsimEvent::GroupAssigned {
+                        group_id: "g-1".into(),
+                        group_name: "Fleet \"A\"".into(),
+                        returned_usd: returned,
+                    },
+                    EsimEvent::GroupRemoved { group_id: "g-1".into(), group_name: "Fleet".into() },
+                ];
+                for event in esim_events {
+                    for common in esim_commons() {
+                        let want = value_of(&common, &event);
+                        let data = event.clone().into_data(common);
+                        check_one(&mut kinds, data, want);
+                    }
+                }
+                let group_events = [
+                    GroupEvent::Funded { amount_usd: amount },
+                    GroupEvent::Defunded { returned_usd: amount },
+                    GroupEvent::BalanceLow {
+                        suggested_amount_usd: amount,
+                        threshold_usd: dec("2.50"),
+                        account_underfunded: group_id.is_some(),
+                    },
+                    GroupEvent::BalanceDepleted {},
+                ];
+                for event in group_events {
+                    let common = GroupCommon { group_id: "g-1".into(), name: "Fleet é".into(), balance_usd: amount };
+                    let want = value_of(&common, &event);
+                    check_one(&mut kinds, event.into_data(common), want);
+                }
+                let balance_events = [
+                    BalanceEvent::Low { balance_usd: amount, threshold_usd: dec("5") },
+                    BalanceEvent::Depleted { balance_usd: amount },
+                    BalanceEvent::ToppedUp {
+                        amount_usd: amount,
+                        new_balance_usd: amount,
+                        balance_usd: amount,
+                        source: if group_id.is_some() { TopUpSource::Manual } else { TopUpSource::AutoRefill },
+                        topup_id: group_id.as_ref().map(|_| "top_0123".to_string()),
+                    },
+                    BalanceEvent::AutoRefillSucceeded {
+                        amount_usd: amount,
+                        payment_intent_id: "pi_1".into(),
+                        balance_usd: amount,
+                    },
+                    BalanceEvent::AutoRefillFailed {
+                        amount_usd: amount,
+                        error_code: "card_declined",
+                        error_message: "the card was declined".into(),
+                        balance_usd: amount,
+                    },
+                ];
+                for event in balance_events {
+                    let want = serde_json::to_value(&event).unwrap().to_string();
+                    check_one(&mut kinds, event.into_data(), want);
+                }
+            }
+        }
+        #[derive(Serialize)]
+        struct OldTest<'a> {
+            webhook_id: &'a str,
+            message: &'static str,
+        }
+        let old = OldTest { webhook_id: "wh_1", message: "This is a test event." };
+        let test = EventData::Test(TestData { message: "This is a test event.", webhook_id: "wh_1".into() });
+        check_one(&mut kinds, test, serde_json::to_value(&old).unwrap().to_string());
+        let every: std::collections::BTreeSet<EventName> =
+            EventName::SUBSCRIBABLE.into_iter().chain([EventName::Test]).collect();
+        assert_eq!(kinds, every, "every event kind is compared");
+    }
+
+    fn check_one(kinds: &mut std::collections::BTreeSet<EventName>, data: EventData, want: String) {
+        kinds.insert(data.name());
+        assert_eq!(data.to_json(), want, "{:?}", data.name());
+    }
 
     /// The one envelope writer writes what serde_json writes for the envelope struct,
     /// escapes included.

@@ -513,7 +513,7 @@ impl Engine {
         let history = merge_histories(indexes.iter().map(|&a| self.ledger.history(a)));
         let scope = match account_id {
             Some(id) => format!("account {id}"),
-            None => format!("all {} accounts, one row each", indexes.len()),
+            None => crate::finance_render::every_account_scope(indexes.len()),
         };
         Some(
             FinanceReport {

@@ -7,7 +7,7 @@
 //! with the JSON report figure by figure; the text shows USD with two decimals.
 
 use crate::finance::{AccountReport, FinanceReport, Holdings};
-use crate::finance_render::{account_name, day_columns, day_figure, equation, period_text, usd, SECTIONS};
+use crate::finance_render::{account_name, day_columns, day_figure, equation, period_text, usd, GLOSSARY, SECTIONS};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use std::fmt::Write;
@@ -24,6 +24,9 @@ td.eq{text-align:left;font-variant-numeric:tabular-nums;color:#39424f}
 svg{display:block;margin:6px 0 4px}svg text{font-family:inherit;font-size:11px;fill:#39424f}
 .in{fill:#2f855a}.out{fill:#c05621}.held{fill:#2b6cb0}.c0{fill:#2b6cb0}.c1{fill:#63b3ed}.c2{fill:#805ad5}.c3{fill:#d69e2e}
 .grid{stroke:#d5dae1;stroke-width:1}.link{stroke:#8a94a3;stroke-dasharray:3 2}
+dl.words{display:grid;grid-template-columns:minmax(150px,max-content) minmax(0,70ch);gap:6px 16px;font-size:13px;margin:8px 0}dl.words dt{font-weight:600}dl.words dd{margin:0;color:#39424f}
+th[title]{text-decoration:underline dotted;cursor:help}
+@media screen{table{display:block;max-width:100%;overflow-x:auto}}
 @media print{body{margin:10mm;max-width:none}h2{break-after:avoid}table,svg{break-inside:avoid}}";
 
 /// Escapes text for HTML content and attribute values.
@@ -248,7 +251,7 @@ impl FinanceReport {
         let _ = writeln!(out, "<p class=\"meta\">Period: {}.</p>", escape(&period_text(self)));
         let _ = writeln!(
             out,
-            "<p class=\"meta\">Rows: {}. As of {}. USD, two decimals; exact figures in the JSON and CSV reports.</p>",
+            "<p class=\"meta\">Rows: {}. As of {}. USD, two decimals; exact figures in the JSON and CSV reports. The words are explained at the end (What the words mean).</p>",
             escape(&self.scope),
             escape(&self.generated_at)
         );
@@ -269,7 +272,11 @@ impl FinanceReport {
         self.section_tables(&mut out, &rows);
         difference_table(&mut out, &rows);
         self.days_html(&mut out);
-        out.push_str("</body></html>\n");
+        out.push_str("<h2>What the words mean</h2>\n<dl class=\"words\">\n");
+        for (term, meaning) in GLOSSARY {
+            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(term), escape(meaning));
+        }
+        out.push_str("</dl>\n</body></html>\n");
         out
     }
 
@@ -292,7 +299,7 @@ impl FinanceReport {
                 .collect();
             let _ = writeln!(out, "<h2>{title}</h2>\n<p class=\"says\">{says}</p>\n<table><thead><tr><th>account</th>");
             for label in labels {
-                let _ = write!(out, "<th>{}</th>", escape(label));
+                heading(out, label);
             }
             out.push_str("</tr></thead><tbody>\n");
             for row in rows {
@@ -322,7 +329,7 @@ impl FinanceReport {
             let columns = day_columns();
             out.push_str("<table><thead><tr><th>date</th>");
             for (_, label) in &columns {
-                let _ = write!(out, "<th>{}</th>", escape(label));
+                heading(out, label);
             }
             out.push_str("</tr></thead><tbody>\n");
             for day in &self.days {
@@ -357,6 +364,20 @@ fn difference_table(out: &mut String, rows: &[&AccountReport]) {
         out.push_str("</tr>\n");
     }
     out.push_str("</tbody></table>\n");
+}
+
+/// A column heading; a word of the glossary carries its meaning as a tooltip.
+fn heading(out: &mut String, label: &str) {
+    let meaning =
+        GLOSSARY.iter().find(|(term, _)| term.split(" (").next().unwrap_or(term).split(", ").any(|w| w == label));
+    match meaning {
+        Some((_, meaning)) => {
+            let _ = write!(out, "<th title=\"{}\">{}</th>", escape(meaning), escape(label));
+        }
+        None => {
+            let _ = write!(out, "<th>{}</th>", escape(label));
+        }
+    }
 }
 
 /// One figure's cell: the exact amount in `data-value`, two decimals in the text.

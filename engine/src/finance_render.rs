@@ -26,6 +26,67 @@ pub fn usd(value: Decimal) -> String {
     format!("{sign}{grouped}.{cents}")
 }
 
+/// `1 account`, `3 accounts`: a count with its noun in the right number.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// What the rows of an every-account report are, in words: `the 1 account, one row`,
+/// `all 3 accounts, one row each`, `no account yet`.
+pub fn every_account_scope(n: usize) -> String {
+    match n {
+        0 => "no account yet".to_string(),
+        1 => "the 1 account, one row".to_string(),
+        _ => format!("all {n} accounts, one row each"),
+    }
+}
+
+/// The words of the report a finance reader may not know, with what each means: shown
+/// at the end of the Markdown and HTML reports (and, in the same words, on the
+/// dashboard). Each says what the figure counts and why it differs from a figure beside it.
+pub const GLOSSARY: [(&str, &str); 7] = [
+    (
+        "conversion dust",
+        "The upstream network keeps eSIM credit in retail cents worth $0.009, and a return \
+         comes back in whole US cents. The part of a fund below one retail cent, and the \
+         sub-cent rest of a return, cannot be credited: it is kept here to the last digit. \
+         It is never lost and never spendable.",
+    ),
+    (
+        "eSIM funds, group funds",
+        "What reached the wallets. A fund of 35.00 credits 34.991 (shown 34.99): the \
+         0.009 left is conversion dust, the same day.",
+    ),
+    (
+        "returns requested, returns settled",
+        "A defund (or a move into a group) sends a wallet's exact credit back: that is \
+         requested (17.838, shown 17.84). About 15 minutes later the whole cents of it \
+         reach the reseller balance: that is settled (17.83). The rest, under a cent, \
+         is conversion dust.",
+    ),
+    (
+        "returns on their way",
+        "Requested returns not settled yet: still the reseller's money, between the \
+         wallet and the reseller balance.",
+    ),
+    (
+        "data not yet reported",
+        "Data charged to a wallet at once when used, but not yet reported by the upstream \
+         network. Reports wait for the 15-minute pause after a fund and then the next sync \
+         cycle, so an eSIM's total_data_charged_usd stays 0 meanwhile. Over a period it \
+         can be below 0: reports caught up with usage of earlier days.",
+    ),
+    ("forfeited", "Wallet credit of terminated eSIMs: it cannot be returned."),
+    (
+        "spent (and the wallet's lifetime usage)",
+        "Spent counts what left the resellers' hands for good: provisioning fees, data \
+         charged, forfeits, conversion dust. The reseller's lifetime usage \
+         (GET /wallet/balance) counts every fee and every fund, including credit still in \
+         wallets and credit returned later, so it is at least the fees plus what was \
+         funded, and usually above spent.",
+    ),
+];
+
 /// An account as people name it: `Company (acct_id)`, or the id alone.
 pub fn account_name(row: &AccountReport) -> String {
     match &row.company_name {
@@ -148,6 +209,7 @@ impl FinanceReport {
         let _ = writeln!(out, "- Period: {}", period_text(self));
         let _ = writeln!(out, "- Rows: {}", self.scope);
         let _ = writeln!(out, "- As of: {}", self.generated_at);
+        let _ = writeln!(out, "- Words: explained at the end (What the words mean)");
         let _ = writeln!(
             out,
             "- Conserved: **{}**\n",
@@ -177,7 +239,8 @@ impl FinanceReport {
         table(&mut out, &["equation", "difference"], &|row| vec![equation(row), usd(row.difference_usd)]);
         let _ = writeln!(out, "## Movements per day\n");
         if self.days.is_empty() {
-            let _ = writeln!(out, "No movement in the period.");
+            let _ = writeln!(out, "No movement in the period.\n");
+            glossary_markdown(&mut out);
             return out;
         }
         let columns = day_columns();
@@ -187,6 +250,8 @@ impl FinanceReport {
             let cells: Vec<String> = columns.iter().map(|(name, _)| usd(day_figure(day, name))).collect();
             let _ = writeln!(out, "| {} | {} |", day.date, cells.join(" | "));
         }
+        let _ = writeln!(out);
+        glossary_markdown(&mut out);
         out
     }
 
@@ -212,9 +277,56 @@ impl FinanceReport {
     }
 }
 
+/// The glossary as a Markdown section.
+fn glossary_markdown(out: &mut String) {
+    let _ = writeln!(out, "## What the words mean\n");
+    for (term, meaning) in GLOSSARY {
+        let _ = writeln!(out, "- **{term}**: {meaning}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_and_scopes_say_one_or_many_right() {
+        assert_eq!(count(1, "account", "accounts"), "1 account");
+        assert_eq!(count(0, "account", "accounts"), "0 accounts");
+        assert_eq!(count(3, "shard", "shards"), "3 shards");
+        assert_eq!(every_account_scope(1), "the 1 account, one row");
+        assert_eq!(every_account_scope(3), "all 3 accounts, one row each");
+        assert_eq!(every_account_scope(0), "no account yet");
+    }
+
+    #[test]
+    fn the_glossary_explains_every_word_a_reader_asked_about() {
+        let terms: Vec<&str> = GLOSSARY.iter().map(|(term, _)| *term).collect();
+        for asked in ["conversion dust", "forfeited", "data not yet reported", "returns on their way"] {
+            assert!(terms.contains(&asked), "{asked} is in the glossary");
+        }
+        // Every term is a label the report shows (beside it, in brackets, what it is set against).
+        let labels: Vec<&str> = [
+            crate::finance::Holdings::LABELS,
+            crate::finance::MoneyIn::LABELS,
+            crate::finance::Spent::LABELS,
+            crate::finance::MovedInside::LABELS,
+        ]
+        .concat();
+        for term in terms {
+            for word in term.split(" (").next().unwrap_or(term).split(", ") {
+                assert!(labels.contains(&word), "{word} is a label of the report");
+            }
+        }
+        let report = crate::finance::FinanceReport::combine("now".into(), "test".into(), Vec::new());
+        for text in [report.to_markdown(), report.to_html()] {
+            assert!(text.contains("What the words mean"), "{text}");
+            for (term, _) in GLOSSARY {
+                let word = term.split(" (").next().unwrap_or(term);
+                assert!(text.contains(&format!("{word} (and")) || text.contains(term), "{term} in the rendering");
+            }
+        }
+    }
 
     #[test]
     fn usd_rounds_half_away_and_groups_thousands() {

@@ -307,10 +307,10 @@ pub struct ProvisionedEsim {
     #[schemars(extend("format" = "uri"))]
     pub direct_install_url: String,
     /// pending at provisioning
-    #[schemars(extend("enum" = ["pending", "active", "suspended", "terminated"]))]
+    #[schemars(with = "schema::EsimStatus")]
     pub status: &'static str,
     /// RELEASED at provisioning
-    #[schemars(extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED"]))]
+    #[schemars(with = "schema::EuiccState")]
     pub euicc_state: &'static str,
     /// As given
     pub end_user_reference: Option<String>,
@@ -341,10 +341,10 @@ pub struct EsimItem {
     /// ICCID (19 digits), the identifier used in paths
     pub iccid: String,
     /// pending until first installed, active, suspended while data is disabled, terminated for good
-    #[schemars(extend("enum" = ["pending", "active", "suspended", "terminated"]))]
+    #[schemars(with = "schema::EsimStatus")]
     pub status: &'static str,
     /// Activation state of the profile on the device
-    #[schemars(extend("enum" = ["RELEASED", "DOWNLOADED", "INSTALLED", "ENABLED", null]))]
+    #[schemars(with = "Option<schema::EuiccState>")]
     pub euicc_state: Option<&'static str>,
     /// The reseller's own customer or order reference
     pub end_user_reference: Option<String>,
@@ -881,33 +881,38 @@ pub struct WebhookTestResult {
     pub error: Option<String>,
 }
 
-/// A new reseller account (admin API, status 201). Its API key is shown only here.
-#[derive(Clone, Debug, Serialize)]
+/// A new reseller account (status 201); its API key is shown only here
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct AccountCreated {
-    /// The account's id (`acc_` followed by 16 hex characters).
+    /// The account's id (`acc_` followed by 16 hex characters)
     pub account_id: String,
-    /// The account's first API key (`rsk_...`), shown once. Filled by the shell, which
-    /// drew the key ([`Reply::show_secret`]).
+    /// The account's first API key (`rsk_` and 64 hex digits), shown only here
+    // Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    #[schemars(length(min = 68, max = 68), regex(pattern = r"^rsk_[0-9a-f]{64}$"))]
     pub api_key: String,
-    /// The account as `GET /account` shows it.
+    /// The account as the reseller's `GET /account` shows it
     pub account: AccountRecord,
 }
 
-/// A manual top-up of the reseller balance (admin API, status 201).
-#[derive(Clone, Debug, Serialize)]
+/// A manual top-up of the reseller balance (status 201)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct ToppedUp {
-    /// The top-up's id.
+    /// The top-up's id
     pub topup_id: String,
-    /// USD credited.
+    /// USD credited
+    #[schemars(with = "schema::Usd")]
     pub amount_usd: Decimal,
-    /// USD. The reseller balance after the top-up.
+    /// USD. The reseller balance after the top-up
+    #[schemars(with = "schema::Usd")]
     pub balance_usd: Decimal,
 }
 
-/// A new API key of an existing account (admin API, status 201), shown only here.
-#[derive(Clone, Debug, Serialize)]
+/// A new API key of an existing account (status 201), shown only here
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct KeyCreated {
-    /// Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    /// The key (`rsk_` and 64 hex digits): keep it now, it is never shown again
+    // Filled by the shell, which drew the key ([`Reply::show_secret`]).
+    #[schemars(length(min = 68, max = 68), regex(pattern = r"^rsk_[0-9a-f]{64}$"))]
     pub api_key: String,
 }
 
@@ -982,7 +987,7 @@ pub struct AutoRefillSettings {
     #[schemars(with = "schema::Usd")]
     pub amount_usd: Decimal,
     /// How the (simulated) saved card answers charges; the operator sets it
-    pub card: crate::command::CardBehavior,
+    pub card: crate::state::CardBehavior,
     /// Charges started in the last 24 hours
     pub charges_last_24h: u64,
     /// Charges allowed in 24 hours before auto-refill switches itself off
@@ -994,35 +999,91 @@ pub struct AutoRefillSettings {
     pub last_error: Option<AutoRefillError>,
 }
 
-/// A device installed the profile (sandbox API).
-#[derive(Clone, Debug, Serialize)]
+/// A device installed the profile (sandbox API)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Installed {
-    /// Always true.
+    /// Always true
     pub success: bool,
-    /// The eSIM.
+    /// ICCID (19 digits)
     pub iccid: String,
-    /// The eSIM's status after the install: `active`, or `suspended` while its data
-    /// is disabled.
+    /// The eSIM's status after the install: active, or suspended while its data is disabled
+    #[schemars(with = "String")]
     pub status: &'static str,
-    /// The profile's state as the network now reports it.
+    /// The profile's state as the network now reports it
+    #[schemars(with = "String")]
     pub euicc_state: &'static str,
-    /// First installation of the profile (this one, or an earlier one).
+    /// First installation of the profile (this one, or an earlier one)
     #[serde(serialize_with = "rfc3339::option::serialize")]
+    #[schemars(with = "Option<schema::Timestamp>")]
     pub activated_at: Option<Millis>,
 }
 
-/// What a simulated data session used and cost (sandbox API).
-#[derive(Clone, Debug, Serialize)]
+/// What a simulated data session used and cost (sandbox API)
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct UsageResult {
-    /// Megabytes actually used: less than asked when the credit ran out.
+    /// Megabytes actually used: less than asked when the credit ran out
+    #[schemars(with = "schema::Usd")]
     pub used_mb: Decimal,
-    /// USD charged to the wallet (the eSIM's or its group's), at the network's rate.
+    /// USD charged to the wallet (the eSIM's or its group's), at the network's rate
+    #[schemars(with = "schema::Usd")]
     pub charged_usd: Decimal,
-    /// True when data stopped (or never started): `reason` says why.
+    /// True when data stopped (or never started): reason says why
     pub data_stopped: bool,
-    /// Why no (more) data flows, when it does not.
+    /// Why no (more) data flows, when it does not
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub reason: Option<&'static str>,
+}
+
+/// What the service is still waiting for, soonest first (sandbox API, `GET /sandbox/v1/pending`): the timers that move money or send events; housekeeping timers (stored idempotent answers, revoked key records) are left out
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PendingTimers {
+    /// Service time of the answer
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "schema::Timestamp")]
+    pub now: Millis,
+    /// Number of pending timers of the kinds listed
+    pub total: u64,
+    /// Page size applied (default 50, at most 100)
+    pub limit: u64,
+    /// The soonest `limit` of them, by due time (ties in the order they were set)
+    pub timers: Vec<PendingTimer>,
+}
+
+/// One pending timer: its kind, when it falls due and what it concerns
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct PendingTimer {
+    /// usage_report: data charged to a wallet is reported by the next sync cycle after its reporting pause; esim_return: a defund or a move into a group settles; group_return: a group defund settles; card_charge: an auto-refill card charge settles; webhook_retry: a failed delivery is tried again; group_low_event: a held-back group.balance_low goes out
+    #[schemars(extend("enum" = ["usage_report", "esim_return", "group_return", "card_charge", "webhook_retry", "group_low_event"]))]
+    pub kind: &'static str,
+    /// When it falls due (service time)
+    #[serde(with = "rfc3339")]
+    #[schemars(with = "schema::Timestamp")]
+    pub due_at: Millis,
+    /// Whole seconds from now until it falls due (rounded up; 0 when due)
+    pub due_in_seconds: i64,
+    /// The account it concerns
+    pub account_id: String,
+    /// The eSIM it concerns (usage_report of an eSIM wallet, esim_return)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iccid: Option<String>,
+    /// The group it concerns (usage_report of a group wallet, group_return, group_low_event)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", extend("format" = "uuid"))]
+    pub group_id: Option<String>,
+    /// The webhook a retry goes to
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_id: Option<String>,
+    /// The event a retry carries
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<&'static str>,
+    /// The attempt a retry will be (2 for the first retry)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// USD. The money that moves when it falls due: data not yet reported, a return on its way, a card charge
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "schema::Usd")]
+    pub amount_usd: Option<Decimal>,
 }
 
 /// The JSON Schemas of field types (in their own leaf module; here under their old path too).

@@ -34,6 +34,49 @@ impl JsonSchema for Timestamp {
     }
 }
 
+/// The profile's state on the device, as the network reports it
+// Named once in the document (a generated client gets one class), its nullable uses
+// `anyOf` with it and null; a test of the document pairs the values with
+// `state::EuiccState`'s.
+#[derive(JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[allow(dead_code, missing_docs)] // only its schema is used; a `///` would make it a oneOf
+pub enum EuiccState {
+    Released,
+    Downloaded,
+    Installed,
+    Enabled,
+}
+
+/// pending until first installed, active, suspended while data is disabled, terminated for good
+// Named once, as `EuiccState`; a test pairs the values with `state::EsimStatus`'s.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code, missing_docs)] // only its schema is used; a `///` would make it a oneOf
+pub enum EsimStatus {
+    Pending,
+    Active,
+    Suspended,
+    Terminated,
+}
+
+/// The name of an event a webhook can subscribe to (`esim.provisioned`, ...): one of
+/// [`crate::event_name::EventName::SUBSCRIBABLE`].
+pub struct SubscribableEvent;
+
+impl JsonSchema for SubscribableEvent {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        "SubscribableEvent".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let names: Vec<&str> = crate::event_name::EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect();
+        json_schema!({ "type": "string", "enum": names })
+    }
+}
+
 /// A throttle speed: one of [`ThrottleSpeed::names`].
 pub struct ThrottleSpeed;
 

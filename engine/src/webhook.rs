@@ -8,7 +8,8 @@ use crate::command::DeliveryResult;
 use crate::effect::{Delivery, Effect};
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
-use crate::event::{Event, EventName, TestEvent};
+use crate::event::{Event, EventName};
+use crate::event_data::{EventData, TestData};
 use crate::limits;
 use crate::random::Purpose;
 use crate::reply::*;
@@ -350,8 +351,7 @@ impl Engine {
             account,
             name: EventName::Test,
             created_at: self.now,
-            data: serde_json::to_value(TestEvent { webhook_id, message: "This is a test event." })
-                .expect("event fields serialize"),
+            data: EventData::Test(TestData { message: "This is a test event.", webhook_id: webhook_id.to_string() }),
         };
         let body = String::from_utf8(event.envelope_bytes()).expect("JSON is UTF-8");
         let delivery_id = self.start_delivery(webhook, &event, body, true);

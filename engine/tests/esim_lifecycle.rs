@@ -55,11 +55,11 @@ fn provisioning_takes_the_fee_and_returns_every_field() {
     assert!(json["qr_code"].as_str().unwrap().starts_with("data:image/png;base64,"));
     assert_eq!(json["created_at"], "2026-01-01T00:00:00.000Z");
     let event = &h.events_named("esim.provisioned")[0];
-    assert_eq!(event.data["iccid"], p.iccid.as_str());
-    assert_eq!(event.data["end_user_reference"], "cust-42");
-    assert_eq!(event.data["label"], "Paris");
-    assert_eq!(event.data["lpa_string"], p.lpa_string.as_str());
-    assert_eq!(event.data["status"], "pending");
+    assert_eq!(event.data.wire()["iccid"], p.iccid.as_str());
+    assert_eq!(event.data.wire()["end_user_reference"], "cust-42");
+    assert_eq!(event.data.wire()["label"], "Paris");
+    assert_eq!(event.data.wire()["lpa_string"], p.lpa_string.as_str());
+    assert_eq!(event.data.wire()["status"], "pending");
     h.assert_conserved();
 }
 
@@ -226,9 +226,9 @@ fn esim_low_and_depleted_events_follow_the_pipeline_once_per_crossing() {
     h.advance_secs(16 * 60 + 60);
     let low = h.events_named("esim.balance_low");
     assert_eq!(low.len(), 1);
-    assert_eq!(low[0].data["threshold_usd"], 5.0);
-    assert_eq!(low[0].data["iccid"], iccid.as_str());
-    assert!(low[0].data["wallet_balance_usd"].as_f64().unwrap() < 5.0);
+    assert_eq!(low[0].data.wire()["threshold_usd"], 5.0);
+    assert_eq!(low[0].data.wire()["iccid"], iccid.as_str());
+    assert!(low[0].data.wire()["wallet_balance_usd"].as_f64().unwrap() < 5.0);
     // More usage below 5: no second low event.
     h.usage(&iccid, "10");
     h.advance_secs(120);
@@ -259,8 +259,8 @@ fn install_activates_once() {
     assert_eq!(detail.item.activated_at, Some(Millis::VIRTUAL_EPOCH.plus_ms(30_000)));
     let activated = h.events_named("esim.activated");
     assert_eq!(activated.len(), 1);
-    assert_eq!(activated[0].data["euicc_state"], "ENABLED");
-    assert_eq!(activated[0].data["activated_at"], "2026-01-01T00:00:30.000Z");
+    assert_eq!(activated[0].data.wire()["euicc_state"], "ENABLED");
+    assert_eq!(activated[0].data.wire()["activated_at"], "2026-01-01T00:00:30.000Z");
 }
 
 #[test]
@@ -372,7 +372,7 @@ fn defund_pauses_data_and_credits_the_displayed_balance_at_settlement() {
     assert_eq!(h.balance(&r), d("48.24"));
     assert_eq!(h.detail(&r, &iccid).item.wallet_balance_usd, d("0"));
     let defunded = h.events_named("esim.defunded");
-    assert_eq!(defunded[0].data["returned_usd"], 19.99);
+    assert_eq!(defunded[0].data.wire()["returned_usd"], 19.99);
     // The SIM stays installed and can be funded again.
     h.fund(&r, &iccid, "9").unwrap();
     assert!(!h.usage(&iccid, "1").data_stopped);
@@ -555,8 +555,8 @@ fn top_up_minimum_is_10() {
     assert_eq!(t.balance_usd, d("10"));
     assert!(t.topup_id.starts_with("top_"));
     let event = &h.events_named("balance.topped_up")[0];
-    assert_eq!(event.data["amount_usd"], 10.0);
-    assert_eq!(event.data["new_balance_usd"], 10.0);
+    assert_eq!(event.data.wire()["amount_usd"], 10.0);
+    assert_eq!(event.data.wire()["new_balance_usd"], 10.0);
 }
 
 #[test]
@@ -674,4 +674,28 @@ fn the_idempotency_store_of_an_account_is_bounded_oldest_first() {
     // Expiry after 24 h still works through the bounded queue.
     h.advance_secs(24 * 3600 + 1);
     assert!(h.run(request(newest, ResellerOp::Enable { iccid: iccid.clone() })).is_ok());
+}
+
+#[test]
+fn pending_timers_list_the_usage_report_and_the_return_until_they_fall_due() {
+    let mut h = Harness::new();
+    let r = h.reseller("100");
+    let iccid = h.provision_installed(&r);
+    h.fund(&r, &iccid, "9").unwrap();
+    assert_eq!(h.engine.pending_timers(50).total, 0, "nothing used, nothing to report");
+    let out = h.usage(&iccid, "100");
+    let pending = h.engine.pending_timers(50);
+    assert_eq!(pending.total, 1, "{pending:?}");
+    let report = &pending.timers[0];
+    assert_eq!((report.kind, report.iccid.as_deref()), ("usage_report", Some(iccid.as_str())));
+    assert_eq!(report.amount_usd, Some(out.charged_usd));
+    // Reported by the first sync cycle after the 15-minute reporting pause.
+    assert!(report.due_in_seconds > 15 * 60 && report.due_in_seconds <= 17 * 60, "{report:?}");
+    h.call(&r, ResellerOp::Defund { iccid: iccid.clone() }).unwrap();
+    let kinds: Vec<&str> = h.engine.pending_timers(50).timers.iter().map(|t| t.kind).collect();
+    assert_eq!(kinds, ["usage_report", "esim_return"], "the return waits for the report");
+    let first = h.engine.pending_timers(1);
+    assert_eq!((first.total, first.timers.len()), (2, 1), "the limit bounds the list, not the total");
+    h.advance_secs(20 * 60);
+    assert_eq!(h.engine.pending_timers(50).total, 0, "both fell due");
 }

@@ -119,9 +119,10 @@ fn every_event_is_emitted_with_exactly_its_fields() {
             _ => &["balance_usd"],
         };
         want.extend(common);
-        let keys: BTreeSet<&str> = event.data.as_object().unwrap().keys().map(String::as_str).collect();
+        let data = event.data.wire();
+        let keys: BTreeSet<&str> = data.as_object().unwrap().keys().map(String::as_str).collect();
         // topped_up from auto-refill has no topup_id; every other field is always there.
-        if event.name == EventName::BalanceToppedUp && event.data["source"] == "auto_refill" {
+        if event.name == EventName::BalanceToppedUp && data["source"] == "auto_refill" {
             want.remove("topup_id");
         }
         assert_eq!(keys, want, "{}", event.name.as_str());
@@ -129,9 +130,9 @@ fn every_event_is_emitted_with_exactly_its_fields() {
     }
     // The spec's own examples of values.
     let activated = h.events.iter().find(|e| e.name == EventName::EsimActivated).unwrap();
-    assert_eq!(activated.data["euicc_state"], "ENABLED");
+    assert_eq!(activated.data.wire()["euicc_state"], "ENABLED");
     let low = h.events.iter().find(|e| e.name == EventName::GroupBalanceLow).unwrap();
-    assert_eq!(low.data["suggested_amount_usd"], 25.0);
+    assert_eq!(low.data.wire()["suggested_amount_usd"], 25.0);
     h.assert_conserved();
 }
 
@@ -448,7 +449,7 @@ fn serde_envelope(event: &Event) -> String {
         id: &event.id,
         event: event.name.as_str(),
         created_at: event.created_at.to_rfc3339(),
-        data: &event.data,
+        data: &serde_json::to_value(&event.data).unwrap(),
     };
     serde_json::to_string(&envelope).unwrap()
 }
@@ -521,7 +522,7 @@ fn the_events_api_shows_every_event_as_delivered_also_after_a_snapshot() {
 
     // Filters: what the data names, compared as text; an unknown eSIM or group: none.
     let named = |field: &str| -> BTreeSet<String> {
-        events.iter().filter_map(|e| e.data.get(field).and_then(|v| v.as_str()).map(str::to_string)).collect()
+        events.iter().filter_map(|e| e.data.wire().get(field).and_then(|v| v.as_str()).map(str::to_string)).collect()
     };
     let (iccids, groups) = (named("iccid"), named("group_id"));
     assert!(iccids.len() >= 4 && groups.len() >= 2, "{iccids:?} {groups:?}");
@@ -535,7 +536,7 @@ fn the_events_api_shows_every_event_as_delivered_also_after_a_snapshot() {
             let want: Vec<String> = events
                 .iter()
                 .rev()
-                .filter(|e| e.data.get(field).and_then(|v| v.as_str()) == Some(value))
+                .filter(|e| e.data.wire().get(field).and_then(|v| v.as_str()) == Some(value))
                 .map(serde_envelope)
                 .collect();
             assert_eq!(listed(&mut h, &r, filter), want, "{field} {value}");
@@ -569,7 +570,7 @@ fn the_events_api_shows_every_event_as_delivered_also_after_a_snapshot() {
         .map(|(seq, e)| {
             serde_json::json!({
                 "seq": seq, "id": e.id, "account": e.account, "name": e.name, "created_at": e.created_at,
-                "iccid": e.data.get("iccid"), "group_id": e.data.get("group_id"), "envelope": serde_envelope(e),
+                "iccid": e.data.iccid(), "group_id": e.data.group_id(), "envelope": serde_envelope(e),
             })
         })
         .collect();

@@ -182,9 +182,9 @@ fn group_low_balance_once_per_crossing_rearmed_by_fund() {
     h.usage(&p.iccid, "1");
     let low = h.events_named("group.balance_low");
     assert_eq!(low.len(), 1);
-    assert_eq!(low[0].data["suggested_amount_usd"], 25.0);
-    assert_eq!(low[0].data["account_underfunded"], false);
-    assert_eq!(low[0].data["group_id"], gid.as_str());
+    assert_eq!(low[0].data.wire()["suggested_amount_usd"], 25.0);
+    assert_eq!(low[0].data.wire()["account_underfunded"], false);
+    assert_eq!(low[0].data.wire()["group_id"], gid.as_str());
     h.call(&r, ResellerOp::FundGroup { group_id: gid.clone(), amount: d("0.01") }).unwrap();
     h.usage(&p.iccid, "1");
     assert_eq!(h.events_named("group.balance_low").len(), 2, "re-armed by a group fund");
@@ -201,7 +201,7 @@ fn group_low_balance_once_per_crossing_rearmed_by_fund() {
     h.usage(&p.iccid, &(d("5") / per_mb).round().to_string());
     let low = h.events_named("group.balance_low");
     assert_eq!(low.len(), 3, "re-armed by the lower threshold");
-    assert_eq!(low[2].data["threshold_usd"], 5.0);
+    assert_eq!(low[2].data.wire()["threshold_usd"], 5.0);
     // A threshold raised above the balance is a crossing too.
     h.call(&r, patch("0")).unwrap();
     h.call(&r, patch("8")).unwrap();
@@ -378,11 +378,11 @@ fn low_group_with_underfunded_account_charges_the_card_first() {
     h.advance_secs(120);
     let succeeded = h.events_named("balance.auto_refill_succeeded");
     assert_eq!(succeeded.len(), 1);
-    assert!(succeeded[0].data["payment_intent_id"].as_str().unwrap().starts_with("pi_"));
+    assert!(succeeded[0].data.wire()["payment_intent_id"].as_str().unwrap().starts_with("pi_"));
     assert_eq!(h.events_named("balance.topped_up").len(), 2);
     let low = h.events_named("group.balance_low");
     assert_eq!(low.len(), 1);
-    assert_eq!(low[0].data["account_underfunded"], false);
+    assert_eq!(low[0].data.wire()["account_underfunded"], false);
     assert_eq!(h.balance(&r), d("61.25"));
     h.assert_conserved();
 }
@@ -410,9 +410,9 @@ fn a_declined_card_turns_auto_refill_off_and_sends_the_low_event_underfunded() {
     h.advance_secs(120);
     let failed = h.events_named("balance.auto_refill_failed");
     assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].data["error_code"], "card_declined");
-    assert!(failed[0].data["error_message"].is_string());
-    assert_eq!(h.events_named("group.balance_low")[0].data["account_underfunded"], true);
+    assert_eq!(failed[0].data.wire()["error_code"], "card_declined");
+    assert!(failed[0].data.wire()["error_message"].is_string());
+    assert_eq!(h.events_named("group.balance_low")[0].data.wire()["account_underfunded"], true);
     let Ok(Reply::Account(a)) = h.call(&r, ResellerOp::Account) else { panic!() };
     assert!(!a.auto_refill_enabled);
     assert_eq!(a.auto_refill_last_error.unwrap().code, "card_declined");
@@ -441,7 +441,7 @@ fn auto_refill_stops_after_ten_charges_in_a_day() {
     assert_eq!(h.events_named("balance.auto_refill_succeeded").len(), 10);
     let failed = h.events_named("balance.auto_refill_failed");
     assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].data["error_code"], "daily_limit_reached");
+    assert_eq!(failed[0].data.wire()["error_code"], "daily_limit_reached");
     let Ok(Reply::Account(a)) = h.call(&r, ResellerOp::Account) else { panic!() };
     assert!(!a.auto_refill_enabled);
     h.assert_conserved();
@@ -463,7 +463,7 @@ fn terminating_a_member_removes_it_from_its_group_with_the_event() {
     assert_eq!(names, ["esim.group_removed", "esim.terminated"]);
     let removed = &h.events[before];
     assert_eq!(
-        (removed.data["group_id"].as_str(), removed.data["group_name"].as_str()),
+        (removed.data.wire()["group_id"].as_str(), removed.data.wire()["group_name"].as_str()),
         (Some(gid.as_str()), Some("Fleet"))
     );
     assert_eq!(group(&mut h, &r, &gid).esim_count, 0);

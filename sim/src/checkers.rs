@@ -7,12 +7,11 @@
 //! Every checker has a unit test that feeds it a corrupted state or a fabricated
 //! observation and sees it fire: a checker that cannot fail is a defect.
 
-use crate::world::{decimal, DeliveryRecord, Fact, Idempotency, StepLog};
+use crate::world::{DeliveryRecord, Fact, Idempotency, StepLog};
 use esim_engine::ledger::SlotKind;
 use esim_engine::state::{EsimIx, EsimStatus, EuiccState, GroupIx, WalletOwner};
-use esim_engine::{money, Engine, EventName, Millis};
+use esim_engine::{money, Engine, EventData, EventName, Millis};
 use rust_decimal::Decimal;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Largest gap between the exact credit and what is displayed (docs/architecture.md, rule 2).
@@ -289,20 +288,20 @@ impl ReturnsExact {
 
     /// The `returned_usd` of this step's settlement event for `owner`, if one was sent.
     fn event_return(engine: &Engine, log: &StepLog, owner: WalletOwner) -> Option<Decimal> {
-        let (names, field, id): (&[EventName], &str, &str) = match owner {
-            WalletOwner::Sim(sim) => (
-                &[EventName::EsimDefunded, EventName::EsimGroupAssigned],
-                "iccid",
-                &engine.esims().get(sim.0 as usize)?.iccid,
-            ),
-            WalletOwner::Group(group) => {
-                (&[EventName::GroupDefunded], "group_id", &engine.groups().get(group.0 as usize)?.id)
+        /// The eSIM or group a settlement event names, and what it says came back.
+        fn returned(data: &EventData, owner: WalletOwner) -> Option<(&str, Option<Decimal>)> {
+            match (data, owner) {
+                (EventData::EsimDefunded(d), WalletOwner::Sim(_)) => Some((d.iccid.as_str(), Some(d.returned_usd))),
+                (EventData::EsimGroupAssigned(d), WalletOwner::Sim(_)) => Some((d.iccid.as_str(), d.returned_usd)),
+                (EventData::GroupDefunded(d), WalletOwner::Group(_)) => Some((&d.group_id, Some(d.returned_usd))),
+                _ => None,
             }
+        }
+        let id: &str = match owner {
+            WalletOwner::Sim(sim) => &engine.esims().get(sim.0 as usize)?.iccid,
+            WalletOwner::Group(group) => &engine.groups().get(group.0 as usize)?.id,
         };
-        log.events
-            .iter()
-            .filter(|e| names.contains(&e.name) && e.data.get(field).and_then(Value::as_str) == Some(id))
-            .find_map(|e| e.data.get("returned_usd").and_then(decimal))
+        log.events.iter().filter_map(|e| returned(&e.data, owner)).filter(|&(of, _)| of == id).find_map(|(_, usd)| usd)
     }
 }
 
@@ -361,11 +360,10 @@ impl Checker for ReturnsExact {
                 *expected += delta;
             }
         }
-        for event in ctx.log.events.iter().filter(|e| e.name == EventName::BalanceAutoRefillSucceeded) {
-            if let (Some(expected), Some(amount)) =
-                (self.expected.get_mut(event.account.index()), event.data.get("amount_usd").and_then(decimal))
-            {
-                *expected += amount;
+        for event in &ctx.log.events {
+            let EventData::BalanceAutoRefillSucceeded(refill) = &event.data else { continue };
+            if let Some(expected) = self.expected.get_mut(event.account.index()) {
+                *expected += refill.amount_usd;
             }
         }
         for (account, returned) in returned_now.iter().enumerate() {
@@ -426,11 +424,10 @@ impl Checker for LifetimeCounters {
                 expected.1 += topup;
             }
         }
-        for event in ctx.log.events.iter().filter(|e| e.name == EventName::BalanceAutoRefillSucceeded) {
-            if let (Some(expected), Some(amount)) =
-                (self.expected.get_mut(event.account.index()), event.data.get("amount_usd").and_then(decimal))
-            {
-                expected.1 += amount;
+        for event in &ctx.log.events {
+            let EventData::BalanceAutoRefillSucceeded(refill) = &event.data else { continue };
+            if let Some(expected) = self.expected.get_mut(event.account.index()) {
+                expected.1 += refill.amount_usd;
             }
         }
         for (account, record) in engine.accounts().iter().enumerate() {
@@ -1052,8 +1049,8 @@ impl Checker for LowBalanceOnce {
         let engine = ctx.engine;
         for event in &ctx.log.events {
             let id = match event.name {
-                EventName::EsimBalanceLow | EventName::EsimBalanceDepleted => event.data.get("iccid"),
-                EventName::GroupBalanceLow | EventName::GroupBalanceDepleted => event.data.get("group_id"),
+                EventName::EsimBalanceLow | EventName::EsimBalanceDepleted => event.data.iccid(),
+                EventName::GroupBalanceLow | EventName::GroupBalanceDepleted => event.data.group_id(),
                 EventName::BalanceLow | EventName::BalanceDepleted => {
                     let id = engine.accounts().get(event.account.index()).map(|a| a.id.clone());
                     if !self.notified.insert((event.name, id.unwrap_or_default())) {
@@ -1067,7 +1064,7 @@ impl Checker for LowBalanceOnce {
                 }
                 _ => continue,
             };
-            let Some(id) = id.and_then(Value::as_str) else {
+            let Some(id) = id else {
                 return Err(format!("{} without its eSIM or group id", event.name.as_str()));
             };
             if !self.notified.insert((event.name, id.to_string())) {
@@ -1396,7 +1393,7 @@ impl Checker for NoAcknowledgedLoss {
 }
 
 impl NoAcknowledgedLoss {
-    fn compare(&self, head: u64, rows: &[esim_transport::store_mem::RowSum]) -> Result<(), String> {
+    fn compare(&self, head: u64, rows: &[esim_store::store_mem::RowSum]) -> Result<(), String> {
         for (index, &(seq, epoch, crc)) in rows.iter().enumerate() {
             if seq != index as u64 {
                 return Err(format!("the store holds entry {seq} at position {index}: lost, reordered or twice"));
@@ -1656,8 +1653,10 @@ mod tests {
         run(&mut checker, &mut world, &["defund alice s1"]).unwrap();
         world.apply(&"advance 16m".parse::<Op>().unwrap());
         let mut log = world.log().clone();
-        for event in log.events.iter_mut().filter(|e| e.name == EventName::EsimDefunded) {
-            event.data["returned_usd"] = serde_json::json!(19.98);
+        for event in &mut log.events {
+            if let esim_engine::EventData::EsimDefunded(defunded) = &mut event.data {
+                defunded.returned_usd = Decimal::new(1998, 2);
+            }
         }
         let error = check_with(&mut checker, &world, &log).unwrap_err();
         assert!(error.contains("returned_usd 19.98"), "{error}");

@@ -376,11 +376,10 @@ impl Recorder {
 
     fn refill_event(&mut self, event: &esim_engine::Event) {
         let base = LAYOUT.refill;
-        match event.name {
-            EventName::BalanceAutoRefillSucceeded => self.hit(base),
-            EventName::BalanceAutoRefillFailed => {
-                let code = event.data.get("error_code").and_then(serde_json::Value::as_str).unwrap_or("");
-                let name = match code {
+        match &event.data {
+            esim_engine::EventData::BalanceAutoRefillSucceeded(_) => self.hit(base),
+            esim_engine::EventData::BalanceAutoRefillFailed(failed) => {
+                let name = match failed.error_code {
                     "daily_limit_reached" => "failed: daily_limit_reached (depleted)",
                     "card_declined" => "failed: card_declined",
                     "authentication_required" => "failed: authentication_required",

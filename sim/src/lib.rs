@@ -1,7 +1,7 @@
 //! # esim-sim: the simulation harness
 //!
 //! Thousands of seeded worlds around the service, each driven through the same
-//! in-memory HTTP layer as production (`esim_transport::Service`) on a virtual clock:
+//! in-memory HTTP layer as production (`esim_api::Service`) on a virtual clock:
 //! resellers making valid and invalid calls of every endpoint, devices installing
 //! profiles and using data in many countries, webhook receivers that answer, fail, time
 //! out or go down for hours, the operator topping up, freezing and configuring cards,
@@ -48,7 +48,7 @@
 //!
 //! ## The journal's store
 //! The world's service is the owner node of an in-memory store
-//! ([`esim_transport::store_mem`], the PostgreSQL store's semantics) with a hot standby
+//! ([`esim_store::store_mem`], the PostgreSQL store's semantics) with a hot standby
 //! following it: after every op its journal entries are appended through the owner's
 //! `JournalSink`. With `--faults on` the generator also draws `failover` (the owner's
 //! lease runs out, the standby takes over, catches up and serves; the old owner becomes

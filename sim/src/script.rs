@@ -236,9 +236,15 @@ fn event_subject_id(world: &World, subject: &Option<String>) -> Option<String> {
     subject.as_ref().map(|s| world.id_of(s))
 }
 
+/// An event's `data` as the JSON object receivers get: a script names its fields as they
+/// are on the wire.
+fn data_json(event: &esim_engine::Event) -> Value {
+    serde_json::to_value(&event.data).expect("event payloads serialize")
+}
+
 /// Whether an event concerns `id` (an eSIM, group or account id).
 fn event_about(event: &esim_engine::Event, world: &World, id: &str) -> bool {
-    ["iccid", "group_id"].iter().any(|f| event.data.get(*f).and_then(Value::as_str) == Some(id))
+    [event.data.iccid(), event.data.group_id()].contains(&Some(id))
         || world.engine().accounts().get(event.account.index()).is_some_and(|a| a.id == id)
 }
 
@@ -297,10 +303,11 @@ fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
             let found = log.events.iter().find(|e| {
                 e.name.as_str() == name
                     && id.as_ref().is_none_or(|id| event_about(e, world, id))
-                    && fields.iter().all(|(k, v)| matches(lookup(&e.data, k), v))
+                    && fields.iter().all(|(k, v)| matches(lookup(&data_json(e), k), v))
             });
             if found.is_none() {
-                let seen: Vec<String> = log.events.iter().map(|e| format!("{} {}", e.name.as_str(), e.data)).collect();
+                let seen: Vec<String> =
+                    log.events.iter().map(|e| format!("{} {}", e.name.as_str(), e.data.to_json())).collect();
                 return Err(format!("expected event {name} {subject:?} {fields:?}; the last op emitted {seen:?}"));
             }
         }
@@ -311,7 +318,7 @@ fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
                 .iter()
                 .find(|e| e.name.as_str() == name && id.as_ref().is_none_or(|id| event_about(e, world, id)))
             {
-                return Err(format!("expected no {name}, got {}", event.data));
+                return Err(format!("expected no {name}, got {}", event.data.to_json()));
             }
         }
         Expect::Events { name, count } => {
@@ -386,7 +393,7 @@ fn transcript(world: &World, out: &mut String) {
         }
     }
     for event in &log.events {
-        let _ = writeln!(out, "  event {} {}", event.name.as_str(), redact(&event.data.to_string()));
+        let _ = writeln!(out, "  event {} {}", event.name.as_str(), redact(&event.data.to_json()));
     }
     for delivery in &log.deliveries {
         let answer = match &delivery.answer {

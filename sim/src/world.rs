@@ -32,8 +32,8 @@ pub use store::{APPEND_DEADLINE_MS, STANDBY_DIGEST_EVERY_STEPS, STORE_LEASE_MS};
 
 use crate::op::Op;
 use crate::InjectedBug;
+use esim_api::{ClockMode, JournalEntry, Service};
 use esim_engine::{Command, Engine, EngineConfig, Millis, ResellerOp, ResellerRequest};
-use esim_transport::{ClockMode, JournalEntry, Service};
 use oracle::IdempotencyOracle;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -136,7 +136,7 @@ impl World {
         let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
         // Keys and signing secrets come from a stream seeded by the scenario (never secret
         // here: a run must repeat), sealed under a key derived from the seed.
-        let secrets = esim_transport::secrets::Secrets::seeded(seed);
+        let secrets = esim_api::secrets::Secrets::seeded(seed);
         let mut service = Service::new(engine, ADMIN_TOKEN.to_string(), ClockMode::Virtual, secrets);
         service.set_render_qr(false);
         #[cfg(feature = "test-switches")]

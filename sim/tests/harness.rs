@@ -183,9 +183,9 @@ fn progress_reaches_the_total() {
 
 #[test]
 fn generated_worlds_reach_every_endpoint_the_simulation_names() {
+    use esim_api::routes::{self, Endpoint, Match};
     use esim_sim::generate::Generator;
     use esim_sim::world::{reached_by, World};
-    use esim_transport::routes::{self, Endpoint, Match};
     use std::collections::BTreeSet;
     let mut seen = BTreeSet::new();
     let mut succeeded = BTreeSet::new();

@@ -118,6 +118,54 @@ def check_labels(page, where):
     assert not missing, f"controls without a label ({where}): {missing}"
 
 
+def section(page, view, name):
+    """Opens a section of a view by its side-bar button; only its pane shows."""
+    page.click(f".section-tab[data-view='{view}'][data-section='{name}']")
+    expect(page.locator(f"#pane-{name}")).to_be_visible()
+
+
+def check_sections(page, view):
+    """Each side-bar button of a view shows its own pane and hides the others."""
+    buttons = page.locator(f".section-tab[data-view='{view}']")
+    names = [buttons.nth(i).get_attribute("data-section") for i in range(buttons.count())]
+    assert len(names) >= 3, names
+    for name in names:
+        section(page, view, name)
+        expect(page.locator(f".section-tab[data-section='{name}']")).to_have_attribute("aria-current", "true")
+        for other in names:
+            if other != name:
+                expect(page.locator(f"#pane-{other}")).to_be_hidden()
+
+
+def check_one_line(page, selector, what):
+    """Every element matching `selector` is on one line: its box is no taller than one
+    line of its own text, and nothing of it is clipped or wrapped."""
+    found = page.evaluate(
+        """(selector) => [...document.querySelectorAll(selector)].filter((e) => e.offsetParent).map((e) => {
+            const style = getComputedStyle(e);
+            const line = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.45;
+            const box = e.getBoundingClientRect();
+            return [e.textContent, box.height, line, e.scrollWidth - e.clientWidth];
+        })""",
+        selector,
+    )
+    assert found, f"no {what} shown ({selector})"
+    for text, height, line, clipped in found:
+        assert height < line * 1.5, f"{what} {text!r} wraps: {height}px high, one line is {line}px"
+        assert clipped <= 1, f"{what} {text!r} is clipped by {clipped}px"
+
+
+def advance_next(page):
+    """Clicks "Advance to the next due time" and waits for the clock to move."""
+    before = page.locator("#clock-now time").get_attribute("datetime")
+    page.click("#advance-next")
+    page.wait_for_function(
+        "(before) => { const t = document.querySelector('#clock-now time'); return t && t.getAttribute('datetime') !== before; }",
+        arg=before,
+    )
+    expect(page.locator("#clock-msg")).to_contain_text("Advanced")
+
+
 def check_no_script_ran(page):
     assert page.evaluate("() => window.__xss") is None, "the label's script ran"
     assert page.locator('img[src="x"]').count() == 0, "the label's <img> became an element"
@@ -127,6 +175,7 @@ def check_no_script_ran(page):
 def keys_and_refill(page, out):
     """API keys (create, shown once, revoke: then 401 over HTTP) and auto-refill."""
     step("create an API key (shown once) and revoke it")
+    section(page, "reseller", "keys")
     page.click("#key-create")
     key_node = page.locator("#key-once code.secret")
     expect(key_node).to_be_visible()
@@ -151,6 +200,7 @@ def keys_and_refill(page, out):
     out["revoked_key"] = new_key
 
     step("auto-refill settings")
+    section(page, "reseller", "refill")
     page.check("#refill-enabled")
     page.fill("#refill-amount", "30")
     page.click("#refill-form button[type=submit]")
@@ -160,6 +210,84 @@ def keys_and_refill(page, out):
     page.uncheck("#refill-enabled")
     page.click("#refill-form button[type=submit]")
     expect(page.locator("#refill-state")).to_contain_text("Enabled")
+
+
+def inventory(page):
+    """The inventory shows the stock (no value typed in), and lowering it asks first."""
+    step("the inventory shows the stock and asks before lowering it")
+    section(page, "operator", "inventory")
+    status, digest = http_call("GET", BASE + "/admin/v1/state", ADMIN)
+    stock = digest["inventory"]["available"]
+    assert status == 200 and stock > 10, digest
+    expect(page.locator("#inventory-stock")).to_have_text(f"{stock:,}")
+    expect(page.locator("#inventory-available")).to_have_value("")
+    page.fill("#inventory-available", str(stock // 100))
+    page.click("#inventory-form button[type=submit]")
+    question = page.locator("#inventory-confirm")
+    expect(question).to_be_visible()
+    expect(question).to_contain_text(f"Lower the stock from {stock:,} to {stock // 100:,}")
+    question.locator("button", has_text="Cancel").click()
+    assert http_call("GET", BASE + "/admin/v1/state", ADMIN)[1]["inventory"]["available"] == stock, "cancel keeps the stock"
+    page.fill("#inventory-available", str(stock + 5))
+    page.click("#inventory-form button[type=submit]")
+    expect(page.locator("#inventory-msg")).to_contain_text(f"Inventory set to {stock + 5:,} profiles")
+    expect(page.locator("#inventory-confirm")).to_be_hidden()
+    expect(page.locator("#inventory-stock")).to_have_text(f"{stock + 5:,}")
+    page.fill("#inventory-available", str(stock))
+    page.click("#inventory-form button[type=submit]")
+    confirm(page, "inventory-confirm")
+    expect(page.locator("#inventory-stock")).to_have_text(f"{stock:,}")
+    assert http_call("GET", BASE + "/admin/v1/state", ADMIN)[1]["inventory"]["available"] == stock
+
+
+def pending_usage_report(page):
+    """Provision, fund and use data, advance a minute: the sandbox lists the usage report
+    still waiting for the reporting pause, with its due time; advancing to it reports it."""
+    step("the sandbox lists a usage report waiting for the reporting pause")
+    section(page, "reseller", "esims")
+    page.fill("#provision-label", "Pending demo")
+    page.select_option("#provision-group", "")
+    shown = page.locator("#esim-detail-iccid").inner_text()
+    page.click("#provision-form button[type=submit]")
+    expect(page.locator("#esim-detail-iccid")).not_to_have_text(shown)
+    fresh = page.locator("#esim-detail-iccid").inner_text()
+    expect(page.locator("#provision-msg")).to_contain_text(f"Provisioned {fresh}")
+    page.fill("#fund-amount", "10")
+    page.click("#fund-form button[type=submit]")
+    confirm(page, "esim-confirm")
+    expect(page.locator("#esim-msg")).to_contain_text("Funded 10.00 USD")
+    page.click("#tab-sandbox")
+    section(page, "sandbox", "devices")
+    page.fill("#install-iccid", fresh)
+    page.click("#install-form button[type=submit]")
+    expect(page.locator("#device-msg")).to_have_text(f"Installed {fresh}.")
+    page.fill("#usage-iccid", fresh)
+    page.fill("#usage-mb", "50")
+    page.click("#usage-form button[type=submit]")
+    expect(page.locator("#device-msg")).to_contain_text("charged")
+    section(page, "sandbox", "clock")
+    page.click("button.advance[data-seconds='60']")
+    expect(page.locator("#clock-msg")).to_contain_text("Advanced 60 s")
+    expect(page.locator("#happened-pending")).to_contain_text("Still pending")
+    report = page.locator("#pending-table tbody tr", has_text=fresh)
+    expect(report).to_contain_text("Usage report")
+    status, pending = http_call("GET", BASE + "/sandbox/v1/pending", ADMIN)
+    listed = [t for t in pending["timers"] if t.get("iccid") == fresh and t["kind"] == "usage_report"]
+    assert status == 200 and len(listed) == 1, pending
+    expect(report.locator("time")).to_have_attribute("datetime", listed[0]["due_at"])
+    status, detail = http_call("GET", f"{RESELLER}/esim/{fresh}", DEMO_KEY)
+    assert detail["total_data_charged_usd"] == 0, detail
+    for _ in range(10):
+        if page.locator("#pending-table tbody tr", has_text=fresh).count() == 0:
+            break
+        advance_next(page)
+    expect(page.locator("#pending-table tbody tr", has_text=fresh)).to_have_count(0)
+    status, detail = http_call("GET", f"{RESELLER}/esim/{fresh}", DEMO_KEY)
+    assert detail["total_data_charged_usd"] > 0, ("reported once due", detail)
+    step("the fund's success message is gone: the eSIM it described has changed since")
+    page.click("#tab-reseller")
+    expect(page.locator("#esim-wallet")).to_have_text(f"{detail['wallet_balance_usd']:.2f}")
+    expect(page.locator("#esim-msg")).to_have_text("")
 
 
 def main():
@@ -227,8 +355,15 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         assert page.evaluate("() => localStorage.length") == 0, "nothing in localStorage"
         check_labels(page, "signed in")
 
+        step("the side bar switches sections; the overview explains the figures")
+        check_sections(page, "reseller")
+        section(page, "reseller", "overview")
+        for words in ["Lifetime usage", "Data not yet reported", "Conversion dust", "Returns on their way", "Forfeited"]:
+            expect(page.locator("#pane-overview dl.words dt", has_text=words)).to_have_count(1)
+
         step("provision with a hostile label: shown as text, nothing runs")
         before = wallet_balance()
+        section(page, "reseller", "esims")
         page.fill("#provision-label", XSS_LABEL)
         page.fill("#provision-ref", "cust-<b>1</b>")
         page.click("#provision-form button[type=submit]")
@@ -245,6 +380,16 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         assert page.evaluate("() => document.querySelector('#esim-qr img').naturalWidth") > 0, "QR image loads"
         expect(page.locator("#esim-detail code")).to_contain_text("LPA:1$")
         expect(page.locator("#esim-detail a", has_text="Install link")).to_have_count(1)
+        step("ICCIDs and times stay on one line; enum values are in words with the code as a tooltip")
+        check_one_line(page, "#esims-table tbody .id", "an ICCID")
+        check_one_line(page, "#esims-table tbody time", "a time")
+        check_one_line(page, "#esim-detail-iccid", "the open ICCID")
+        status = page.locator("#esim-status")
+        expect(status).to_have_text("Pending (not installed yet)")
+        expect(status).to_have_attribute("title", "API value: pending")
+        speed = page.locator("#throttle-speed option[value='SPEED_1500_KBPS']")
+        expect(speed).to_have_text("1.5 Mbit/s")
+        expect(page.locator("#throttle-speed option[value='NO_LIMIT']")).to_have_text("No limit (full speed)")
         step("after a reload, the eSIM opened from the list shows its QR (GET /esim/{iccid}/qr-code)")
         page.reload()
         page.locator("#esims-table button", has_text=iccid).click()
@@ -276,6 +421,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         expect(page.locator("#esim-msg")).to_have_class("msg bad")
 
         step("register a webhook to a receiver that fails; its secret is shown once")
+        section(page, "reseller", "webhooks")
         page.fill("#webhook-url", hook_url)
         page.fill("#webhook-events", "esim.defunded")
         page.click("#webhook-create button[type=submit]")
@@ -289,6 +435,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         expect(page.locator("#webhooks-table tbody td", has_text=hook_url)).to_have_count(1)
 
         step("defund (confirmed)")
+        section(page, "reseller", "esims")
         page.click("#esim-defund")
         confirm(page, "esim-confirm")
         expect(page.locator("#esim-msg")).to_contain_text("Defund accepted")
@@ -311,24 +458,32 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         assert credited == round(before_advance + esim_wallet, 2), (before_advance, esim_wallet, credited)
         expect(page.locator("#happened-balances tbody tr", has_text=f"+{esim_wallet:.2f}")).to_have_count(1)
         expect(page.locator("#happened-events tbody td", has_text=re.compile(r"^esim\.defunded$"))).to_have_count(1)
+        expect(page.locator("#happened-pending")).not_to_be_empty()
+        check_sections(page, "sandbox")
+        section(page, "sandbox", "devices")
         page.fill("#install-iccid", iccid)
         page.click("#install-form button[type=submit]")
         expect(page.locator("#device-msg")).to_have_text(f"Installed {iccid}.")
         status, detail_now = http_call("GET", f"{RESELLER}/esim/{iccid}", DEMO_KEY)
         assert detail_now["activated_at"] is not None, detail_now
         check_labels(page, "sandbox")
+        section(page, "sandbox", "clock")
         shoot(page, "sandbox.png")
 
         step("back on the reseller view: the credit and the esim.defunded event")
         page.click("#tab-reseller")
+        section(page, "reseller", "overview")
         expect(page.locator("#wallet-balance")).to_have_text(f"{credited:.2f}")
+        section(page, "reseller", "events")
         expect(page.locator("#events-table tbody td", has_text="esim.defunded")).to_have_count(1)
+        check_one_line(page, "#events-table tbody time", "an event's time")
         page.locator("#events-table tbody tr", has_text="esim.defunded").locator("button").click()
         expect(page.locator("#event-envelope")).to_contain_text('"event": "esim.defunded"')
         expect(page.locator("#event-envelope")).to_contain_text(iccid)
 
         step("a group: create, fund (confirmed), provision into it, remove the member")
         group_name = "Team <b>bold</b> & co"
+        section(page, "reseller", "groups")
         page.fill("#group-name", group_name)
         page.click("#group-create button[type=submit]")
         expect(page.locator("#groups-msg")).to_contain_text(f"Created group {group_name}")
@@ -339,19 +494,24 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         status, groups = http_call("GET", RESELLER + "/groups", DEMO_KEY)
         group = next(g for g in groups["groups"] if g["name"] == group_name)
         expect(page.locator("#groups-table tbody tr", has_text=group_name)).to_contain_text(f"{group['balance_usd']:.2f}")
+        section(page, "reseller", "esims")
         page.select_option("#provision-group", label=group_name)
         page.fill("#provision-label", "In the group")
         page.click("#provision-form button[type=submit]")
+        expect(page.locator("#provision-msg")).to_contain_text("Provisioned")
+        section(page, "reseller", "groups")
         member = page.locator("#group-members tbody tr", has_text="In the group")
         expect(member).to_have_count(1)
         member.locator("button", has_text="Remove").click()
         confirm(page, "group-confirm")
         expect(page.locator("#groups-msg")).to_contain_text("Removed")
         expect(page.locator("#group-members tbody tr", has_text="In the group")).to_have_count(0)
+        section(page, "reseller", "esims")
         page.click(f"#esims-table tbody button:text('{iccid}')")
         expect(page.locator("#esim-detail-iccid")).to_have_text(iccid)
 
         step("the delivery log shows the failed attempt; resend it and see it delivered")
+        section(page, "reseller", "webhooks")
         page.locator("#webhooks-table tbody tr", has_text=hook_url).locator("button", has_text="Delivery log").click()
         poll_until(page, "#deliveries-refresh", page.locator("#deliveries-table tr.failed", has_text="HTTP 500"), "a failed attempt")
         assert len(Receiver.received) >= 1 and Receiver.received[0]["event"] == "esim.defunded", Receiver.received
@@ -363,8 +523,10 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         ids = {envelope["id"] for envelope in Receiver.received}
         assert len(Receiver.received) >= 2 and len(ids) == 1, Receiver.received
 
+        pending_usage_report(page)
         keys_and_refill(page, out)
         check_no_script_ran(page)
+        section(page, "reseller", "esims")
         page.evaluate("() => window.scrollTo(0, 0)")
         shoot(page, "reseller.png")
 
@@ -393,6 +555,10 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         page.click("#account-key-once button")
         assert second_key not in page.content(), "the new account's key stays in the page"
         expect(page.locator("#accounts-table tbody tr", has_text="Second <i>Reseller</i>")).to_have_count(1)
+        check_one_line(page, "#accounts-table tbody .id", "an account id")
+        inventory(page)
+        check_sections(page, "operator")
+        section(page, "operator", "report")
         page.select_option("#report-format", "html")
         page.click("#report-form button[type=submit]")
         frame = page.frame_locator("#report-frame")
@@ -402,9 +568,21 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         # The report's own styles apply in the frame (the CSP allows inline styles only).
         weight = frame.locator("h1").evaluate("(e) => getComputedStyle(e).fontSize")
         assert weight == "26px", weight
+        step("the report frame is as tall as its document; the report explains its words")
+        page.wait_for_function(
+            """() => { const f = document.getElementById('report-frame'); const d = f.contentDocument;
+                return d && d.readyState === 'complete' && d.documentElement.scrollHeight > 900
+                    && f.getBoundingClientRect().height >= d.documentElement.scrollHeight; }"""
+        )
+        expect(frame.locator("h2", has_text="What the words mean")).to_have_count(1)
+        for words in ["conversion dust", "forfeited", "data not yet reported", "returns on their way"]:
+            expect(frame.locator("dl.words dt", has_text=words).first).to_be_visible()
+        expect(frame.locator("p.meta", has_text="Rows: all 2 accounts, one row each")).to_have_count(1)
+        section(page, "operator", "state")
         page.click("#state-load")
         expect(page.locator("#state")).to_contain_text("State digest")
         check_labels(page, "operator")
+        section(page, "operator", "report")
         page.evaluate("() => window.scrollTo(0, 0)")
         shoot(page, "operator.png")
 
@@ -443,12 +621,14 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
         narrow.fill("#reseller-key", keys[1])
         narrow.keyboard.press("Enter")
         expect(narrow.locator("#reseller-app")).to_be_visible()
+        section(narrow, "reseller", "esims")
         narrow.select_option("#esims-limit", "100")
         narrow.click("#esims-filter button[type=submit]")
         expect(narrow.locator("#esims-table tbody tr")).to_have_count(100)
         expect(narrow.locator("#esims-range")).to_contain_text("1–100 of")
         widths = narrow.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth, window.innerWidth]")
         assert widths[0] <= widths[1], f"the page scrolls sideways at 390 px: {widths}"
+        check_one_line(narrow, "#esims-table tbody .id", "an ICCID at 390 px")
         check_no_script_ran(narrow)
         narrow.screenshot(path=os.path.join(SHOTS, "reseller-390px.png"))
         narrow.click("#tab-operator")
@@ -463,6 +643,7 @@ def flows(context, page, hook_url, bad, bad_admin, out, problems):
 
         step("revoking the key in use signs out")
         narrow.click("#tab-reseller")
+        section(narrow, "reseller", "keys")
         current = narrow.locator("#keys-table tbody tr", has_text="yes")
         expect(current).to_have_count(1)
         assert keys[1].startswith(current.locator("code").inner_text().rstrip("…"))

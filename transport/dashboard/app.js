@@ -35,10 +35,88 @@ function clear(node) {
   return node;
 }
 
-function say(id, text, isError) {
+/** What each data-bound message describes: its key and the value it was said about. */
+const bound = new Map();
+/** The value each key (`wallet`, `esim`, `account:ID`, `clock`, `inventory`) last showed. */
+const shownValues = new Map();
+
+/**
+ * Shows a message. With `about` (a data key), the message describes that data as it is
+ * now and is cleared as soon as the page shows it changed (see `changed`), so a success
+ * message never stands beside figures it no longer matches.
+ */
+function say(id, text, isError, about) {
   const node = $(id);
   node.textContent = text || '';
   node.classList.toggle('bad', Boolean(isError));
+  if (about && text) bound.set(id, { key: about, value: shownValues.get(about) });
+  else bound.delete(id);
+}
+
+/** The page now shows `value` for `key`: messages said about another value are cleared. */
+function changed(key, value) {
+  shownValues.set(key, value);
+  for (const [id, message] of bound) {
+    if (message.key === key && message.value !== value) {
+      say(id, '');
+    }
+  }
+}
+
+/** An identifier (ICCID, account, group or event id): monospace, never wrapped. */
+function idText(value, tag) {
+  if (value === null || value === undefined || value === '') return '—';
+  return el(tag || 'span', { class: 'id', title: String(value), text: String(value) });
+}
+
+/** A service time as people read it (`2026-01-01 00:17:00 UTC`), never wrapped; the exact RFC 3339 text is its tooltip. */
+function when(value) {
+  if (value === null || value === undefined || value === '') return '—';
+  const text = String(value).replace('T', ' ').replace(/\.000Z$|Z$/, '') + ' UTC';
+  return el('time', { datetime: String(value), title: String(value), text });
+}
+
+/** A duration in words: `59 s`, `16 min 59 s`, `2 h 5 min`. */
+function duration(seconds) {
+  if (seconds <= 0) return 'due now';
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  const sec = seconds % 60;
+  if (h) return `${h} h${m ? ` ${m} min` : ''}`;
+  if (m) return `${m} min${sec ? ` ${sec} s` : ''}`;
+  return `${sec} s`;
+}
+
+/** The API's enum values in words; the code itself is the tooltip. */
+const WORDS = {
+  status: { pending: 'Pending (not installed yet)', active: 'Active', suspended: 'Suspended (data off)', terminated: 'Terminated' },
+  euicc: { RELEASED: 'Released (not downloaded)', DOWNLOADED: 'Downloaded', INSTALLED: 'Installed', ENABLED: 'Enabled on the device' },
+  pending: { defund_pending: 'Return on its way', move_pending: 'Moving into a group' },
+  group: { active: 'Active', defund_pending: 'Return on its way' },
+  timer: {
+    usage_report: 'Usage report',
+    esim_return: 'Return settles',
+    group_return: 'Group return settles',
+    card_charge: 'Card charge settles',
+    webhook_retry: 'Webhook retry',
+    group_low_event: 'group.balance_low goes out',
+  },
+};
+
+/** A speed code in words: NO_LIMIT is full speed, SPEED_1500_KBPS is 1.5 Mbit/s. */
+function speedWords(code) {
+  if (code === 'NO_LIMIT') return 'No limit (full speed)';
+  const match = /^SPEED_(\d+)_KBPS$/.exec(code || '');
+  if (!match) return show(code);
+  const kbps = Number(match[1]);
+  return kbps >= 1000 ? `${kbps / 1000} Mbit/s` : `${kbps} kbit/s`;
+}
+
+/** An enum value in words with its code as the tooltip (`—` when absent). */
+function word(kind, code) {
+  if (code === null || code === undefined || code === '') return '—';
+  const text = kind === 'speed' ? speedWords(code) : (WORDS[kind] && WORDS[kind][code]) || String(code);
+  return el('span', { class: 'word', title: `API value: ${code}`, text });
 }
 
 function money(value) {
@@ -94,7 +172,7 @@ function errorText(error) {
  * A guarded action: shows "what will happen" with Confirm and Cancel buttons in `box`;
  * Confirm runs `action`, whose answer (or the spec's error text) goes to `msgId`.
  */
-function confirmStep(box, question, label, msgId, action) {
+function confirmStep(box, question, label, msgId, action, about) {
   const node = $(box);
   clear(node);
   const yes = el('button', { type: 'button', class: 'danger', text: `Confirm: ${label}` });
@@ -107,7 +185,7 @@ function confirmStep(box, question, label, msgId, action) {
     node.hidden = true;
     clear(node);
     try {
-      say(msgId, await action());
+      say(msgId, await action(), false, about);
     } catch (error) {
       say(msgId, errorText(error), true);
     }
@@ -161,6 +239,20 @@ function query(params) {
 
 // ---------------------------------------------------------------- views (tabs)
 
+/** Shows one section (pane) of a view and marks its button; remembered for the tab. */
+function showSection(view, name) {
+  const tabs = [...document.querySelectorAll(`.section-tab[data-view="${view}"]`)];
+  if (!tabs.some((tab) => tab.dataset.section === name)) name = tabs[0].dataset.section;
+  for (const tab of tabs) {
+    const on = tab.dataset.section === name;
+    tab.setAttribute('aria-current', on ? 'true' : 'false');
+    $(`pane-${tab.dataset.section}`).hidden = !on;
+  }
+  sessionStorage.setItem(`esim.dashboard.section.${view}`, name);
+  if (name === 'report') fitReport();
+  if (name === 'inventory' && sessionStorage.getItem(ADMIN_STORE)) loadInventory();
+}
+
 function showView(name) {
   for (const tab of document.querySelectorAll('.tab')) {
     const on = tab.dataset.view === name;
@@ -176,7 +268,7 @@ function showView(name) {
   $('sandbox-app').hidden = !adminIn;
   sessionStorage.setItem('esim.dashboard.view', name);
   if (name === 'operator' && adminIn) loadOperator();
-  if (name === 'sandbox' && adminIn) loadClock();
+  if (name === 'sandbox' && adminIn) { loadClock(); loadPending(); }
 }
 
 // ---------------------------------------------------------------- reseller
@@ -227,11 +319,12 @@ async function loadWallet() {
     figures('wallet', [
       ['Balance (USD)', el('strong', { id: 'wallet-balance', text: money(wallet.balance_usd) })],
       ['Lifetime top-ups (USD)', money(wallet.lifetime_topup_usd)],
-      ['Lifetime usage (USD)', money(wallet.lifetime_usage_usd)],
+      ['Lifetime usage (USD): fees and funds', el('span', { class: 'word', title: 'Every provisioning fee and every fund, including credit still in wallets or returned later; the finance report\'s "spent" counts only what left for good (see What the figures mean)', text: money(wallet.lifetime_usage_usd) })],
       ['eSIMs (active / total)', `${account.esim_count.active} / ${account.esim_count.total}`],
       ['Account status', show(account.account_status)],
       ['Data suspended', wallet.data_suspended ? 'yes' : 'no'],
     ]);
+    changed('wallet', money(wallet.balance_usd));
   } catch (error) {
     figures('wallet', [['Error', errorText(error)]]);
   }
@@ -246,12 +339,13 @@ async function provision(event) {
   if (label) body.label = label;
   if (reference) body.end_user_reference = reference;
   if (group) body.group_id = group;
+  say('provision-msg', 'Provisioning…');
   try {
     const made = await call('reseller', 'POST', '/esim/provision', body);
-    say('provision-msg', `Provisioned ${made.iccid} for ${money(made.cost)} USD; balance ${money(made.balance_remaining)} USD.`);
     state.iccid = made.iccid;
     if (group) state.groupId = group;
     await Promise.all([loadWallet(), loadEsims(), loadEsim(made.iccid), group ? loadGroups() : null]);
+    say('provision-msg', `Provisioned ${made.iccid} for ${money(made.cost)} USD; balance ${money(made.balance_remaining)} USD.`, false, 'wallet');
   } catch (error) {
     say('provision-msg', errorText(error), true);
   }
@@ -265,9 +359,9 @@ async function loadEsims() {
     state.esimTotal = page.total;
     const body = table('esims-table');
     for (const esim of page.esims) {
-      const open = el('button', { type: 'button', class: 'link', text: esim.iccid, 'aria-label': `Open eSIM ${esim.iccid}` });
+      const open = el('button', { type: 'button', class: 'link id', title: esim.iccid, text: esim.iccid, 'aria-label': `Open eSIM ${esim.iccid}` });
       open.addEventListener('click', () => { state.iccid = esim.iccid; loadEsim(esim.iccid, true); });
-      body.append(row('esims-table', [open, show(esim.label), show(esim.end_user_reference), esim.status, money(esim.wallet_balance_usd), esim.created_at]));
+      body.append(row('esims-table', [open, show(esim.label), show(esim.end_user_reference), word('status', esim.status), money(esim.wallet_balance_usd), when(esim.created_at)]));
     }
     if (!page.esims.length) body.append(emptyRow('esims-table', 'No eSIMs on this page.'));
     const first = page.total ? page.offset + 1 : 0;
@@ -285,6 +379,7 @@ async function loadEsim(iccid, focus) {
     const esim = await call('reseller', 'GET', `/esim/${encodeURIComponent(iccid)}`);
     card.hidden = false;
     $('esim-detail-iccid').textContent = esim.iccid;
+    $('esim-detail-iccid').className = 'id';
     // The QR image and install link: GET /esim/{iccid}/qr-code (decision 130).
     const shown = await call('reseller', 'GET', `/esim/${encodeURIComponent(iccid)}/qr-code`).catch(() => null);
     const qr = clear($('esim-qr'));
@@ -296,24 +391,31 @@ async function loadEsim(iccid, focus) {
     const install = shown && typeof shown.direct_install_url === 'string' && shown.direct_install_url.startsWith('https://')
       ? el('a', { href: shown.direct_install_url, rel: 'noreferrer noopener', target: '_blank', text: 'Install link' })
       : '—';
+    const status = word('status', esim.status);
+    status.id = 'esim-status';
     figures('esim-detail', [
-      ['Status', el('span', { id: 'esim-status', text: esim.status })],
+      ['Status', status],
       ['Label', show(esim.label)],
       ['Reference', show(esim.end_user_reference)],
       ['Wallet (USD)', el('span', { id: 'esim-wallet', text: money(esim.wallet_balance_usd) })],
-      ['Data charged (USD)', money(esim.total_data_charged_usd)],
+      ['Data charged, reported (USD)', el('span', { class: 'word', title: 'Data is taken from the wallet when used; the upstream network reports it after the 15-minute pause that follows a fund, at the next sync cycle. This figure counts reported data only (the Sandbox view lists reports still pending).', text: money(esim.total_data_charged_usd) })],
       ['Data enabled', esim.data_enabled ? 'yes' : 'no'],
-      ['Throttle', show(esim.throttle)],
-      ['eUICC state', show(esim.euicc_state)],
-      ['Pending', show(esim.pending)],
-      ['Group', show(esim.group_id)],
+      ['Throttle', word('speed', esim.throttle)],
+      ['eUICC state', word('euicc', esim.euicc_state)],
+      ['Pending', word('pending', esim.pending)],
+      ['Group', idText(esim.group_id)],
       ['LPA', el('code', { class: 'wrap', text: esim.lpa_string })],
       ['Install', install],
-      ['Created', esim.created_at],
-      ['Activated', show(esim.activated_at)],
-      ['Terminated', show(esim.terminated_at)],
+      ['Created', when(esim.created_at)],
+      ['Activated', when(esim.activated_at)],
+      ['Terminated', when(esim.terminated_at)],
     ]);
-    if (focus) $('h-esim').scrollIntoView({ block: 'start' });
+    // What a message about this eSIM described: cleared once any of it changes.
+    changed('esim', [esim.iccid, esim.status, esim.wallet_balance_usd, esim.total_data_charged_usd, esim.pending, esim.throttle, esim.data_enabled, esim.group_id].join('|'));
+    if (focus) {
+      showSection('reseller', 'esims');
+      $('h-esim').scrollIntoView({ block: 'start' });
+    }
   } catch (error) {
     card.hidden = false;
     say('esim-msg', errorText(error), true);
@@ -326,20 +428,20 @@ function esimAction(label, question, method, path, body, describe) {
     const answer = await call('reseller', method, `/esim/${encodeURIComponent(iccid)}${path}`, body);
     await Promise.all([loadWallet(), loadEsims(), loadEsim(iccid)]);
     return describe(answer);
-  });
+  }, 'esim');
 }
 
 function fund(event) {
   event.preventDefault();
   const amount = Number($('fund-amount').value);
   esimAction('fund', `Fund eSIM {iccid} with ${money(amount)} USD from the reseller balance?`, 'POST', '/fund', { amount },
-    (a) => `Funded ${money(a.funded_usd)} USD: eSIM wallet ${money(a.wallet_balance_usd)} USD, balance ${money(a.account_balance_remaining)} USD.`);
+    (a) => `Funded ${money(a.funded_usd)} USD: eSIM wallet ${money(a.wallet_balance_usd)} USD (the part below a retail cent of $0.009 is conversion dust), balance ${money(a.account_balance_remaining)} USD.`);
 }
 
 function throttle(event) {
   event.preventDefault();
   const speed = $('throttle-speed').value;
-  esimAction('throttle', `Throttle eSIM {iccid} to ${speed}?`, 'POST', '/throttle', { speed }, (a) => `Throttle now ${a.throttle}.`);
+  esimAction('throttle', `Throttle eSIM {iccid} to ${speedWords(speed)}?`, 'POST', '/throttle', { speed }, (a) => `Throttle now ${speedWords(a.throttle)} (${a.throttle}).`);
 }
 
 // ---------------------------------------------------------------- groups
@@ -355,7 +457,7 @@ async function loadGroups() {
       select.append(el('option', { value: group.id, text: group.name }));
       const open = el('button', { type: 'button', text: 'Members', 'aria-label': `Open group ${group.name}` });
       open.addEventListener('click', () => { state.groupId = group.id; loadGroup(); });
-      body.append(row('groups-table', [group.name, money(group.balance_usd), show(group.esim_count), show(group.status), open]));
+      body.append(row('groups-table', [group.name, money(group.balance_usd), show(group.esim_count), word('group', group.status), open]));
     }
     select.value = chosen;
     if (!list.groups.length) body.append(emptyRow('groups-table', 'No groups yet.'));
@@ -382,7 +484,7 @@ async function loadGroup() {
         await loadGroups();
         return `Removed ${esim.iccid}.`;
       }));
-      body.append(row('group-members', [esim.iccid, show(esim.label), show(esim.status), remove]));
+      body.append(row('group-members', [idText(esim.iccid), show(esim.label), word('status', esim.status), remove]));
     }
     if (!members.esims.length) body.append(emptyRow('group-members', 'No members.'));
   } catch (error) {
@@ -507,7 +609,7 @@ async function loadDeliveries() {
         resend = el('button', { type: 'button', text: 'Resend', 'aria-label': `Resend event ${attempt.event_id}` });
         resend.addEventListener('click', () => resendEvent(attempt.event_id));
       }
-      const tr = row('deliveries-table', [attempt.attempted_at, `${attempt.event_type} ${attempt.event_id}`, `${attempt.attempt}${attempt.manual ? ' (manual)' : ''}`, result, show(attempt.next_retry_at), resend]);
+      const tr = row('deliveries-table', [when(attempt.attempted_at), el('span', {}, `${attempt.event_type} `, idText(attempt.event_id)), `${attempt.attempt}${attempt.manual ? ' (manual)' : ''}`, result, when(attempt.next_retry_at), resend]);
       tr.classList.add(attempt.success ? 'ok' : 'failed');
       body.append(tr);
     }
@@ -560,7 +662,7 @@ async function loadEvents(event) {
           say('events-msg', errorText(error), true);
         }
       });
-      body.append(row('events-table', [item.event, item.created_at, el('code', { class: 'wrap', text: item.id }), open]));
+      body.append(row('events-table', [item.event, when(item.created_at), idText(item.id), open]));
     }
     if (!page.events.length) body.append(emptyRow('events-table', 'No events match.'));
     $('events-range').textContent = `Newest ${page.events.length} of ${page.total}.`;
@@ -589,7 +691,7 @@ async function loadKeys() {
         await loadKeys();
         return `Revoked ${name}.`;
       }));
-      body.append(row('keys-table', [el('code', { text: name }), show(key.created_at), key.current ? 'yes' : 'no', revoke]));
+      body.append(row('keys-table', [el('code', { class: 'id', text: name }), when(key.created_at), key.current ? 'yes' : 'no', revoke]));
     }
   } catch (error) {
     table('keys-table').append(emptyRow('keys-table', errorText(error)));
@@ -666,6 +768,7 @@ function adminSignOut() {
 
 function loadOperator() {
   loadAccounts();
+  loadInventory();
 }
 
 async function loadAccounts() {
@@ -682,7 +785,8 @@ async function loadAccounts() {
         $('freeze-frozen').checked = Boolean(account.frozen);
         $('topup-amount').focus();
       });
-      body.append(row('accounts-table', [el('code', { text: account.account_id }), show(account.company_name), show(account.contact_email), money(account.balance_usd), show(account.esims), show(account.groups), account.frozen ? 'yes' : 'no', manage]));
+      body.append(row('accounts-table', [idText(account.account_id), show(account.company_name), show(account.contact_email), money(account.balance_usd), show(account.esims), show(account.groups), account.frozen ? 'yes' : 'no', manage]));
+      changed(`account:${account.account_id}`, money(account.balance_usd));
     }
     if (!page.accounts.length) body.append(emptyRow('accounts-table', 'No accounts.'));
     $('accounts-range').textContent = `${page.total ? page.offset + 1 : 0}–${page.offset + page.accounts.length} of ${page.total}`;
@@ -715,21 +819,47 @@ async function accountChange(event, describe, method, path, body) {
   if (!state.accountId) return;
   try {
     const answer = await call('admin', method, `/admin/v1/accounts/${encodeURIComponent(state.accountId)}${path}`, body());
-    say('accounts-msg', describe(answer));
     await loadAccounts();
+    say('accounts-msg', describe(answer), false, `account:${state.accountId}`);
   } catch (error) {
     say('accounts-msg', errorText(error), true);
   }
 }
 
-async function setInventory(event) {
-  event.preventDefault();
+/** The stock now: `inventory.available` of GET /admin/v1/state (decision 321). */
+async function loadInventory() {
   try {
-    await call('admin', 'PUT', '/admin/v1/inventory', { available: Number($('inventory-available').value) });
-    say('inventory-msg', `Inventory set to ${$('inventory-available').value} profiles.`);
+    const digest = await call('admin', 'GET', '/admin/v1/state');
+    const available = digest.inventory ? digest.inventory.available : null;
+    state.stock = typeof available === 'number' ? available : null;
+    $('inventory-stock').textContent = state.stock === null ? 'unknown' : state.stock.toLocaleString('en-US');
+    changed('inventory', state.stock);
   } catch (error) {
     say('inventory-msg', errorText(error), true);
   }
+}
+
+/** Sets the stock; lowering it (one click could cut it a hundredfold) asks first. */
+function setInventory(event) {
+  event.preventDefault();
+  const input = $('inventory-available');
+  const wanted = Number(input.value);
+  if (input.value.trim() === '' || !Number.isInteger(wanted) || wanted < 0) {
+    say('inventory-msg', 'Type the new stock: a whole number of eSIM profiles, 0 or more.', true);
+    return;
+  }
+  const apply = async () => {
+    await call('admin', 'PUT', '/admin/v1/inventory', { available: wanted });
+    input.value = '';
+    await loadInventory();
+    return `Inventory set to ${wanted.toLocaleString('en-US')} profiles.`;
+  };
+  if (state.stock !== null && state.stock !== undefined && wanted < state.stock) {
+    const cut = wanted === 0 ? 'to 0: provisioning stops (NO_ESIMS_AVAILABLE)' : `to ${wanted.toLocaleString('en-US')}`;
+    confirmStep('inventory-confirm', `Lower the stock from ${state.stock.toLocaleString('en-US')} ${cut}? The stock is replaced, not added to.`, 'lower the stock', 'inventory-msg', apply, 'inventory');
+    return;
+  }
+  apply().then((text) => say('inventory-msg', text, false, 'inventory'), (error) => say('inventory-msg', errorText(error), true));
 }
 
 async function openReport(event) {
@@ -740,10 +870,10 @@ async function openReport(event) {
   try {
     const report = await call('admin', 'GET', `/admin/v1/reports/conservation${query({ format, account_id: $('report-account').value.trim() })}`);
     if (format === 'html') {
-      // The service's own report page, in a sandboxed frame: no script runs in it, and it
-      // cannot reach this page (decision 133).
-      frame.srcdoc = report;
+      // The service's own report page, in a sandboxed frame: no script runs in it
+      // (decision 133). Same origin (decision 322) only so this page can read its height.
       frame.hidden = false;
+      frame.srcdoc = report;
       text.hidden = true;
     } else {
       text.textContent = typeof report === 'string' ? report : JSON.stringify(report, null, 2);
@@ -756,10 +886,19 @@ async function openReport(event) {
   }
 }
 
+/** The report frame as tall as its document, so nothing is cut off and it never scrolls inside. */
+function fitReport() {
+  const frame = $('report-frame');
+  const doc = frame.contentDocument;
+  if (frame.hidden || !doc || !doc.documentElement) return;
+  const height = doc.documentElement.scrollHeight;
+  if (height > 0) frame.style.height = `${height + 2}px`;
+}
+
 async function loadState() {
   try {
     const digest = await call('admin', 'GET', '/admin/v1/state');
-    figures('state', [['Service time', digest.now], ['State digest', el('code', { class: 'wrap', text: digest.state_digest })], ['Writes', show(digest.writes)]]);
+    figures('state', [['Service time', when(digest.now)], ['State digest', el('code', { class: 'wrap', text: digest.state_digest })], ['Writes', show(digest.writes)]]);
     say('state-msg', '');
   } catch (error) {
     say('state-msg', errorText(error), true);
@@ -771,13 +910,62 @@ async function loadState() {
 async function loadClock() {
   try {
     const clock = await call('admin', 'GET', '/sandbox/v1/clock');
-    $('clock-now').textContent = clock.now;
+    showClock(clock.now);
     $('clock-mode').textContent = clock.mode ? `(${clock.mode} clock)` : '';
     return clock.now;
   } catch (error) {
     say('clock-msg', errorText(error), true);
     return null;
   }
+}
+
+function showClock(now) {
+  const node = clear($('clock-now'));
+  node.append(when(now));
+  node.dataset.now = now;
+  changed('clock', now);
+}
+
+/** What a pending timer concerns, in words. */
+function concerns(timer) {
+  if (timer.kind === 'webhook_retry') return el('span', {}, `${timer.event} to `, idText(timer.webhook_id), ` (attempt ${timer.attempt})`);
+  if (timer.iccid) return el('span', {}, 'eSIM ', idText(timer.iccid));
+  if (timer.group_id) return el('span', {}, 'group ', idText(timer.group_id));
+  return el('span', {}, 'account ', idText(timer.account_id));
+}
+
+/** The pending timers (GET /sandbox/v1/pending, decision 320); answers the list. */
+async function loadPending() {
+  try {
+    const pending = await call('admin', 'GET', '/sandbox/v1/pending?limit=100');
+    const body = table('pending-table');
+    for (const timer of pending.timers) {
+      body.append(row('pending-table', [word('timer', timer.kind), concerns(timer), when(timer.due_at), duration(timer.due_in_seconds), timer.amount_usd === undefined ? '—' : money(timer.amount_usd)]));
+    }
+    if (!pending.timers.length) body.append(emptyRow('pending-table', 'Nothing pending: nothing changes by itself until someone acts.'));
+    const next = pending.timers[0];
+    $('pending-summary').textContent = next
+      ? `${pending.total} pending; the next, ${WORDS.timer[next.kind] || next.kind}, falls due ${duration(next.due_in_seconds) === 'due now' ? 'now' : `in ${duration(next.due_in_seconds)}`}.`
+      : '';
+    const button = $('advance-next');
+    button.disabled = !next || next.due_in_seconds <= 0;
+    button.dataset.seconds = next ? String(next.due_in_seconds) : '';
+    say('pending-msg', '');
+    return pending;
+  } catch (error) {
+    say('pending-msg', errorText(error), true);
+    return null;
+  }
+}
+
+/** A sentence for "What happened": what is still to come after an advance, and when. */
+function stillPending(pending) {
+  if (!pending) return '';
+  if (!pending.timers.length) return 'Nothing is pending now.';
+  const first = pending.timers[0];
+  const subject = first.iccid ? ` of eSIM ${first.iccid}` : first.group_id ? ` of group ${first.group_id}` : '';
+  const reason = first.kind === 'usage_report' ? ' (usage is reported after the 15-minute pause that follows a fund, at the next sync cycle)' : '';
+  return `Still pending: ${pending.total}. The next is the ${(WORDS.timer[first.kind] || first.kind).toLowerCase()}${subject}, due at ${when(first.due_at).textContent}, in ${duration(first.due_in_seconds)}${reason}. See Still pending below.`;
 }
 
 /** Every account's balance, by id (at most the first 1,000 accounts). */
@@ -798,25 +986,26 @@ async function advance(seconds) {
     const balancesBefore = await balances();
     const answer = await call('admin', 'POST', '/sandbox/v1/clock/advance', { seconds });
     const after = answer.now;
-    $('clock-now').textContent = after;
+    showClock(after);
     const balancesAfter = await balances();
     $('happened').hidden = false;
-    $('happened-span').textContent = `Service time moved from ${before} to ${after}.`;
+    $('happened-span').textContent = `Service time moved from ${when(before).textContent} to ${when(after).textContent}.`;
+    $('happened-pending').textContent = stillPending(await loadPending());
     const body = table('happened-balances');
     for (const [id, now] of balancesAfter) {
       const was = balancesBefore.get(id);
       const change = was ? Number(now.balance_usd) - Number(was.balance_usd) : null;
       if (change === 0) continue;
-      const tr = row('happened-balances', [el('code', { text: id }), show(now.company_name), was ? money(was.balance_usd) : 'new', money(now.balance_usd), change === null ? '—' : `${change > 0 ? '+' : ''}${change.toFixed(2)}`]);
+      const tr = row('happened-balances', [idText(id), show(now.company_name), was ? money(was.balance_usd) : 'new', money(now.balance_usd), change === null ? '—' : `${change > 0 ? '+' : ''}${change.toFixed(2)}`]);
       body.append(tr);
     }
-    if (!body.children.length) body.append(emptyRow('happened-balances', 'No reseller balance changed.'));
+    if (!body.children.length) body.append(emptyRow('happened-balances', 'No reseller balance changed (what is still to come is under Still pending).'));
     const events = table('happened-events');
     if (sessionStorage.getItem(KEY_STORE)) {
       const page = await call('reseller', 'GET', `/events${query({ created_after: before, limit: 100 })}`);
       for (const item of page.events) {
         const subject = item.data.iccid || item.data.group_id || item.data.topup_id || '';
-        events.append(row('happened-events', [item.event, item.created_at, show(subject)]));
+        events.append(row('happened-events', [item.event, when(item.created_at), idText(subject)]));
       }
       // Webhook attempts made since (the log has an attempt once its receiver answered).
       await new Promise((resolve) => setTimeout(resolve, 300));
@@ -825,7 +1014,7 @@ async function advance(seconds) {
         const log = await call('reseller', 'GET', `/webhooks/${encodeURIComponent(hook.id)}/deliveries?limit=100`);
         for (const attempt of log.attempts.filter((a) => a.attempted_at > before && !a.manual).reverse()) {
           const result = attempt.success ? `delivered (HTTP ${attempt.status})` : `failed (${attempt.status !== null ? `HTTP ${attempt.status}` : show(attempt.error)})`;
-          events.append(row('happened-events', [`delivery of ${attempt.event_type}`, attempt.attempted_at, `${hook.url}: ${result}`]));
+          events.append(row('happened-events', [`delivery of ${attempt.event_type}`, when(attempt.attempted_at), `${hook.url}: ${result}`]));
         }
       }
       if (!events.children.length) events.append(emptyRow('happened-events', 'No events for the signed-in reseller.'));
@@ -838,7 +1027,7 @@ async function advance(seconds) {
       events.append(emptyRow('happened-events', 'Sign in on the Reseller view to see its events here.'));
       $('happened-note').textContent = '';
     }
-    say('clock-msg', `Advanced ${seconds} s.`);
+    say('clock-msg', `Advanced ${seconds} s.`, false, 'clock');
   } catch (error) {
     say('clock-msg', errorText(error), true);
   }
@@ -849,6 +1038,7 @@ async function sandboxCall(event, msgId, method, path, body, describe) {
   try {
     const answer = await call('admin', method, path, body);
     say(msgId, describe(answer));
+    loadPending();
   } catch (error) {
     say(msgId, errorText(error), true);
   }
@@ -861,7 +1051,7 @@ function speeds() {
   const values = ['NO_LIMIT'];
   for (let kbps = 100; kbps <= 3000; kbps += 100) values.push(`SPEED_${kbps}_KBPS`);
   for (const kbps of [3500, 4000, 4500, 5000]) values.push(`SPEED_${kbps}_KBPS`);
-  for (const value of values) select.append(el('option', { text: value }));
+  for (const value of values) select.append(el('option', { value, title: value, text: speedWords(value) }));
 }
 
 function on(id, type, handler) {
@@ -871,6 +1061,10 @@ function on(id, type, handler) {
 function start() {
   speeds();
   for (const tab of document.querySelectorAll('.tab')) tab.addEventListener('click', () => showView(tab.dataset.view));
+  for (const tab of document.querySelectorAll('.section-tab')) tab.addEventListener('click', () => showSection(tab.dataset.view, tab.dataset.section));
+  for (const view of ['reseller', 'operator', 'sandbox']) showSection(view, sessionStorage.getItem(`esim.dashboard.section.${view}`) || '');
+  $('report-frame').addEventListener('load', fitReport);
+  window.addEventListener('resize', fitReport);
   on('reseller-signin', 'submit', resellerSignIn);
   on('reseller-signout', 'click', () => resellerSignOut());
   on('reseller-refresh', 'click', resellerRefresh);
@@ -881,7 +1075,7 @@ function start() {
   on('fund-form', 'submit', fund);
   on('throttle-form', 'submit', throttle);
   on('esim-defund', 'click', () => esimAction('defund', 'Return the wallet of eSIM {iccid} to the reseller balance? Data pauses; the credit arrives in about 15 minutes.', 'POST', '/defund', undefined,
-    (a) => `Defund accepted: about ${money(a.estimated_return_usd)} USD returns in ${show(a.settles_in_minutes)} minutes.`));
+    (a) => `Defund accepted: about ${money(a.estimated_return_usd)} USD returns in ${show(a.settles_in_minutes)} minutes, in whole cents (the sub-cent rest of the wallet is conversion dust).`));
   on('esim-enable', 'click', () => esimAction('enable', 'Enable data on eSIM {iccid}?', 'POST', '/enable', undefined, () => 'Data enabled.'));
   on('esim-disable', 'click', () => esimAction('disable', 'Disable data on eSIM {iccid}?', 'POST', '/disable', undefined, () => 'Data disabled.'));
   on('esim-terminate', 'click', () => esimAction('terminate', 'Terminate eSIM {iccid}? This cannot be undone and forfeits its wallet balance.', 'POST', '/terminate', undefined, () => 'Terminated.'));
@@ -910,6 +1104,8 @@ function start() {
 
   for (const button of document.querySelectorAll('.advance')) button.addEventListener('click', () => advance(Number(button.dataset.seconds)));
   on('advance-form', 'submit', (event) => { event.preventDefault(); advance(Number($('advance-seconds').value)); });
+  on('pending-refresh', 'click', loadPending);
+  on('advance-next', 'click', () => advance(Number($('advance-next').dataset.seconds)));
   on('install-form', 'submit', (event) => {
     const iccid = $('install-iccid').value.trim();
     sandboxCall(event, 'device-msg', 'POST', `/sandbox/v1/esims/${encodeURIComponent(iccid)}/install`, undefined, () => `Installed ${iccid}.`);

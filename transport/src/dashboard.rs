@@ -11,7 +11,9 @@
 //! `data:` (the eSIM QR code is a data URL), no framing, no forms posted anywhere, no
 //! `<base>`. `style-src` also allows inline styles, and only styles, because the finance
 //! report's own HTML (inline `<style>`, `style=`) is shown in a sandboxed `srcdoc`
-//! iframe, which inherits this policy (decision 133).
+//! iframe, which inherits this policy (decision 133). The sandbox allows the same origin
+//! and nothing else: no script runs there, and the page can read the report's height to
+//! size the frame to it (decision 322).
 
 use crate::api::error_response;
 use bytes::Bytes;

@@ -1,43 +1,62 @@
-//! # esim-transport: the API layer and the production shell
+//! # esim-transport: the HTTP shell
 //!
-//! - [`routes`] and [`api`]: the pure mapping between HTTP and engine commands (routing,
-//!   authentication header, body parsing and validation, rendering). No IO.
-//! - [`service`]: the engine with its clock mode behind that mapping; also pure, so the
-//!   simulation and tests run exactly what production runs.
-//! - [`admission`]: credentials and the rate limit, from the headers, before a body is read.
-//! - [`secrets`]: new API keys and signing secrets from OS entropy; sealing at rest.
-//! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
+//! The production shell around the pure API layer (`esim-api`) and the store
+//! (`esim-store`). Both are re-exported under their old paths (`esim_transport::api`,
+//! `esim_transport::journal`, ...).
+//!
+//! - [`server`]: hyper serving the service from one owner task per shard: group commit
+//!   through the store's `JournalSink`, timers, readiness, stop and drain.
 //! - [`edge`]: the connection-level guards of the server (connection cap, timeouts,
 //!   body budget).
+//! - [`sender`]: the webhook sender (signed POSTs, retries, no private networks).
 //! - [`metrics`]: the operator metrics of `GET /metrics` (Prometheus text format).
 //! - [`dashboard`]: the developer dashboard's files under `/dashboard/` (a client of the API).
-//! - [`shards`]: accounts sharded over engines in one process: the shard each id names,
-//!   routing, and the requests that fan out to every shard.
-//! - [`store_pg`] and [`standby`]: the journal in PostgreSQL, and the hot standby that
-//!   follows it and takes the shard over when the owner's lease runs out.
-//! - [`fence`]: the fencing rules of a shard's owner row, shared by the stores.
+//! - [`docs_page`]: the front door: `/` (landing page or JSON index) and the API reference
+//!   under `/docs/`.
+//! - [`nodes`]: the nodes of a sharded store: forwarding a shard's requests to its owner.
+//! - [`stock`]: one shard's side of the global eSIM inventory, kept by its owner task
+//!   (with the store's durable [`pool`] as [`pool`]).
+//! - [`standby_http`]: what a hot standby answers while the store's follower
+//!   ([`standby`]) follows the owner; [`standby::follow`] runs both.
 //! - [`deploy`]: the deployment wiring of the `esim` commands (serve, sharded serve,
 //!   standbys, replay, report, repair, logging) as library functions taking plain options.
-//! - [`store_mem`]: an in-memory store with the PostgreSQL store's semantics and faults,
-//!   for the simulation.
+//!
+//! From the API layer: [`routes`], [`api`], [`service`], [`admission`], [`secrets`],
+//! [`openapi`], [`shards`], [`webhook_headers`]. From the store: [`journal`],
+//! [`store_pg`], [`store_mem`], [`fence`], [`lock`], and the two halves of [`pool`] and
+//! [`standby`].
 #![forbid(unsafe_code)]
 
 pub mod dashboard;
 pub mod deploy;
+pub mod docs_page;
 pub mod edge;
-pub mod fence;
-pub mod journal;
-pub mod lock;
 pub mod metrics;
 pub mod nodes;
-pub mod pool;
 pub mod sender;
 pub mod server;
-pub mod standby;
-pub mod store_mem;
-pub mod store_pg;
+pub mod standby_http;
+pub mod stock;
 
 // The pure API layer lives in its own crate (transport/api); its modules are re-exported
-// under their old paths while the shell moves into its own crate.
+// under their old paths.
 pub use esim_api::{admission, api, openapi, routes, secrets, service, shards, webhook_headers};
 pub use esim_api::{ClockMode, JournalEntry, Outcome, Service};
+
+// The store lives in its own crate (transport/store); its modules are re-exported under
+// their old paths.
+pub use esim_store::{fence, journal, lock, store_mem, store_pg};
+
+/// The global eSIM inventory: its durable record (the store's) and each shard's side of
+/// it ([`crate::stock`]).
+pub mod pool {
+    pub use crate::stock::*;
+    pub use esim_store::pool::*;
+}
+
+/// The hot standby: the store's follower and what it answers meanwhile
+/// ([`crate::standby_http`]).
+pub mod standby {
+    pub use crate::standby_http::*;
+    pub use esim_store::standby::*;
+}

@@ -162,7 +162,7 @@ pub fn screen_forward(
             }
         }
         Api::Reseller if key_form_names(credential, shard, shards) => Ok(Some(Credential::Unverified)),
-        Api::Reseller => Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key")),
+        Api::Reseller => Err(crate::admission::key_refusal(headers, admin_token)),
     }
 }
 

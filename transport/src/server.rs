@@ -10,13 +10,13 @@
 use crate::admission::{Admission, Admitted, KeyMemo};
 use crate::api::{error_response, MAX_BODY_BYTES};
 use crate::edge::{self, BodyReader, BodyShare, Credential, EdgeLimits, IdleGuard, InFlightBody};
-use crate::journal::EncodedSnapshot;
 use crate::pool::{InventoryPool, PoolSettings, ShardStock, StockStep};
 use crate::sender::{Dispatcher, Sender};
 use crate::service::{ClockMode, JournalEntry, Outcome, Service};
 use crate::shards::{FanOut, Route};
 use bytes::Bytes;
 use esim_engine::{AdminOp, ApiError, Command, Delivery, DeliveryResult, Effect, Engine, ErrorCode, KeyDigest, Millis};
+use esim_store::clock::{Clock, SystemClock};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,7 +27,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -46,19 +46,15 @@ const PENDING_MAX: usize = 4_096;
 /// While changes are refused after a failed append, how often the journal is probed for
 /// room again.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-/// The default of `esim serve --append-deadline-ms`: how long a request waits for the
-/// journal to make its batch durable before it is answered 503 with `Retry-After`
-/// (decision 220). A PostgreSQL store also gives up an append's transaction after it
-/// and reads its outcome back.
-pub const APPEND_DEADLINE_MS: u64 = 5_000;
-/// The deadlines `--append-deadline-ms` accepts.
-pub const APPEND_DEADLINE_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 /// An append outstanding longer than this is a stall: `/readyz` answers 503 and new
 /// changes are refused at once (503 with `Retry-After`) until it returns (decision 221).
 pub const APPEND_STALL_MS: u64 = 1_000;
 /// The `Retry-After` (seconds) of the 503s of a stalled or refusing journal (kept with
 /// the service, which answers the refusals).
 pub use esim_api::service::JOURNAL_RETRY_AFTER_S;
+/// The contract the owner task appends through is the store's (re-exported here under
+/// its old paths).
+pub use esim_store::sink::{JournalAlarm, JournalSink, NoJournal, APPEND_DEADLINE_MS, APPEND_DEADLINE_MS_RANGE};
 /// A process that must end (its journal is wedged, or its shard was taken and there is
 /// no node to forward to) first answers this long as not ready, so that a balancer
 /// polling `/readyz` drains it, then stops gracefully and exits non-zero (decision 222).
@@ -73,75 +69,6 @@ const OWNER_STOP_WAIT: Duration = Duration::from_secs(10);
 /// (a store's lease renewal found a newer epoch): it then refuses changes at once, as
 /// after a fenced append, and `/readyz` says so.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Where journal entries go before a response is sent: a small trait, so that a
-/// replicated log can back it later without touching the engine or the server.
-pub trait JournalSink: Send + 'static {
-    /// Makes the entries durable; only then are their responses sent.
-    fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()>;
-    /// When a snapshot is due: the snapshot of `engine`, which has applied every
-    /// appended entry and then `pending_entries` more (those the owner task hands over
-    /// next), to write once they are appended.
-    fn snapshot(&self, _engine: &Engine, _pending_entries: u64) -> Option<std::io::Result<EncodedSnapshot>> {
-        None
-    }
-    /// Writes a snapshot from [`JournalSink::snapshot`] after its entries were appended.
-    fn write_snapshot(&mut self, _snapshot: EncodedSnapshot) -> std::io::Result<()> {
-        Ok(())
-    }
-    /// After a failed append: the durable state to continue from.
-    fn reload(&mut self) -> Result<Engine, String>;
-    /// Why no append can ever succeed again in this process (a failed append could not
-    /// be cut back, a store's commit whose outcome could not be learnt), if so: the
-    /// process then drains and exits non-zero ([`LOST_DRAIN`]), as a restart continues
-    /// from what is durable.
-    fn wedged(&self) -> Option<String> {
-        None
-    }
-    /// Why this process may never append again because another process took the
-    /// journal over (a store's shard with a newer epoch), if so: a node with a forwarder
-    /// forwards the shard's requests to the new owner; a process without one drains and
-    /// exits non-zero (restarted, it becomes a standby).
-    fn fenced(&self) -> Option<String> {
-        None
-    }
-    /// Whether appends would succeed again (a full disk has room), without appending.
-    fn probe(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-    /// Appends wait on a disk (or a network): the owner task runs them on tokio's
-    /// blocking pool and applies the next requests meanwhile.
-    fn blocks(&self) -> bool {
-        true
-    }
-    /// When the newest snapshot it holds was written (Unix ms), if any: where the
-    /// snapshot age of `GET /metrics` starts.
-    fn newest_snapshot_unix_ms(&self) -> Option<i64> {
-        None
-    }
-    /// What the journal's own threads raise for `/readyz` (a store's lease renewals).
-    fn alarm(&self) -> Option<Arc<JournalAlarm>> {
-        None
-    }
-}
-
-/// A journal's trouble that `/readyz` reports without asking the owner task (a store's
-/// lease renewals failing), raised and cleared by the journal's own threads.
-#[derive(Default)]
-pub struct JournalAlarm(Mutex<Option<String>>);
-
-impl JournalAlarm {
-    pub fn raise(&self, why: String) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-    }
-    /// Clears the alarm; returns what it said, if it was raised.
-    pub fn clear(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-    pub fn reason(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
 
 /// Milliseconds on a monotonic clock from a process-wide origin, never 0 (0 means "none"
 /// in the readiness atomics).
@@ -182,48 +109,6 @@ impl Wedge {
     }
 }
 
-/// No durability (tests that do not need it).
-pub struct NoJournal;
-
-impl JournalSink for NoJournal {
-    fn append(&mut self, _entries: &[JournalEntry]) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn reload(&mut self) -> Result<Engine, String> {
-        Err("no journal to reload from".into())
-    }
-    fn blocks(&self) -> bool {
-        false
-    }
-}
-
-impl JournalSink for crate::journal::FileJournal {
-    /// Appends; then, when a snapshot is due, starts making it by replay on its own
-    /// thread ([`crate::journal::FileJournal::compact_if_due`]): the owner task never
-    /// encodes the state of a file journal.
-    fn append(&mut self, entries: &[JournalEntry]) -> std::io::Result<()> {
-        self.append_entries(entries).map_err(std::io::Error::from)?;
-        self.compact_if_due();
-        Ok(())
-    }
-    fn reload(&mut self) -> Result<Engine, String> {
-        crate::journal::FileJournal::reload(self).map_err(|e| e.0)
-    }
-    fn wedged(&self) -> Option<String> {
-        match self.health() {
-            crate::journal::JournalHealth::Ok => None,
-            crate::journal::JournalHealth::Wedged(why) => Some(why.clone()),
-        }
-    }
-    fn probe(&mut self) -> std::io::Result<()> {
-        crate::journal::FileJournal::probe(self)
-    }
-    fn newest_snapshot_unix_ms(&self) -> Option<i64> {
-        let written = self.newest_snapshot_time()?;
-        Some(written.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64)
-    }
-}
-
 /// Service time from the wall clock: `origin` plus elapsed real time times `speed`.
 #[derive(Clone, Copy, Debug)]
 pub struct WallClock {
@@ -232,8 +117,9 @@ pub struct WallClock {
     speed: u32,
 }
 
+/// The wall clock (Unix ms): the store's [`SystemClock`], the one reading of it.
 pub fn real_now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemClock.unix_ms()
 }
 
 impl WallClock {
@@ -474,7 +360,7 @@ pub async fn serve_shards(
 /// (spawned by the caller), whose start hands in-flight webhook deliveries out again.
 fn start_owner(
     mut service: Service,
-    journal: Box<dyn JournalSink>,
+    mut journal: Box<dyn JournalSink>,
     options: &ServerOptions,
     ends: &OwnerEnds,
 ) -> (ShardLink, impl Future<Output = ()> + Send + 'static) {
@@ -499,6 +385,7 @@ fn start_owner(
     if let Some(written_ms) = journal.newest_snapshot_unix_ms() {
         crate::metrics::snapshot_written(written_ms, false);
     }
+    journal.on_snapshot_written(Arc::new(|| crate::metrics::snapshot_written(real_now_ms(), true)));
     let link = ShardLink {
         admission: service.admission(),
         clock,
@@ -913,6 +800,12 @@ async fn answer(
         let response = crate::dashboard::answer(request.uri().path());
         tracing::debug!(%method, route = "dashboard", status = response.status().as_u16(), "request");
         return ("dashboard", response);
+    }
+    if crate::docs_page::is_front_door(&method, request.uri().path()) {
+        // The landing page and the API reference: static too (issue 37).
+        let response = crate::docs_page::answer(request.uri().path(), request.headers());
+        tracing::debug!(%method, route = "front door", status = response.status().as_u16(), "request");
+        return ("front_door", response);
     }
     if let Some(name) = operator_endpoint(&method, request.uri().path()) {
         // Not logged at info: a prober calls these every few seconds.
@@ -1929,7 +1822,9 @@ fn journal_unavailable() -> http::Response<Bytes> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::routes::log_label;
+    use esim_store::journal::SnapshotWritten;
 
     #[test]
     fn new_request_ids_are_16_hex_digits_counting_up() {
@@ -1958,5 +1853,58 @@ mod tests {
         }
         assert_eq!(log_label("DELETE", &format!("//admin/v1/keys/{key}")), "/admin/v1/keys/{api_key}");
         assert_eq!(log_label("POST", "/api/v2/reseller/esim/89/fund"), "/api/v2/reseller/esim/{iccid}/fund");
+    }
+
+    /// A journal that keeps whom it is to tell of the snapshots its own thread writes.
+    struct Listened(Arc<Mutex<Option<SnapshotWritten>>>);
+
+    impl JournalSink for Listened {
+        fn append(&mut self, _entries: &[crate::JournalEntry]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn reload(&mut self) -> Result<Engine, String> {
+            Err("nothing to reload".into())
+        }
+        fn blocks(&self) -> bool {
+            false
+        }
+        fn on_snapshot_written(&mut self, written: SnapshotWritten) {
+            *self.0.lock().unwrap() = Some(written);
+        }
+    }
+
+    /// `esim_snapshots_written_total` as `GET /metrics` shows it (0 before the first).
+    fn snapshots_written() -> u64 {
+        let text = crate::metrics::handle().render();
+        let line = text.lines().find(|line| line.starts_with(crate::metrics::SNAPSHOTS_WRITTEN));
+        line.and_then(|line| line.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+    }
+
+    /// The store does not know the shell's metrics: the owner task's start tells its
+    /// journal to count each snapshot the journal's own thread writes there.
+    #[tokio::test]
+    async fn a_journal_tells_the_metrics_of_the_snapshots_its_thread_writes() {
+        let told = Arc::new(Mutex::new(None));
+        let engine = Engine::new(esim_engine::EngineConfig::default(), Millis::VIRTUAL_EPOCH);
+        let service = Service::new(engine, "adm_x".into(), ClockMode::Virtual, crate::secrets::Secrets::seeded(1));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let journal = Box::new(Listened(told.clone()));
+        let server = tokio::spawn(serve(listener, service, journal, ServerOptions::new(1, true), async {
+            let _ = stopped.await;
+        }));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let written = loop {
+            if let Some(written) = told.lock().unwrap().clone() {
+                break written;
+            }
+            assert!(std::time::Instant::now() < deadline, "the owner task never told its journal");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let before = snapshots_written();
+        written();
+        assert_eq!(snapshots_written(), before + 1);
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
     }
 }

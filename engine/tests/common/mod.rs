@@ -9,6 +9,18 @@ use esim_engine::*;
 use rust_decimal::Decimal;
 use std::str::FromStr;
 
+/// An event's `data` as receivers get it (the JSON object), for tests that read fields
+/// by their wire names.
+pub trait Wire {
+    fn wire(&self) -> serde_json::Value;
+}
+
+impl Wire for EventData {
+    fn wire(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("event payloads serialize")
+    }
+}
+
 pub fn d(text: &str) -> Decimal {
     Decimal::from_str(text).unwrap()
 }

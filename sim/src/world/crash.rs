@@ -3,9 +3,9 @@
 
 use super::observe::Fact;
 use super::World;
+use esim_api::ClockMode;
 use esim_engine::Millis;
-use esim_transport::journal::{self, SegmentBuffer, SegmentHeader};
-use esim_transport::ClockMode;
+use esim_store::journal::{self, SegmentBuffer, SegmentHeader};
 
 impl World {
     /// The service process stops and starts again (see [`Op::Restart`](crate::op::Op::Restart)).

@@ -116,7 +116,7 @@ pub enum Fact {
     Store {
         epoch: i64,
         head: u64,
-        rows: Vec<esim_transport::store_mem::RowSum>,
+        rows: Vec<esim_store::store_mem::RowSum>,
     },
     /// A standby took the shard over (`failover`) at `epoch`, caught up from `from` to
     /// `head` entries.

@@ -1,6 +1,6 @@
 //! The requests the world sends: each [`Op`] and [`Call`] as an `http::Request` of the
 //! endpoint table (or a script's raw request, classified by the production router), sent
-//! through the [`Service`](esim_transport::Service) and recorded with what it taught.
+//! through the [`Service`](esim_api::Service) and recorded with what it taught.
 
 use super::json::Json;
 use super::observe::Exchange;
@@ -8,10 +8,10 @@ use super::oracle::{self, Idempotency};
 use super::{Entity, World, ADMIN_TOKEN};
 use crate::op::{Call, Op};
 use bytes::Bytes;
+use esim_api::api::Routed;
+use esim_api::routes::{percent_encode as encode, Api, Endpoint, RESELLER_BASE};
+use esim_api::Outcome;
 use esim_engine::{AdminOp, Command, Millis, ResellerOp};
-use esim_transport::api::Routed;
-use esim_transport::routes::{percent_encode as encode, Api, Endpoint, RESELLER_BASE};
-use esim_transport::Outcome;
 use rust_decimal::Decimal;
 
 /// Who sends a request.
@@ -421,8 +421,8 @@ impl World {
         };
         // A request the router refuses (its shape: JSON, a missing field, an amount with
         // more than 2 decimals) never reaches the engine's idempotency store.
-        let reaches_engine = idempotency_key.is_some()
-            && matches!(esim_transport::api::route(&request, ADMIN_TOKEN, None), Routed::Engine(_));
+        let reaches_engine =
+            idempotency_key.is_some() && matches!(esim_api::api::route(&request, ADMIN_TOKEN, None), Routed::Engine(_));
         let idempotency = match (idempotency_key, account) {
             (Some(idem), Some(account)) if key_valid && engine_bound && reaches_engine && !read => {
                 self.idempotency.expect(account, idem, &(method.clone(), path.clone(), body.clone()), now)
@@ -431,9 +431,9 @@ impl World {
         };
         let response = match self.service.handle(now, &request) {
             Outcome::Respond(response) => response,
-            Outcome::AwaitDelivery(delivery_id) => self.process_effects(Some(delivery_id)).unwrap_or_else(|| {
-                esim_transport::api::json_response(500, "{\"error\":\"the test delivery never came\"}")
-            }),
+            Outcome::AwaitDelivery(delivery_id) => self
+                .process_effects(Some(delivery_id))
+                .unwrap_or_else(|| esim_api::api::json_response(500, "{\"error\":\"the test delivery never came\"}")),
         };
         // What a stalled append makes of the answer the client sees (the world reads the
         // engine's own answer back, as a retry with the same Idempotency-Key would).
@@ -530,10 +530,18 @@ pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
         E::Usage => "usage",
         E::SetFaults => "faults",
         E::AdvanceClock => "advance",
-        // Reads of no state the checkers follow: the document is static, the clock and
+        // Reads of no state the checkers follow: the documents are static, the clock and
         // the state digest are read from the engine directly, and the conservation
         // report is checked on the engine's own report after every step.
-        E::OpenApi | E::Clock | E::State | E::ConservationReport | E::ListAccounts => return None,
+        E::OpenApi
+        | E::AdminOpenApi
+        | E::SandboxOpenApi
+        | E::Clock
+        | E::State
+        | E::ConservationReport
+        | E::ListAccounts => return None,
+        // The engine's timer queue, read as it is: the checkers follow what the timers do.
+        E::Pending => return None,
         // The events API shows what the event log already holds; its own tests check it
         // against the delivered envelopes (tests/events_api.rs).
         E::ListEvents | E::GetEvent => return None,
@@ -554,7 +562,7 @@ pub fn reached_by(endpoint: Endpoint) -> Option<&'static str> {
 /// What the production router makes of a request: (reaches the engine as a reseller
 /// command, is a read, the facts to read from its response).
 fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
-    match esim_transport::api::route(request, ADMIN_TOKEN, None) {
+    match esim_api::api::route(request, ADMIN_TOKEN, None) {
         Routed::Engine(Command::Reseller(reseller)) => {
             let read = reseller.op.is_read();
             let kind = match reseller.op {
@@ -585,7 +593,7 @@ fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
                 AdminOp::CreateKey { account_id, .. } => Kind::NewKey { account_id },
                 // The command holds only the key's digest; the key is the path's last segment.
                 AdminOp::RevokeKey { .. } => Kind::Revoke {
-                    key: esim_transport::api::percent_decode(request.uri().path().rsplit('/').next().unwrap_or("")),
+                    key: esim_api::api::percent_decode(request.uri().path().rsplit('/').next().unwrap_or("")),
                 },
                 _ => Kind::Other,
             };
@@ -593,7 +601,7 @@ fn classify(request: &http::Request<Bytes>) -> (bool, bool, Kind) {
         }
         // Refused by the transport after the key check: counted by the rate limit, but
         // never reaches the idempotency store (treated as a read).
-        Routed::Reject(_) if esim_transport::routes::api_of_path(request.uri().path()) == Some(Api::Reseller) => {
+        Routed::Reject(_) if esim_api::routes::api_of_path(request.uri().path()) == Some(Api::Reseller) => {
             (true, true, Kind::Other)
         }
         _ => (false, request.method() == http::Method::GET, Kind::Other),

@@ -1,4 +1,4 @@
-//! The service's journal in the in-memory store ([`esim_transport::store_mem`]), with a
+//! The service's journal in the in-memory store ([`esim_store::store_mem`]), with a
 //! hot standby following it and the store's faults (issue 17; decisions 163-167).
 //!
 //! The world's service is the owner node: after every op its journal entries are
@@ -12,15 +12,16 @@
 use super::observe::Fact;
 use super::World;
 use crate::InjectedBug;
-use esim_engine::Engine;
-use esim_transport::journal::{self, SegmentHeader};
-use esim_transport::server::JournalSink;
-use esim_transport::store_mem::{CommitFault, MemNode, MemOpened, MemStandby, MemStore};
-use esim_transport::{ClockMode, JournalEntry};
+use esim_api::service::JOURNAL_RETRY_AFTER_S;
+use esim_api::{ClockMode, JournalEntry};
+use esim_engine::{ApiError, Engine, ErrorCode};
+use esim_store::journal::{self, SegmentHeader};
+use esim_store::sink::JournalSink;
+use esim_store::store_mem::{CommitFault, MemNode, MemOpened, MemStandby, MemStore};
 
 /// The lease of the simulated nodes, by the store's clock (the PostgreSQL store's
 /// default).
-pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
+pub const STORE_LEASE_MS: i64 = esim_store::store_pg::LEASE_MS as i64;
 /// The standby's digest is compared with the owner's every this many steps, at every
 /// store op and takeover, and at the last step of a run ([`World::compare_standby_next`]).
 /// A digest serializes the whole state (the largest cost of a step when it ran every 32
@@ -29,7 +30,7 @@ pub const STORE_LEASE_MS: i64 = esim_transport::store_pg::LEASE_MS as i64;
 pub const STANDBY_DIGEST_EVERY_STEPS: usize = 100;
 /// How long a request waits for its batch to be durable: the server's default
 /// (`--append-deadline-ms`, decision 220).
-pub const APPEND_DEADLINE_MS: i64 = esim_transport::server::APPEND_DEADLINE_MS as i64;
+pub const APPEND_DEADLINE_MS: i64 = esim_store::sink::APPEND_DEADLINE_MS as i64;
 
 /// The answer a client sees when its append outlasted the deadline.
 pub(super) struct LateAnswer {
@@ -289,10 +290,17 @@ impl World {
         if !late {
             return (None, waited_ms);
         }
-        let response = esim_transport::nodes::unavailable(format!(
-            "the journal did not confirm this request within {APPEND_DEADLINE_MS} ms (the store or the disk \
-             stalls); a change it made may still become durable: retry with the same Idempotency-Key"
-        ));
+        // The server's answer to a late append (`server::journal_late`), built from the
+        // API layer as the shell builds it.
+        let mut error = ApiError::new(
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "the journal did not confirm this request within {APPEND_DEADLINE_MS} ms (the store or the disk \
+                 stalls); a change it made may still become durable: retry with the same Idempotency-Key"
+            ),
+        );
+        error.retry_after_secs = Some(JOURNAL_RETRY_AFTER_S);
+        let response = esim_api::api::error_response(error);
         let retry_after =
             response.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_string);
         let answer = LateAnswer { status: response.status().as_u16(), retry_after, body: response.into_body() };

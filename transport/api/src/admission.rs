@@ -283,7 +283,10 @@ impl Admission {
             }
             Api::Reseller => {
                 let digest = memo.digest_of(credential);
-                self.admit_key(&digest, now)?;
+                self.admit_key(&digest, now).map_err(|refused| match refused.code {
+                    ErrorCode::InvalidApiKey => key_refusal(headers, admin_token),
+                    _ => refused,
+                })?;
                 Ok(Admitted::Reseller(digest))
             }
         }
@@ -298,7 +301,7 @@ impl Admission {
         let (account, held) = {
             let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
             let Some(&account) = keys.accounts.get(digest) else {
-                return Err(ApiError::new(ErrorCode::InvalidApiKey, "missing, invalid or revoked API key"));
+                return Err(ApiError::new(ErrorCode::InvalidApiKey, KEY_UNKNOWN));
             };
             (account, keys.held.get(&account).copied().unwrap_or(1))
         };
@@ -324,6 +327,35 @@ impl Admission {
     }
 }
 
+/// What a reseller request must carry, as its 401s say.
+const KEY_EXPECTED: &str = "expected `Authorization: Bearer rsk_…` with an API key of the account";
+
+/// The 401 of a bearer that has an API key's form but is no valid key.
+const KEY_UNKNOWN: &str = "invalid or revoked API key";
+
+/// The 401 of a reseller request whose key is refused, saying what was expected given
+/// what came (decision 305): no `Authorization` header, a header that is not a bearer
+/// token, the admin token (it opens only the admin and sandbox APIs), a bearer that is
+/// no API key, or a key that is unknown or revoked. Code and status stay
+/// `INVALID_API_KEY` and 401; only the message tells them apart.
+pub fn key_refusal(headers: &http::HeaderMap, admin_token: &str) -> ApiError {
+    let credential = crate::api::bearer_str(headers);
+    let message = match headers.get(http::header::AUTHORIZATION) {
+        None => format!("no Authorization header: {KEY_EXPECTED}"),
+        Some(_) if credential.is_empty() => {
+            format!("the Authorization header is not `Bearer ` and a token: {KEY_EXPECTED}")
+        }
+        Some(_) if esim_engine::engine::constant_time_eq(credential.as_bytes(), admin_token.as_bytes()) => {
+            format!("this is the admin token, which opens only the admin and sandbox APIs: {KEY_EXPECTED}")
+        }
+        Some(_) if !credential.starts_with("rsk_") => {
+            format!("the bearer token is not an API key (API keys start with `rsk_`): {KEY_EXPECTED}")
+        }
+        Some(_) => KEY_UNKNOWN.to_string(),
+    };
+    ApiError::new(ErrorCode::InvalidApiKey, message)
+}
+
 /// The answer to a request outside every API (what the router would say: 404, or 405
 /// with the methods allowed), given from its method and path alone.
 pub fn outside_every_api(matched: &Match<'_>, path: &str) -> ApiError {
@@ -332,7 +364,7 @@ pub fn outside_every_api(matched: &Match<'_>, path: &str) -> ApiError {
             ErrorCode::MethodNotAllowed,
             format!("this method is not allowed here; use {}", allowed.join(", ")),
         ),
-        _ => ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}")),
+        _ => ApiError::new(ErrorCode::RouteNotFound, routes::not_found_message(path)),
     }
 }
 
@@ -510,5 +542,38 @@ mod tests {
         engine.handle(now, Command::Admin(AdminOp::RevokeKey { api_key_digest: digest })).unwrap();
         admission.refresh_key(&engine, &digest);
         assert_eq!(status(admission.screen(&post, fund, &headers("rsk_test"), "adm", now)), Some(401));
+    }
+
+    /// Each way of getting the reseller credential wrong has its own message; the code
+    /// and status stay.
+    #[test]
+    fn a_refused_key_says_what_was_expected() {
+        let (engine, _) = engine_with_key();
+        let admission = Admission::new(&engine);
+        let refusal = |authorization: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(value) = authorization {
+                headers.insert(http::header::AUTHORIZATION, value.parse().unwrap());
+            }
+            let path = "/api/v2/reseller/wallet/balance";
+            let refused = admission.screen(&http::Method::GET, path, &headers, "adm-token", Millis::VIRTUAL_EPOCH);
+            let refused = refused.expect_err("refused");
+            assert_eq!((refused.code, refused.status()), (ErrorCode::InvalidApiKey, 401));
+            refused.message
+        };
+        let messages = [
+            (None, "no Authorization header"),
+            (Some("rsk_test"), "is not `Bearer ` and a token"),
+            (Some("Token rsk_test"), "is not `Bearer ` and a token"),
+            (Some("Bearer adm-token"), "this is the admin token"),
+            (Some("Bearer key-123"), "not an API key"),
+            (Some("Bearer rsk_revoked"), "invalid or revoked API key"),
+        ];
+        for (authorization, expected) in messages {
+            let message = refusal(authorization);
+            assert!(message.contains(expected), "{authorization:?}: {message}");
+            let guided = authorization != Some("Bearer rsk_revoked");
+            assert_eq!(message.contains("expected `Authorization: Bearer rsk_…`"), guided, "{message}");
+        }
     }
 }

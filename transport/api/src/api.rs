@@ -34,8 +34,11 @@ pub enum Routed {
     Accounts { limit: u64, offset: u64 },
     /// `GET /admin/v1/state`: the engine's state digest and clock.
     StateDigest,
-    /// `GET /api/v2/reseller/openapi.json`.
-    OpenApi,
+    /// `GET /sandbox/v1/pending`: the first `limit` timers still to fall due (decision 320).
+    Pending { limit: u64 },
+    /// The OpenAPI document of this API (`GET /api/v2/reseller/openapi.json`,
+    /// `/admin/v1/openapi.json`, `/sandbox/v1/openapi.json`).
+    OpenApi(Api),
     /// Answer at once with this error. (Credentials and the rate limit were checked
     /// before, by [`crate::admission`], so a bad request answers 401 or 429 first.)
     Reject(ApiError),
@@ -116,7 +119,10 @@ fn try_route(
             let key_digest = key_digest.unwrap_or_else(|| KeyDigest::of(credential));
             Some(Routed::Engine(Command::Reseller(ResellerRequest { key_digest, idempotency_key, op })))
         }
-        Api::Public => (endpoint == Endpoint::OpenApi).then_some(Routed::OpenApi),
+        Api::Public => {
+            let document = matches!(endpoint, Endpoint::OpenApi | Endpoint::AdminOpenApi | Endpoint::SandboxOpenApi);
+            document.then(|| Routed::OpenApi(endpoint.documented_in()))
+        }
         Api::Admin => admin(endpoint, &call)?,
         Api::Sandbox => sandbox(endpoint, &call)?,
     };
@@ -136,7 +142,7 @@ fn endpoint_of(request: &http::Request<Bytes>) -> Result<(Endpoint, Cow<'_, [Str
             ErrorCode::MethodNotAllowed,
             format!("{} is not allowed here; use {}", request.method(), allowed.join(", ")),
         )),
-        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, format!("no route for {path}"))),
+        Match::NotFound => Err(ApiError::new(ErrorCode::RouteNotFound, routes::not_found_message(path))),
     }
 }
 
@@ -391,6 +397,10 @@ fn sandbox(endpoint: Endpoint, call: &Call) -> Result<Option<Routed>, ApiError> 
     use Endpoint as E;
     let op = match endpoint {
         E::Clock => return Ok(Some(Routed::ClockRead)),
+        E::Pending => {
+            let (limit, _) = esim_engine::page(call.query_u64("limit")?, None)?;
+            return Ok(Some(Routed::Pending { limit }));
+        }
         E::AdvanceClock => {
             let ClockAdvanceRequest { seconds } = call.body()?;
             if seconds <= Decimal::ZERO || seconds > Decimal::from(CLOCK_ADVANCE_MAX_SECONDS) {
@@ -477,8 +487,11 @@ mod tests {
                 .unwrap();
             match route(&request, "t", None) {
                 Routed::Reject(error) => assert_eq!(error.code, ErrorCode::ValidationError, "{uri}: {error:?}"),
-                Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi => {}
-                Routed::Accounts { .. } | Routed::Report { .. } | Routed::ClockAdvance { .. } => {}
+                Routed::Engine(_) | Routed::ClockRead | Routed::StateDigest | Routed::OpenApi(_) => {}
+                Routed::Accounts { .. }
+                | Routed::Report { .. }
+                | Routed::ClockAdvance { .. }
+                | Routed::Pending { .. } => {}
             }
         }
     }

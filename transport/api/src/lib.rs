@@ -17,7 +17,8 @@
 //!   tests and the simulation), and sealing them at rest.
 //! - [`shards`]: accounts sharded over engines: the shard each id names, routing, and the
 //!   requests that fan out to every shard.
-//! - [`openapi`]: the OpenAPI 3.1 document of the reseller API.
+//! - [`openapi`]: the OpenAPI 3.1 document of the reseller API; [`openapi_operator`] the
+//!   admin and sandbox APIs' ([`openapi_admin`], [`openapi_sandbox`]: their operations).
 //! - [`webhook_headers`]: the signed headers of a webhook delivery.
 #![forbid(unsafe_code)]
 
@@ -25,6 +26,9 @@ pub mod admission;
 pub mod api;
 pub mod bodies;
 pub mod openapi;
+pub mod openapi_admin;
+pub mod openapi_operator;
+pub mod openapi_sandbox;
 pub mod routes;
 pub mod secrets;
 pub mod service;

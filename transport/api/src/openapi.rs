@@ -14,7 +14,7 @@
 
 use crate::bodies::*;
 use crate::routes::{Api, Endpoint, RESELLER_BASE};
-use esim_engine::{ErrorCode, EventName};
+use esim_engine::{ErrorCode, EventData, EventName};
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
@@ -29,26 +29,12 @@ pub fn document() -> String {
 // ----- schemas -----
 
 fn schema_ref(name: &str) -> Value {
-    json!({ "$ref": format!("#/components/schemas/{name}") })
+    Schema::new_ref(format!("#/components/schemas/{name}")).to_value()
 }
-
-fn string(description: &str) -> Value {
-    json!({ "type": "string", "description": description })
-}
-
-fn boolean(description: &str) -> Value {
-    json!({ "type": "boolean", "description": description })
-}
-
-fn uuid(description: &str) -> Value {
-    json!({ "type": "string", "format": "uuid", "description": description })
-}
-
-const ESIM_STATUSES: [&str; 4] = ["pending", "active", "suspended", "terminated"];
 
 /// JSON Schema 2020-12 (OpenAPI 3.1's dialect), with the named schemas under
 /// `components/schemas`.
-fn component_settings() -> SchemaSettings {
+pub(crate) fn component_settings() -> SchemaSettings {
     SchemaSettings::draft2020_12().with(|settings| {
         settings.definitions_path = "/components/schemas".into();
         settings.meta_schema = None;
@@ -57,15 +43,21 @@ fn component_settings() -> SchemaSettings {
 
 /// The generator of the request body schemas: as the bodies deserialize (an optional
 /// field is not required).
-fn request_generator() -> SchemaGenerator {
+pub(crate) fn request_generator() -> SchemaGenerator {
     component_settings().for_deserialize().into_generator()
 }
 
-/// The response schemas, derived from the reply types of the engine (`schemars`, as they
-/// serialize) and the error body, by the names the operations use.
-fn reply_schemas() -> Map<String, Value> {
+/// The generator of the response schemas and the event payloads: as they serialize (a
+/// `skip_serializing_if` field is not required).
+fn response_generator() -> SchemaGenerator {
+    component_settings().for_serialize().into_generator()
+}
+
+/// Registers the response schemas with `generator`: the reply types of the engine
+/// (`schemars`, as they serialize), the error body and this document, by the names the
+/// operations use.
+fn register_replies(generator: &mut SchemaGenerator) {
     use esim_engine::reply::*;
-    let mut generator = component_settings().for_serialize().into_generator();
     generator.subschema_for::<ProvisionedEsim>();
     generator.subschema_for::<EsimDetail>();
     generator.subschema_for::<EsimPage>();
@@ -96,24 +88,36 @@ fn reply_schemas() -> Map<String, Value> {
     generator.subschema_for::<ApiKeyRevoked>();
     generator.subschema_for::<AutoRefillSettings>();
     generator.subschema_for::<ErrorBody>();
-    let named = [named_enum::<EuiccState>(&mut generator), named_enum::<EsimStatus>(&mut generator)];
-    let mut definitions = generator.take_definitions(true);
-    for (plain, nullable) in named {
-        let name = plain.get("$ref").and_then(Value::as_str).and_then(|to| to.rsplit('/').next());
-        let name = name.expect("a named enum is a $ref to its component");
-        let values = definitions[name]["enum"].clone();
-        for schema in definitions.values_mut() {
-            refer_to_enum(schema, &values, &plain, &nullable);
-        }
-    }
-    definitions
+    generator.subschema_for::<OpenApiDocument>();
+}
+
+/// This OpenAPI 3.1 document
+#[derive(JsonSchema)]
+#[allow(dead_code)] // only its schema is used: the document is built as JSON below
+struct OpenApiDocument {
+    /// 3.1.0
+    openapi: String,
+    /// Title, version and description of the API
+    info: Map<String, Value>,
+    /// The base URL of the paths
+    servers: Vec<Map<String, Value>>,
+    /// The API key, for every operation that does not say otherwise
+    security: Vec<Map<String, Value>>,
+    /// The groups of operations
+    tags: Vec<Map<String, Value>>,
+    /// The operations, by path
+    paths: Map<String, Value>,
+    /// What receivers get, by event
+    webhooks: Map<String, Value>,
+    /// The schemas and the security scheme
+    components: Map<String, Value>,
 }
 
 /// The error body of every failure
 #[derive(JsonSchema)]
 #[schemars(rename = "Error")]
 #[allow(dead_code)] // only its schema is used: the engine writes the body from an `ApiError`
-struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// Human-readable text
     error: String,
     /// Machine code, e.g. VALIDATION_ERROR, INSUFFICIENT_BALANCE, ESIM_NOT_FOUND
@@ -122,82 +126,29 @@ struct ErrorBody {
     message: String,
 }
 
-/// The profile's state on the device, as the network reports it
-#[derive(JsonSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[allow(dead_code)] // only its schema is used; a test pairs them with the engine's
-enum EuiccState {
-    Released,
-    Downloaded,
-    Installed,
-    Enabled,
-}
-
-/// pending until first installed, active, suspended while data is disabled, terminated for good
-#[derive(JsonSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // only its schema is used; a test pairs them with the engine's
-enum EsimStatus {
-    Pending,
-    Active,
-    Suspended,
-    Terminated,
-}
-
-/// An enum's `$ref`, and the `anyOf` of that `$ref` and null, as `schemars` writes them.
-fn named_enum<T: JsonSchema>(generator: &mut SchemaGenerator) -> (Value, Value) {
-    (generator.subschema_for::<T>().to_value(), generator.subschema_for::<Option<T>>().to_value())
-}
-
-/// The reply types write some enums inline (`extend("enum" = ...)`), and a generated
-/// client would make one class of each place: a property of `schema` (at any depth)
-/// whose values are exactly `values` (and null, when nullable) refers to the named enum
-/// instead (`plain`, or `nullable`: `anyOf` with null), keeping its own description.
-fn refer_to_enum(schema: &mut Value, values: &Value, plain: &Value, nullable: &Value) {
-    let Some(object) = schema.as_object_mut() else { return };
-    for property in object.get_mut("properties").and_then(Value::as_object_mut).into_iter().flat_map(|p| p.values_mut())
-    {
-        let Some(given) = property.get("enum").and_then(Value::as_array) else {
-            refer_to_enum(property, values, plain, nullable);
-            continue;
-        };
-        let with_null = given.contains(&Value::Null);
-        let given: Vec<&Value> = given.iter().filter(|value| !value.is_null()).collect();
-        if values.as_array().is_some_and(|values| values.iter().eq(given.iter().copied())) {
-            let mut named = if with_null { nullable.clone() } else { plain.clone() };
-            if let Some(description) = property.get("description") {
-                named["description"] = description.clone();
-            }
-            *property = named;
-        }
-    }
-    for key in ["items", "additionalProperties"] {
-        if let Some(inner) = object.get_mut(key) {
-            refer_to_enum(inner, values, plain, nullable);
-        }
-    }
-}
-
 /// The one reply type of the three member changes, narrowed per answer: `status` fixed,
 /// and the settlement fields required with `move_pending` and absent otherwise.
 fn member_change(base: &Value, description: &str, status: &str) -> Value {
     let mut schema = base.clone();
-    schema["description"] = json!(description);
-    schema["properties"]["status"] = json!({ "type": "string", "const": status });
+    schema["description"] = description.into();
+    let field = schema["properties"]["status"].as_object_mut().expect("a derived object describes status");
+    assert!(field.remove("enum").is_some_and(|values| values.as_array().unwrap().contains(&status.into())));
+    field.remove("description");
+    field.insert("const".into(), status.into());
     let pending = ["settles_in_minutes", "estimated_return_usd"];
     if status == "move_pending" {
         let required = schema["required"].as_array_mut().expect("a derived object lists its required fields");
-        required.extend(pending.iter().map(|name| json!(name)));
+        required.extend(pending.iter().map(|&name| Value::from(name)));
     } else if let Some(properties) = schema["properties"].as_object_mut() {
         properties.retain(|name, _| !pending.contains(&name.as_str()));
     }
     schema
 }
 
-/// Every component schema: the replies and the error body, the request bodies
-/// (`requests`, as the operations registered them), and the document.
-fn schemas(requests: Map<String, Value>) -> Value {
-    let mut all = reply_schemas();
+/// Every component schema: the replies, the error body, the document and the event
+/// payloads (`responses`), and the request bodies (`requests`, as the operations
+/// registered them).
+fn schemas(mut all: Map<String, Value>, requests: Map<String, Value>) -> Value {
     let change = all.remove("GroupMemberChange").expect("derived above");
     all.insert(
         "GroupMemberAssigned".into(),
@@ -213,48 +164,40 @@ fn schemas(requests: Map<String, Value>) -> Value {
         member_change(&change, "The eSIM left the group and is standalone at $0", "removed"),
     );
 
-    // Hand-kept: the document itself (its fields are OpenAPI's). The request bodies come
-    // from their types (`crate::bodies`).
+    // The request bodies come from their types (`crate::bodies`).
     for (name, schema) in requests {
         if let Some(reply) = all.get(&name) {
             assert_eq!(reply, &schema, "{name} is derived for replies and requests alike");
         }
         all.insert(name, schema);
     }
-    all.insert(
-        "OpenApiDocument".into(),
-        json!({
-                "type": "object",
-                "description": "This OpenAPI 3.1 document",
-                "required": ["openapi", "info", "paths"],
-        }),
-    );
     Value::Object(all)
 }
 
 // ----- operations -----
 
 /// Registers a request body's type with the generator and answers its `$ref`.
-type BodySchema = fn(&mut SchemaGenerator) -> Schema;
+pub(crate) type BodySchema = fn(&mut SchemaGenerator) -> Schema;
 
 /// What the document says about one route.
-struct Operation {
-    id: &'static str,
-    tag: &'static str,
-    summary: &'static str,
-    description: &'static str,
-    query: Vec<Value>,
+pub(crate) struct Operation {
+    pub(crate) id: &'static str,
+    pub(crate) tag: &'static str,
+    pub(crate) summary: &'static str,
+    pub(crate) description: &'static str,
+    /// The schema-only types whose fields are its query parameters, in order.
+    pub(crate) query: Vec<BodySchema>,
     /// The request body's schema (registered with the request generator, answering its
     /// `$ref`), and whether the body is required.
-    body: Option<(BodySchema, bool)>,
+    pub(crate) body: Option<(BodySchema, bool)>,
     /// (status, schema name, description) of each success.
-    success: Vec<(u16, &'static str, &'static str)>,
+    pub(crate) success: Vec<(u16, &'static str, &'static str)>,
     /// Errors of this operation with their conditions (statuses from the codes).
-    errors: Vec<(ErrorCode, &'static str)>,
+    pub(crate) errors: Vec<(ErrorCode, &'static str)>,
 }
 
 impl Operation {
-    fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
+    pub(crate) fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
         Operation {
             id,
             tag,
@@ -266,48 +209,196 @@ impl Operation {
             errors: Vec::new(),
         }
     }
-    fn describe(mut self, description: &'static str) -> Self {
+    pub(crate) fn describe(mut self, description: &'static str) -> Self {
         self.description = description;
         self
     }
-    fn ok(mut self, status: u16, schema: &'static str, description: &'static str) -> Self {
+    pub(crate) fn ok(mut self, status: u16, schema: &'static str, description: &'static str) -> Self {
         self.success.push((status, schema, description));
         self
     }
     /// The request body is a `T` (one of `crate::bodies`).
-    fn body<T: JsonSchema>(mut self, required: bool) -> Self {
+    pub(crate) fn body<T: JsonSchema>(mut self, required: bool) -> Self {
         self.body = Some((SchemaGenerator::subschema_for::<T>, required));
         self
     }
-    fn query(mut self, parameters: Vec<Value>) -> Self {
-        self.query = parameters;
+    /// `T`'s fields are query parameters of the operation (after any given before).
+    pub(crate) fn query<T: JsonSchema>(mut self) -> Self {
+        self.query.push(T::json_schema);
         self
     }
-    fn errors(mut self, errors: &[(ErrorCode, &'static str)]) -> Self {
+    /// `limit` and `offset`.
+    pub(crate) fn paged(self) -> Self {
+        self.query::<Paging>()
+    }
+    pub(crate) fn errors(mut self, errors: &[(ErrorCode, &'static str)]) -> Self {
         self.errors.extend_from_slice(errors);
         self
     }
 }
 
-fn query_parameter(name: &str, schema: Value, description: &str) -> Value {
-    json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description })
+// ----- parameters: schema-only types, one field per parameter -----
+//
+// A field's doc comment is the parameter's description. Every field is declared plain
+// (neither `Option` nor `default`), so that schemars lists the fields in `required` in
+// their declared order, the order of the parameters ([`parameters`]); whether a parameter
+// is required is said by its place (a query parameter never is).
+
+/// `limit` and `offset` of every list.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+pub(crate) struct Paging {
+    /// Page size; values above 100 are clamped to 100
+    #[schemars(range(min = 1, max = 100), extend("default" = 50))]
+    limit: u64,
+    /// eSIMs to skip
+    #[schemars(extend("default" = 0))]
+    offset: u64,
 }
 
-fn paging_parameters() -> Vec<Value> {
-    vec![
-        query_parameter(
-            "limit",
-            json!({ "type": "integer", "minimum": 1, "maximum": 100, "default": 50 }),
-            "Page size; values above 100 are clamped to 100",
-        ),
-        query_parameter("offset", json!({ "type": "integer", "minimum": 0, "default": 0 }), "eSIMs to skip"),
-    ]
+/// The filter of `GET /esim/list`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct EsimListQuery {
+    /// Only eSIMs in this status
+    #[schemars(with = "esim_engine::reply::schema::EsimStatus")]
+    status: String,
+}
+
+/// The filters of `GET /rates`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct RatesQuery {
+    /// ISO2 or ISO3 code, slug or name (case-insensitive)
+    country: String,
+    /// Continent name or slug (case-insensitive)
+    continent: String,
+}
+
+/// The filter of `GET /webhooks/{id}/deliveries`.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct DeliveriesQuery {
+    /// Only the attempts of this event
+    event_id: String,
+}
+
+/// The filters of `GET /events` (as [`esim_engine::event_log::EventFilter::parse`] reads them).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct EventsQuery {
+    /// Only events of this type
+    #[serde(rename = "type")]
+    #[schemars(with = "esim_engine::reply::schema::SubscribableEvent")]
+    event_type: String,
+    /// Only events created after this time
+    #[schemars(with = "esim_engine::reply::schema::Timestamp")]
+    created_after: String,
+    /// Only events created before this time
+    #[schemars(with = "esim_engine::reply::schema::Timestamp")]
+    created_before: String,
+    /// Only events of this eSIM
+    iccid: String,
+    /// Only events naming this group
+    group_id: String,
+}
+
+/// The ids in paths, by the resource they name ([`path_parameters`]).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct PathIds {
+    /// ICCID of the eSIM (19 digits)
+    iccid: String,
+    /// Group id
+    #[schemars(extend("format" = "uuid"))]
+    group: String,
+    /// API key id (key_...)
+    key: String,
+    /// Event id (evt_...)
+    event: String,
+    /// Webhook id (wh_...)
+    webhook: String,
+}
+
+/// The header of a retry-safe change.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct IdempotencyHeader {
+    /// Makes the call safe to retry: the first final response is stored for 24 hours and replayed byte for byte to a repeat with the same key and request
+    #[serde(rename = "Idempotency-Key")]
+    #[schemars(length(min = 1, max = 255))]
+    key: String,
+}
+
+/// The header of a `RATE_LIMITED` answer.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct RateLimitedHeaders {
+    /// With RATE_LIMITED: whole seconds until the window resets
+    #[serde(rename = "Retry-After")]
+    #[schemars(range(min = 1))]
+    retry_after: u64,
+}
+
+/// The headers of every delivery ([`crate::webhook_headers::delivery_headers`]).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct DeliveryHeaders {
+    /// Lowercase hex HMAC-SHA256 of the raw body keyed with the signing secret (the whole whsec_... text); compare in constant time
+    #[serde(rename = "X-Service-Signature")]
+    #[schemars(pattern(r"^[0-9a-f]{64}$"))]
+    signature: String,
+    /// The envelope's id
+    #[serde(rename = "X-Service-Event-Id")]
+    #[schemars(pattern("^evt_"))]
+    event_id: String,
+    /// Service time of this attempt, RFC 3339 UTC with milliseconds
+    #[serde(rename = "X-Service-Timestamp")]
+    #[schemars(with = "esim_engine::reply::schema::Timestamp")]
+    timestamp: String,
+    /// 1 for the first POST of this event to this webhook, then 2, 3 … on retries
+    #[serde(rename = "X-Service-Delivery-Attempt")]
+    #[schemars(range(min = 1))]
+    attempt: u32,
+    /// Standard Webhooks: the event id (kept on retries)
+    #[serde(rename = "webhook-id")]
+    #[schemars(pattern("^evt_"))]
+    webhook_id: String,
+    /// Standard Webhooks: Unix seconds of this attempt on the wall clock (also in the sandbox), signed
+    #[serde(rename = "webhook-timestamp")]
+    webhook_timestamp: u64,
+    /// Standard Webhooks: v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}"> keyed with the base64-decoded secret after whsec_; during the 24 hours after a secret rotation two signatures, space-separated, the new secret's first
+    #[serde(rename = "webhook-signature")]
+    #[schemars(pattern(r"^v1,[A-Za-z0-9+/]+=*( v1,[A-Za-z0-9+/]+=*)?$"))]
+    webhook_signature: String,
+}
+
+/// The fields of a schema-only type (`schema`, an object) in declared order: each
+/// field's name, its schema, and its description taken out of it.
+fn fields(schema: Schema) -> Vec<(String, Value, Value)> {
+    let schema = schema.to_value();
+    let names = schema["required"].as_array().expect("every field of a parameter type is listed in required");
+    names
+        .iter()
+        .map(|name| {
+            let name = name.as_str().expect("field names are text");
+            let mut field = schema["properties"][name].clone();
+            let description = field.as_object_mut().and_then(|f| f.remove("description")).unwrap_or_default();
+            (name.to_string(), field, description)
+        })
+        .collect()
+}
+
+/// The parameters of a schema-only type's fields, in `location`.
+pub(crate) fn parameters(schema: Schema, location: &str, required: bool) -> Vec<Value> {
+    let parameter = |(name, schema, description)| json!({ "name": name, "in": location, "required": required, "schema": schema, "description": description });
+    fields(schema).into_iter().map(parameter).collect()
 }
 
 /// The documented operation of an endpoint; `None` for the admin and sandbox APIs,
 /// which this document (of the reseller API) leaves out.
 fn operation(endpoint: Endpoint) -> Option<Operation> {
-    if matches!(endpoint.api(), Api::Admin | Api::Sandbox) {
+    if endpoint.documented_in() != Api::Reseller {
         return None;
     }
     let resources = [
@@ -356,12 +447,8 @@ fn esim_operation(endpoint: Endpoint) -> Option<Operation> {
         E::ListEsims => Operation::new("listEsims", "eSIMs", "List eSIMs")
             .describe("The account's eSIMs in provisioning order (stable paging).")
             .ok(200, "EsimPage", "A page of eSIMs")
-            .query(
-                [query_parameter("status", json!({ "type": "string", "enum": ESIM_STATUSES }), "Only eSIMs in this status")]
-                    .into_iter()
-                    .chain(paging_parameters())
-                    .collect(),
-            )
+            .query::<EsimListQuery>()
+            .paged()
             .errors(&[(ValidationError, "status is not one of the statuses, limit is 0, or limit or offset is not a non-negative integer")]),
         E::GetEsim => Operation::new("getEsim", "eSIMs", "Get an eSIM")
             .describe("The detail record; euicc_state is read live from the network, falling back to the cached state.")
@@ -493,7 +580,7 @@ fn group_member_operation(endpoint: Endpoint) -> Option<Operation> {
     Some(match endpoint {
         E::ListGroupEsims => Operation::new("listGroupEsims", "Groups", "List the members of a group")
             .ok(200, "GroupMembers", "A page of members")
-            .query(paging_parameters())
+            .paged()
             .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_GROUP]),
         E::AddGroupEsim => Operation::new("addGroupEsim", "Groups", "Move an eSIM into a group")
             .describe("An eSIM without balance joins at once (200). An eSIM holding a balance answers 202 move_pending: its data pauses, the balance returns to the reseller balance and it joins when upstream reporting settles. Emits esim.group_assigned when it joins.")
@@ -532,10 +619,7 @@ fn account_operation(endpoint: Endpoint) -> Option<Operation> {
         E::Rates => Operation::new("getRates", "Account", "Get data rates")
             .describe("Per-country, per-operator reseller rates, 10% below retail.")
             .ok(200, "Rates", "The rates")
-            .query(vec![
-                query_parameter("country", json!({ "type": "string" }), "ISO2 or ISO3 code, slug or name (case-insensitive)"),
-                query_parameter("continent", json!({ "type": "string" }), "Continent name or slug (case-insensitive)"),
-            ]),
+            .query::<RatesQuery>(),
         E::Account => Operation::new("getAccount", "Account", "Get the account").ok(200, "Account", "The account"),
         E::ListApiKeys => Operation::new("listApiKeys", "Account", "List API keys")
             .describe("The account's active API keys, oldest first (then by id), by id, prefix (the first 12 characters) and creation time; never a key. current marks the key of this request.")
@@ -606,11 +690,8 @@ fn webhook_operation(endpoint: Endpoint) -> Option<Operation> {
         E::ListDeliveries => Operation::new("listWebhookDeliveries", "Webhooks", "List delivery attempts")
             .describe("The webhook's finished delivery attempts of the last 30 days (at most the last 200), newest first: automatic deliveries and their retries, test events and manual resends, each with its HTTP status or error, duration and the time of the next retry.")
             .ok(200, "DeliveryAttemptPage", "A page of delivery attempts")
-            .query(
-                std::iter::once(query_parameter("event_id", json!({ "type": "string" }), "Only the attempts of this event"))
-                    .chain(paging_parameters())
-                    .collect(),
-            )
+            .query::<DeliveriesQuery>()
+            .paged()
             .errors(&[(ValidationError, "limit is 0, or limit or offset is not a non-negative integer"), NO_WEBHOOK]),
         _ => return None,
     })
@@ -624,22 +705,8 @@ fn event_operation(endpoint: Endpoint) -> Option<Operation> {
         E::ListEvents => Operation::new("listEvents", "Events", "List events")
             .describe("The account's events of the last 30 days, newest first, each exactly as it was delivered to webhooks (whether or not a webhook was subscribed). Test events are not listed.")
             .ok(200, "EventPage", "A page of events")
-            .query(
-                [
-                    query_parameter(
-                        "type",
-                        json!({ "type": "string", "enum": EventName::SUBSCRIBABLE.iter().map(|e| e.as_str()).collect::<Vec<_>>() }),
-                        "Only events of this type",
-                    ),
-                    query_parameter("created_after", json!({ "type": "string", "format": "date-time" }), "Only events created after this time"),
-                    query_parameter("created_before", json!({ "type": "string", "format": "date-time" }), "Only events created before this time"),
-                    query_parameter("iccid", json!({ "type": "string" }), "Only events of this eSIM"),
-                    query_parameter("group_id", json!({ "type": "string" }), "Only events naming this group"),
-                ]
-                .into_iter()
-                .chain(paging_parameters())
-                .collect(),
-            )
+            .query::<EventsQuery>()
+            .paged()
             .errors(&[(ValidationError, "type is not an event name, a time is not RFC 3339, limit is 0, or limit or offset is not a non-negative integer")]),
         E::GetEvent => Operation::new("getEvent", "Events", "Get an event")
             .describe("The event exactly as it was delivered (the same bytes), for 30 days after it was created.")
@@ -658,30 +725,37 @@ fn event_operation(endpoint: Endpoint) -> Option<Operation> {
     })
 }
 
-fn path_parameters(pattern: &str) -> Vec<Value> {
+/// The path parameters of `pattern`: each a field of [`PathIds`], by the resource it names.
+fn path_parameters(pattern: &str, generator: &mut SchemaGenerator) -> Vec<Value> {
+    let ids = fields(PathIds::json_schema(generator));
     pattern
         .split('/')
         .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
         .map(|name| {
-            let (schema, description) = match name {
-                "iccid" => (json!({ "type": "string" }), "ICCID of the eSIM (19 digits)"),
-                "id" if pattern.starts_with("/groups") => (json!({ "type": "string", "format": "uuid" }), "Group id"),
-                "id" if pattern.starts_with("/keys") => (json!({ "type": "string" }), "API key id (key_...)"),
-                "id" if pattern.starts_with("/events") => (json!({ "type": "string" }), "Event id (evt_...)"),
-                "id" => (json!({ "type": "string" }), "Webhook id (wh_...)"),
+            let field = match name {
+                "iccid" => "iccid",
+                "id" if pattern.starts_with("/groups") => "group",
+                "id" if pattern.starts_with("/keys") => "key",
+                "id" if pattern.starts_with("/events") => "event",
+                "id" => "webhook",
                 other => unreachable!("no description of the path parameter {other}"),
             };
+            let (_, schema, description) = ids.iter().find(|(id, _, _)| id == field).expect("a field of PathIds");
             json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description })
         })
         .collect()
 }
 
-fn json_content(schema: &str) -> Value {
+pub(crate) fn json_content(schema: &str) -> Value {
     json!({ "application/json": { "schema": schema_ref(schema) } })
 }
 
 /// The error responses of an operation, one per status, each listing its codes.
-fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
+pub(crate) fn error_responses(errors: &[(ErrorCode, String)], generator: &mut SchemaGenerator) -> Map<String, Value> {
+    let rate_limited: Map<String, Value> = fields(RateLimitedHeaders::json_schema(generator))
+        .into_iter()
+        .map(|(name, schema, description)| (name, json!({ "description": description, "schema": schema })))
+        .collect();
     let mut by_status: std::collections::BTreeMap<u16, Vec<(ErrorCode, String)>> = Default::default();
     for (code, condition) in errors {
         let list = by_status.entry(code.http_status()).or_default();
@@ -710,12 +784,7 @@ fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
                 "content": { "application/json": { "schema": schema_ref("Error"), "examples": examples } },
             });
             if codes.iter().any(|(code, _)| *code == ErrorCode::RateLimited) {
-                response["headers"] = json!({
-                    "Retry-After": {
-                        "description": "With RATE_LIMITED: whole seconds until the window resets",
-                        "schema": { "type": "integer", "minimum": 1 },
-                    },
-                });
+                response["headers"] = Value::Object(rate_limited.clone());
             }
             (status.to_string(), response)
         })
@@ -725,8 +794,10 @@ fn error_responses(errors: &[(ErrorCode, String)]) -> Map<String, Value> {
 fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGenerator) -> Value {
     let keyed = endpoint.api() == Api::Reseller;
     let write = endpoint.method() != "GET";
-    let mut parameters = path_parameters(endpoint.pattern());
-    parameters.extend(op.query.iter().cloned());
+    let mut parameters = path_parameters(endpoint.pattern(), requests);
+    for schema_of in &op.query {
+        parameters.extend(self::parameters(schema_of(requests), "query", false));
+    }
     let mut errors: Vec<(ErrorCode, String)> =
         op.errors.iter().map(|(code, condition)| (*code, condition.to_string())).collect();
     if keyed {
@@ -734,13 +805,7 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
         errors.push((ErrorCode::RateLimited, "more than 100 requests in the key's one-minute window".into()));
     }
     if keyed && write {
-        parameters.push(json!({
-            "name": "Idempotency-Key",
-            "in": "header",
-            "required": false,
-            "schema": { "type": "string", "minLength": 1, "maxLength": 255 },
-            "description": "Makes the call safe to retry: the first final response is stored for 24 hours and replayed byte for byte to a repeat with the same key and request",
-        }));
+        parameters.extend(self::parameters(IdempotencyHeader::json_schema(requests), "header", false));
         errors.push((ErrorCode::ValidationError, "Idempotency-Key is not 1 to 255 characters".into()));
         errors.push((ErrorCode::IdempotencyKeyReused, "the Idempotency-Key was used with a different request".into()));
         errors.push((
@@ -752,7 +817,7 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
     for (status, schema, description) in &op.success {
         responses.insert(status.to_string(), json!({ "description": description, "content": json_content(schema) }));
     }
-    responses.extend(error_responses(&errors));
+    responses.extend(error_responses(&errors, requests));
     let mut value = json!({
         "operationId": op.id,
         "tags": [op.tag],
@@ -774,176 +839,6 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
 }
 
 // ----- webhooks (the `webhooks` section: what receivers get) -----
-
-fn usd(description: &str) -> Value {
-    json!({ "type": "number", "description": description })
-}
-
-fn date_time(description: &str) -> Value {
-    json!({ "type": "string", "format": "date-time", "description": description })
-}
-
-fn nullable_string(description: &str) -> Value {
-    json!({ "type": ["string", "null"], "description": description })
-}
-
-/// Named field schemas of an object, in order.
-type Fields = Vec<(&'static str, Value)>;
-
-/// The `data` object of an event as delivered: the common fields of its family
-/// (`esim.*`: the eSIM; `group.*`: the group and its shown balance) and the event's own
-/// fields, flattened into one object as `esim_engine::event` writes it (decision 17).
-/// Hand-kept beside the engine's typed payloads, which are not public; the exhaustive
-/// match makes a new event fail to compile until it is described here, and a test
-/// validates a real delivery of every event against it, so a changed field fails it.
-fn event_data(name: EventName) -> Value {
-    use EventName::*;
-    let esim_common = || {
-        vec![
-            ("iccid", string("The eSIM")),
-            ("end_user_reference", nullable_string("Your reference given at provisioning")),
-            ("label", nullable_string("Your label given at provisioning")),
-        ]
-    };
-    let group_common = || {
-        vec![
-            ("group_id", uuid("The group")),
-            ("name", string("The group's name")),
-            ("balance_usd", usd("The group balance as shown, after the event")),
-        ]
-    };
-    let esim_status = json!({ "type": "string", "enum": ESIM_STATUSES, "description": "The eSIM status" });
-    // (common fields, own required fields, own optional fields)
-    let (mut fields, optional): (Fields, Fields) = match name {
-        EsimProvisioned => {
-            let mut fields = esim_common();
-            fields.extend([
-                ("lpa_string", string("LPA activation code")),
-                ("status", esim_status),
-                ("created_at", date_time("When it was provisioned")),
-                ("group_id", json!({ "type": ["string", "null"], "format": "uuid", "description": "Its group, null when standalone" })),
-            ]);
-            (fields, vec![])
-        }
-        EsimActivated => {
-            let mut fields = esim_common();
-            fields.extend([
-                ("activated_at", date_time("First install")),
-                ("euicc_state", string("The profile state on the device (ENABLED)")),
-                ("status", esim_status),
-            ]);
-            (fields, vec![])
-        }
-        EsimTerminated => {
-            let mut fields = esim_common();
-            fields.extend([
-                ("status", json!({ "type": "string", "const": "terminated" })),
-                ("terminated_at", date_time("When it was terminated")),
-                ("forfeited_usd", usd("The wallet balance forfeited (displayed amount)")),
-            ]);
-            (fields, vec![])
-        }
-        EsimDataSuspended | EsimDataResumed => (esim_common(), vec![]),
-        EsimBalanceLow => {
-            let mut fields = esim_common();
-            fields.extend([
-                ("wallet_balance_usd", usd("The wallet balance as reported")),
-                ("threshold_usd", usd("The threshold crossed (5)")),
-            ]);
-            (fields, vec![])
-        }
-        EsimBalanceDepleted => {
-            let mut fields = esim_common();
-            fields.push(("wallet_balance_usd", usd("0: data stops")));
-            (fields, vec![])
-        }
-        EsimDefunded => {
-            let mut fields = esim_common();
-            fields.push(("returned_usd", usd("Credited to the reseller balance")));
-            (fields, vec![])
-        }
-        EsimGroupAssigned => {
-            let mut fields = esim_common();
-            fields.extend([("group_id", uuid("The group joined")), ("group_name", string("Its name"))]);
-            (fields, vec![("returned_usd", usd("After a pending move: the balance returned to the reseller balance"))])
-        }
-        EsimGroupRemoved => {
-            let mut fields = esim_common();
-            fields.extend([("group_id", uuid("The group left")), ("group_name", string("Its name"))]);
-            (fields, vec![])
-        }
-        BalanceLow => (
-            vec![("balance_usd", usd("The reseller balance")), ("threshold_usd", usd("The threshold crossed (5)"))],
-            vec![],
-        ),
-        BalanceDepleted => (vec![("balance_usd", usd("The reseller balance: 0"))], vec![]),
-        BalanceToppedUp => (
-            vec![
-                ("amount_usd", usd("The amount added")),
-                ("new_balance_usd", usd("The reseller balance after it")),
-                ("balance_usd", usd("The reseller balance after it (same as new_balance_usd)")),
-                (
-                    "source",
-                    json!({ "type": "string", "enum": ["manual", "auto_refill"], "description": "Where the top-up came from" }),
-                ),
-            ],
-            vec![("topup_id", string("A manual top-up's id"))],
-        ),
-        BalanceAutoRefillSucceeded => (
-            vec![
-                ("amount_usd", usd("The amount charged")),
-                ("payment_intent_id", string("The payment processor's reference")),
-                ("balance_usd", usd("The reseller balance after it")),
-            ],
-            vec![],
-        ),
-        BalanceAutoRefillFailed => (
-            vec![
-                ("amount_usd", usd("The amount that could not be charged")),
-                (
-                    "error_code",
-                    json!({
-                        "type": "string",
-                        "enum": ["card_declined", "authentication_required", "expired_card", "daily_limit_reached"],
-                        "description": "Why; auto-refill is then off",
-                    }),
-                ),
-                ("error_message", string("Detail")),
-                ("balance_usd", usd("The reseller balance")),
-            ],
-            vec![],
-        ),
-        GroupBalanceLow => {
-            let mut fields = group_common();
-            fields.extend([
-                ("suggested_amount_usd", usd("The group's refill amount")),
-                ("threshold_usd", usd("The group's threshold crossed")),
-                (
-                    "account_underfunded",
-                    boolean("true when the reseller balance could not cover a refill within about 30 minutes"),
-                ),
-            ]);
-            (fields, vec![])
-        }
-        GroupFunded => {
-            let mut fields = group_common();
-            fields.push(("amount_usd", usd("The amount funded")));
-            (fields, vec![])
-        }
-        GroupBalanceDepleted => (group_common(), vec![]),
-        GroupDefunded => {
-            let mut fields = group_common();
-            fields.push(("returned_usd", usd("Credited to the reseller balance")));
-            (fields, vec![])
-        }
-        Test => (vec![("webhook_id", string("The webhook tested")), ("message", string("A fixed text"))], vec![]),
-    };
-    let required: Vec<&str> = fields.iter().map(|(field, _)| *field).collect();
-    fields.extend(optional);
-    let properties: Map<String, Value> =
-        fields.into_iter().map(|(field, schema)| (field.to_string(), schema)).collect();
-    json!({ "type": "object", "required": required, "properties": properties })
-}
 
 /// Every event a receiver can get: the subscribable ones and `test`.
 fn delivered_events() -> impl Iterator<Item = EventName> {
@@ -982,60 +877,38 @@ fn event_summary(name: EventName) -> &'static str {
     }
 }
 
-/// The envelope of one event as delivered: `{id, event, created_at, data}`.
-fn event_envelope(name: EventName) -> Value {
-    json!({
-        "type": "object",
-        "description": format!("The body POSTed for {}: the exact bytes that are signed", name.as_str()),
-        "required": ["id", "event", "created_at", "data"],
-        "properties": {
-            "id": { "type": "string", "pattern": "^evt_", "description": "Event id: receivers de-duplicate retries by it (also webhook-id)" },
-            "event": { "type": "string", "const": name.as_str() },
-            "created_at": date_time("When it happened (service time)"),
-            "data": event_data(name),
-        },
-    })
+/// The body POSTed for an event: `{id, event, created_at, data}`, the exact bytes that
+/// are signed. Schema-only: [`event_envelope`] narrows `event` and `data` per event.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct WebhookEnvelope {
+    /// Event id: receivers de-duplicate retries by it (also webhook-id)
+    #[schemars(pattern("^evt_"))]
+    id: String,
+    /// The event's name
+    event: String,
+    /// When it happened (service time)
+    #[schemars(with = "esim_engine::reply::schema::Timestamp")]
+    created_at: String,
+    /// The event's fields
+    data: Map<String, Value>,
 }
 
-fn header_parameter(name: &str, schema: Value, description: &str) -> Value {
-    json!({ "name": name, "in": "header", "required": true, "schema": schema, "description": description })
-}
-
-/// The headers of every delivery ([`crate::webhook_headers::delivery_headers`]).
-fn delivery_header_parameters() -> Vec<Value> {
-    vec![
-        header_parameter(
-            "X-Service-Signature",
-            json!({ "type": "string", "pattern": "^[0-9a-f]{64}$" }),
-            "Lowercase hex HMAC-SHA256 of the raw body keyed with the signing secret (the whole whsec_... text); compare in constant time",
-        ),
-        header_parameter("X-Service-Event-Id", json!({ "type": "string", "pattern": "^evt_" }), "The envelope's id"),
-        header_parameter(
-            "X-Service-Timestamp",
-            json!({ "type": "string", "format": "date-time" }),
-            "Service time of this attempt, RFC 3339 UTC with milliseconds",
-        ),
-        header_parameter(
-            "X-Service-Delivery-Attempt",
-            json!({ "type": "integer", "minimum": 1 }),
-            "1 for the first POST of this event to this webhook, then 2, 3 … on retries",
-        ),
-        header_parameter("webhook-id", json!({ "type": "string", "pattern": "^evt_" }), "Standard Webhooks: the event id (kept on retries)"),
-        header_parameter(
-            "webhook-timestamp",
-            json!({ "type": "integer", "minimum": 0 }),
-            "Standard Webhooks: Unix seconds of this attempt on the wall clock (also in the sandbox), signed",
-        ),
-        header_parameter(
-            "webhook-signature",
-            json!({ "type": "string", "pattern": "^v1,[A-Za-z0-9+/]+=*( v1,[A-Za-z0-9+/]+=*)?$" }),
-            "Standard Webhooks: v1,<base64 HMAC-SHA256 of \"{webhook-id}.{webhook-timestamp}.{body}\"> keyed with the base64-decoded secret after whsec_; during the 24 hours after a secret rotation two signatures, space-separated, the new secret's first",
-        ),
-    ]
+/// The envelope of one event as delivered: [`WebhookEnvelope`] with its name as `event`
+/// and its payload's schema ([`EventData::schema_of`], registered with `generator`) as `data`.
+fn event_envelope(name: EventName, generator: &mut SchemaGenerator) -> Value {
+    let mut envelope = WebhookEnvelope::json_schema(generator).to_value();
+    envelope["description"] = format!("The body POSTed for {}: the exact bytes that are signed", name.as_str()).into();
+    let event = envelope["properties"]["event"].as_object_mut().expect("a derived object describes event");
+    event.remove("description");
+    event.insert("const".into(), name.as_str().into());
+    envelope["properties"]["data"] = EventData::schema_of(name, generator).to_value();
+    envelope
 }
 
 /// The `webhooks` section: one POST per event, as it reaches the receiver.
-fn webhooks() -> Map<String, Value> {
+fn webhooks(generator: &mut SchemaGenerator) -> Map<String, Value> {
+    let headers = parameters(DeliveryHeaders::json_schema(generator), "header", true);
     delivered_events()
         .map(|name| {
             let operation = json!({
@@ -1044,7 +917,7 @@ fn webhooks() -> Map<String, Value> {
                 "summary": event_summary(name),
                 "description": "POSTed to every active webhook subscribed to the event (or to *). Acknowledge with a 2xx within 10 seconds; anything else is a failure, retried after 30 s and then doubling waits (capped at 6 h, for 3 days); 10 consecutive failures, or one 410, disable the webhook.",
                 "security": [],
-                "parameters": delivery_header_parameters(),
+                "parameters": headers,
                 "requestBody": { "required": true, "content": json_content(&envelope_schema_name(name)) },
                 "responses": {
                     "2XX": { "description": "Received" },
@@ -1173,12 +1046,15 @@ fn build() -> Value {
         item[endpoint.method().to_ascii_lowercase()] = build_operation(endpoint, op, &mut requests);
     }
     add_links(&mut paths);
-    let Value::Object(mut schemas) = schemas(requests.take_definitions(true)) else {
+    let mut responses = response_generator();
+    register_replies(&mut responses);
+    let envelopes: Vec<(String, Value)> =
+        delivered_events().map(|name| (envelope_schema_name(name), event_envelope(name, &mut responses))).collect();
+    let webhooks = webhooks(&mut responses);
+    let Value::Object(mut schemas) = schemas(responses.take_definitions(true), requests.take_definitions(true)) else {
         unreachable!("the schemas are an object")
     };
-    for name in delivered_events() {
-        schemas.insert(envelope_schema_name(name), event_envelope(name));
-    }
+    schemas.extend(envelopes);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -1196,7 +1072,7 @@ fn build() -> Value {
             { "name": "Meta", "description": "This document" },
         ],
         "paths": paths,
-        "webhooks": webhooks(),
+        "webhooks": webhooks,
         "components": {
             "securitySchemes": {
                 "bearer": {
@@ -1211,7 +1087,7 @@ fn build() -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::routes::{find, Match};
     use crate::service::{ClockMode, Outcome, Service};
@@ -1282,7 +1158,7 @@ mod tests {
             .collect();
         let routed: BTreeSet<(String, String)> = Endpoint::ALL
             .iter()
-            .filter(|endpoint| matches!(endpoint.api(), Api::Reseller | Api::Public))
+            .filter(|endpoint| endpoint.documented_in() == Api::Reseller)
             .map(|endpoint| (endpoint.method().to_string(), endpoint.pattern().to_string()))
             .collect();
         assert_eq!(documented, routed);
@@ -1294,7 +1170,7 @@ mod tests {
     }
 
     /// Every JSON value under `value` with its key path.
-    fn walk<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
+    pub(crate) fn walk<'a>(value: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>) {
         match value {
             Value::Object(map) => map.iter().for_each(|(key, child)| walk(child, format!("{at}/{key}"), out)),
             Value::Array(items) => {
@@ -1381,7 +1257,7 @@ mod tests {
 
     /// A small JSON Schema check (the subset this document uses); strict about
     /// undeclared properties, so a field added to a reply must be documented.
-    fn check(doc: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
+    pub(crate) fn check(doc: &Value, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
         if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
             let name = target.trim_start_matches("#/components/schemas/");
             return check(doc, &doc["components"]["schemas"][name], value, at, problems);

@@ -14,7 +14,7 @@ pub enum Api {
     Admin,
     /// `/sandbox/v1`: bearer admin token.
     Sandbox,
-    /// No credential (the OpenAPI document).
+    /// No credential (the OpenAPI documents).
     Public,
 }
 
@@ -139,6 +139,8 @@ endpoints! {
     GetAutoRefill => Reseller GET "/auto-refill" by Key,
     UpdateAutoRefill => Reseller PUT "/auto-refill" by Key,
     OpenApi => Public GET "/openapi.json" by Any,
+    AdminOpenApi => Public GET "/admin/v1/openapi.json" by Any,
+    SandboxOpenApi => Public GET "/sandbox/v1/openapi.json" by Any,
     CreateAccount => Admin POST "/admin/v1/accounts" by NewAccount,
     ListAccounts => Admin GET "/admin/v1/accounts" by Every(FanOut::ListAccounts),
     TopUp => Admin POST "/admin/v1/accounts/{account_id}/topups" by AccountId,
@@ -155,12 +157,25 @@ endpoints! {
     Install => Sandbox POST "/sandbox/v1/esims/{iccid}/install" by Iccid,
     Usage => Sandbox POST "/sandbox/v1/esims/{iccid}/usage" by Iccid,
     SetFaults => Sandbox PUT "/sandbox/v1/faults" by Every(FanOut::SetFaults),
+    Pending => Sandbox GET "/sandbox/v1/pending" by Every(FanOut::Pending),
 }
 
 impl Endpoint {
     /// The full path pattern (`/api/v2/reseller/esim/{iccid}`, `/admin/v1/keys/{api_key}`).
     pub fn full_pattern(self) -> String {
         full_path(self.api(), self.pattern())
+    }
+
+    /// The API whose OpenAPI document lists it: its own, or for a public endpoint the
+    /// API whose path it lives under (each API's document is one of them).
+    pub fn documented_in(self) -> Api {
+        match self.api() {
+            Api::Public => match api_of_path(&self.full_pattern()) {
+                Some(api) => api,
+                None => unreachable!("{self:?} lives under an API's path"),
+            },
+            api => api,
+        }
     }
 
     /// The names of its path parameters, in order (`["id", "iccid"]`).
@@ -199,9 +214,14 @@ pub fn percent_encode(text: &str) -> String {
     out
 }
 
-/// The full path of a route (reseller and public routes live under the base path).
+/// The full path of a route: reseller routes live under the base path; admin and
+/// sandbox routes are written in full; a public route is written like the routes of the
+/// API it serves (the reseller's document relative to its base, the admin's and the
+/// sandbox's in full).
 pub fn full_path(api: Api, pattern: &str) -> String {
+    let in_full = |pattern: &str| pattern.starts_with("/admin/") || pattern.starts_with("/sandbox/");
     match api {
+        Api::Public if in_full(pattern) => pattern.to_string(),
         Api::Reseller | Api::Public => format!("{RESELLER_BASE}{pattern}"),
         Api::Admin | Api::Sandbox => pattern.to_string(),
     }
@@ -305,6 +325,54 @@ pub fn api_of_path(path: &str) -> Option<Api> {
     }
 }
 
+/// Prefixes people and old clients write for each API's base (an older version, a base
+/// without its API's name, or the name without the version), most specific first.
+const NEAR_PREFIXES: [(&str, &[&str]); 3] = [
+    (
+        RESELLER_BASE,
+        &[
+            "/api/v1/reseller",
+            "/api/reseller",
+            "/v2/reseller",
+            "/v1/reseller",
+            "/reseller",
+            "/api/v1",
+            "/api/v2",
+            "/api",
+        ],
+    ),
+    ("/admin/v1", &["/api/v2/admin", "/api/v1/admin", "/api/admin", "/admin/v2", "/admin"]),
+    ("/sandbox/v1", &["/api/v2/sandbox", "/api/v1/sandbox", "/api/sandbox", "/sandbox/v2", "/sandbox"]),
+];
+
+/// The path meant by a path that no route has, when it starts with a near prefix of an
+/// API's base (`/api/v1/esim/list` for `/api/v2/reseller/esim/list`): the same rest
+/// under the real base when a route has it, else the base itself.
+pub fn suggestion(path: &str) -> Option<String> {
+    let path = format!("/{}", path.trim_start_matches('/'));
+    for (base, near) in NEAR_PREFIXES {
+        if path == base || path.starts_with(&format!("{base}/")) {
+            return None; // under the real base: a wrong route, not a wrong prefix
+        }
+        let Some(rest) = near.iter().find_map(|prefix| path.strip_prefix(prefix).filter(|r| r.starts_with('/'))) else {
+            continue;
+        };
+        let meant = format!("{base}{rest}");
+        // Any method: a path routed for another one answers 405, not 404.
+        let routed = !matches!(find("GET", &meant), Match::NotFound);
+        return Some(if routed { meant } else { format!("{base}/...") });
+    }
+    None
+}
+
+/// The message of a 404 for a path no route has, with the path meant when it is near.
+pub fn not_found_message(path: &str) -> String {
+    match suggestion(path) {
+        Some(meant) => format!("no route for {path}; did you mean {meant}?"),
+        None => format!("no route for {path}"),
+    }
+}
+
 /// What a log line says of a request's path: its route's pattern
 /// (`/admin/v1/keys/{api_key}`), never the path text, which may hold a credential.
 pub fn log_label(method: &str, path: &str) -> &'static str {
@@ -338,6 +406,8 @@ pub enum FanOut {
     SetInventory,
     /// `PUT /sandbox/v1/faults`: the same faults on every shard.
     SetFaults,
+    /// `GET /sandbox/v1/pending`: every shard's timers, merged by due time.
+    Pending,
 }
 
 /// Decodes `%XX` escapes (and `+` as space in queries is left to the caller).
@@ -381,5 +451,35 @@ mod tests {
         assert_eq!(Endpoint::RevokeKey.path(&["rsk_1"]), "/admin/v1/keys/rsk_1");
         assert_eq!(find("PATCH", "/api/v2/reseller/groups"), Match::WrongMethod(vec!["GET", "POST"]));
         assert_eq!(find("GET", "/api/v2/reseller/nothing"), Match::NotFound);
+        assert_eq!(find("GET", "/admin/v1/openapi.json"), Match::Found(Endpoint::AdminOpenApi, vec![]));
+        assert_eq!(Endpoint::SandboxOpenApi.full_pattern(), "/sandbox/v1/openapi.json");
+        assert_eq!(Endpoint::OpenApi.full_pattern(), "/api/v2/reseller/openapi.json");
+        let documented = |api| Endpoint::ALL.iter().filter(|e| e.documented_in() == api).count();
+        assert_eq!([documented(Api::Reseller), documented(Api::Admin), documented(Api::Sandbox)], [39, 12, 7]);
+        assert!(Endpoint::ALL.iter().all(|e| e.documented_in() != Api::Public));
+    }
+
+    #[test]
+    fn a_path_under_a_near_prefix_suggests_the_one_meant() {
+        for (path, meant) in [
+            ("/api/v1/esim/list", Some("/api/v2/reseller/esim/list")),
+            ("/api/v1/reseller/groups/g1/esims", Some("/api/v2/reseller/groups/g1/esims")),
+            ("/api/v2/wallet/balance", Some("/api/v2/reseller/wallet/balance")),
+            ("/api/v1/nothing/here", Some("/api/v2/reseller/...")),
+            ("/admin/accounts", Some("/admin/v1/accounts")),
+            ("/admin/v2/state", Some("/admin/v1/state")),
+            ("/sandbox/clock/advance", Some("/sandbox/v1/clock/advance")),
+            ("/api/v2/reseller/nowhere", None),
+            ("/admin/v1/nothing", None),
+            ("/elsewhere", None),
+            ("/apixyz/esim/list", None),
+        ] {
+            assert_eq!(suggestion(path).as_deref(), meant, "{path}");
+        }
+        assert_eq!(
+            not_found_message("/api/v1/esim/list"),
+            "no route for /api/v1/esim/list; did you mean /api/v2/reseller/esim/list?"
+        );
+        assert_eq!(not_found_message("/elsewhere"), "no route for /elsewhere");
     }
 }

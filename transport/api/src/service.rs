@@ -69,7 +69,6 @@ pub struct Service {
     clock_now: Millis,
     /// Entries to journal, drained by the driver after every call.
     journal: Vec<JournalEntry>,
-    openapi: Bytes,
     /// Draw QR codes in provisioning responses (off only in the simulation).
     render_qr: bool,
     /// Leave QR codes undrawn, marked with [`DeferredQr`], for the caller to draw with
@@ -116,6 +115,9 @@ fn api_key_prefix(api_key: &str) -> String {
 impl Service {
     pub fn new(engine: Engine, admin_token: String, clock: ClockMode, secrets: Secrets) -> Service {
         let clock_now = engine.now();
+        // The OpenAPI documents are built once per process, here: a document that
+        // cannot be built stops the start, never a request.
+        crate::openapi_operator::served(crate::routes::Api::Reseller);
         Service {
             admission: Arc::new(Admission::new(&engine)),
             secrets,
@@ -125,7 +127,6 @@ impl Service {
             clock,
             clock_now,
             journal: Vec::new(),
-            openapi: Bytes::from(crate::openapi::document()),
             render_qr: true,
             defer_qr: false,
         }
@@ -389,7 +390,7 @@ impl Service {
         self.clock_now = now;
         let response = match api::route(request, &self.admin_token, key_digest) {
             Routed::Reject(error) => api::error_response(error),
-            Routed::OpenApi => json_response(200, self.openapi.clone()),
+            Routed::OpenApi(api) => json_response(200, crate::openapi_operator::served(api)),
             Routed::ClockRead => self.clock_body(now),
             Routed::StateDigest => {
                 self.advance(now);
@@ -397,12 +398,19 @@ impl Service {
                     None => "accepted".to_string(),
                     Some(why) => format!("refused: {why}"),
                 };
+                // The stock the operator set, less what was provisioned since (decision 321):
+                // the dashboard shows it before anyone changes it.
                 let body = serde_json::json!({
                     "state_digest": self.engine.state_digest(),
                     "now": now.to_rfc3339(),
                     "writes": writes,
+                    "inventory": { "available": self.engine.inventory() },
                 });
                 json_response(200, serde_json::to_vec(&body).expect("json"))
+            }
+            Routed::Pending { limit } => {
+                self.advance(now);
+                json_response(200, serde_json::to_vec(&self.engine.pending_timers(limit)).expect("json"))
             }
             Routed::ClockAdvance { .. } if self.refusal.is_some() => {
                 api::error_response(self.refused().expect("refusing"))

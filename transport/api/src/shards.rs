@@ -181,6 +181,7 @@ where
         FanOut::State => state(request, shards, ask).await,
         FanOut::AdvanceClock => advance_clock(request, shards, ask).await,
         FanOut::SetInventory => set_inventory(request, shards, ask).await,
+        FanOut::Pending => pending(request, shards, ask).await,
         FanOut::SetFaults => {
             let mut first = None;
             for shard in 0..shards {
@@ -281,12 +282,14 @@ where
 /// The report of a sharded service: one row per shard (`shard-k`, its accounts summed)
 /// and the total (also what `esim report` prints for a sharded data dir).
 pub fn combine_reports(generated_at: String, parts: Vec<(String, Option<String>, FinanceReport)>) -> FinanceReport {
+    use esim_engine::finance_render::count;
     let accounts: usize = parts.iter().map(|(_, _, part)| part.accounts.len()).sum();
     let shards = parts.len();
+    let (shards, accounts) = (count(shards, "shard", "shards"), count(accounts, "account", "accounts"));
     FinanceReport::combine(
         generated_at,
         format!(
-            "one row per shard ({shards} shards): each shard's accounts summed ({accounts} accounts in all); the per-day table sums every shard's day by date"
+            "one row per shard ({shards}): each shard's accounts summed ({accounts} in all); the per-day table sums every shard's day by date"
         ),
         parts,
     )
@@ -325,10 +328,12 @@ where
         body["shard"] = Value::from(shard);
         listed.push(body);
     }
+    let available: u64 = listed.iter().filter_map(|body| body["inventory"]["available"].as_u64()).sum();
     let body = serde_json::json!({
         "state_digest": combined_digest(&digests),
         "now": now,
         "writes": writes,
+        "inventory": { "available": available },
         "shards": listed,
     });
     json_response(200, serde_json::to_vec(&body).expect("json"))
@@ -394,6 +399,37 @@ where
         }
     }
     answer
+}
+
+/// Every shard's pending timers, soonest first (shards in order on a tie), the first
+/// `limit` of them (each shard's answer holds its own first `limit`, so the merge has them
+/// all); the total over every shard.
+async fn pending<F, Fut>(request: &http::Request<Bytes>, shards: usize, ask: F) -> http::Response<Bytes>
+where
+    F: Fn(usize, http::Request<Bytes>) -> Fut,
+    Fut: Future<Output = http::Response<Bytes>>,
+{
+    let (mut now, mut total, mut limit) = (String::new(), 0u64, 0u64);
+    let mut timers: Vec<(String, usize, Value)> = Vec::new();
+    for shard in 0..shards {
+        let answer = ask(shard, same(request)).await;
+        if !ok(&answer) {
+            return answer;
+        }
+        let Some(body) = body_json(&answer) else { return internal("a shard's pending timers are no JSON") };
+        now = now.max(body["now"].as_str().unwrap_or_default().to_string());
+        total += body["total"].as_u64().unwrap_or(0);
+        limit = limit.max(body["limit"].as_u64().unwrap_or(0));
+        for timer in body["timers"].as_array().into_iter().flatten() {
+            let due = timer["due_at"].as_str().unwrap_or_default().to_string();
+            timers.push((due, shard, timer.clone()));
+        }
+    }
+    // RFC 3339 times of one format sort as text; the sort is stable within a shard.
+    timers.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let listed: Vec<Value> = timers.into_iter().take(limit as usize).map(|(_, _, timer)| timer).collect();
+    let body = serde_json::json!({ "now": now, "total": total, "limit": limit, "timers": listed });
+    json_response(200, serde_json::to_vec(&body).expect("json"))
 }
 
 /// `available` split over the shards as evenly as whole eSIMs go (the lower shards take
@@ -737,6 +773,74 @@ mod tests {
         }
         assert_eq!(a.drain_journal().len(), 1, "the move is journaled");
         assert!(b.drain_journal().is_empty(), "the shard ahead stays");
+    }
+
+    /// Runs a fan-out whose shards answer at once (no runtime needed: nothing waits).
+    fn fan_out_now(kind: FanOut, request: &http::Request<Bytes>, shards: &mut [Service]) -> Value {
+        let shards = std::cell::RefCell::new(shards);
+        let ask = |k: usize, part: http::Request<Bytes>| {
+            let Outcome::Respond(answer) = shards.borrow_mut()[k].handle(Millis::VIRTUAL_EPOCH, &part) else {
+                panic!("no webhook test here")
+            };
+            std::future::ready(answer)
+        };
+        let count = shards.borrow().len();
+        let mut future = std::pin::pin!(fan_out(kind, request, count, ask));
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(answer) = future.as_mut().poll(&mut context) else { panic!("it waited") };
+        assert!(answer.status().is_success(), "{:?}", answer.body());
+        serde_json::from_slice(answer.body()).unwrap()
+    }
+
+    #[test]
+    fn pending_timers_and_inventories_merge_over_the_shards() {
+        let mut shards: Vec<Service> = (0..2)
+            .map(|k| {
+                let config = EngineConfig { seed: 3, shard: k, shard_count: 2, ..EngineConfig::default() };
+                let mut secrets = Secrets::seeded(3);
+                secrets.set_shard(k, 2);
+                Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, secrets)
+            })
+            .collect();
+        let r = "/api/v2/reseller";
+        for (k, service) in shards.iter_mut().enumerate() {
+            let created = call(service, "POST", "/admin/v1/accounts", ADMIN, json!({"contact_email": "a@b.example"}));
+            let (account, key) = (created["account_id"].as_str().unwrap(), created["api_key"].as_str().unwrap());
+            call(service, "POST", &format!("/admin/v1/accounts/{account}/topups"), ADMIN, json!({"amount_usd": 50}));
+            let iccid = call(service, "POST", &format!("{r}/esim/provision"), key, json!({}))["iccid"].clone();
+            let iccid = iccid.as_str().unwrap();
+            call(service, "POST", &format!("/sandbox/v1/esims/{iccid}/install"), ADMIN, Value::Null);
+            call(service, "POST", &format!("{r}/esim/{iccid}/fund"), key, json!({"amount": 10}));
+            // Shard 1 uses data later: its report falls due later too.
+            call(service, "POST", "/sandbox/v1/clock/advance", ADMIN, json!({"seconds": 1 + 1800 * k}));
+            call(
+                service,
+                "POST",
+                &format!("/sandbox/v1/esims/{iccid}/usage"),
+                ADMIN,
+                json!({"mb": 10, "country": "FR"}),
+            );
+        }
+        let request = |path: &str| {
+            http::Request::get(path).header("authorization", format!("Bearer {ADMIN}")).body(Bytes::new()).unwrap()
+        };
+        let one = call(&mut shards[1], "GET", "/sandbox/v1/pending", ADMIN, Value::Null);
+        assert_eq!(
+            (one["total"].as_u64(), one["timers"][0]["kind"].as_str()),
+            (Some(1), Some("usage_report")),
+            "{one}"
+        );
+        let merged = fan_out_now(FanOut::Pending, &request("/sandbox/v1/pending"), &mut shards);
+        assert_eq!(merged["total"], 2, "{merged}");
+        let due: Vec<&str> =
+            merged["timers"].as_array().unwrap().iter().map(|t| t["due_at"].as_str().unwrap()).collect();
+        assert!(due.len() == 2 && due[0] < due[1], "soonest first over the shards: {merged}");
+        let first = fan_out_now(FanOut::Pending, &request("/sandbox/v1/pending?limit=1"), &mut shards);
+        assert_eq!((first["total"].as_u64(), first["timers"].as_array().map(Vec::len)), (Some(2), Some(1)));
+        assert_eq!(first["timers"][0], merged["timers"][0]);
+        let state = fan_out_now(FanOut::State, &request("/admin/v1/state"), &mut shards);
+        let each: Vec<u64> = (0..2).map(|k| shards[k].engine().inventory()).collect();
+        assert_eq!(state["inventory"]["available"].as_u64(), Some(each.iter().sum()), "{state}");
     }
 
     #[test]

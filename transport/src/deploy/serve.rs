@@ -1,7 +1,7 @@
 //! `esim serve`: the start in its order, and one engine served (a data dir of one
 //! shard, or a one-shard store as its owner or its standby). Every check comes before
 //! the first write of the start (decision 237): the settings, the key file's modes, the
-//! lock, the listener, the recovered state against the key file and the wall clock;
+//! listener, the lock, the recovered state against the key file and the wall clock;
 //! then the key file (made when missing), the admin token file and the journal.
 
 use super::engine_start::{
@@ -55,7 +55,6 @@ pub(crate) fn run_to_end(
 pub fn serve(options: ServeOptions) -> Result<(), String> {
     check_settings(&options)?;
     let keys = KeyFile::open(options.secret_key_file.as_deref(), &options.data_dir)?;
-    make_data_dir(&options.data_dir)?;
     let fresh = new_header(&options);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let shutdown = {
@@ -63,9 +62,13 @@ pub fn serve(options: ServeOptions) -> Result<(), String> {
         super::shutdown_signal()?
     };
     let start = Start { options, keys, fresh, runtime, shutdown };
+    // The listener first: a busy port (another `esim serve` still running) ends the
+    // start before the data dir, its lock or a demo account exist (decision 268).
+    let listener = start.bind()?;
+    make_data_dir(&start.options.data_dir)?;
     match start.options.store.clone() {
-        Some(url) => serve_store(start, &url),
-        None => serve_data_dir(start),
+        Some(url) => serve_store(start, &url, listener),
+        None => serve_data_dir(start, listener),
     }
 }
 
@@ -78,10 +81,9 @@ fn make_data_dir(data_dir: &Path) -> Result<(), String> {
 
 /// A data dir: locked for this process's whole life (released however it ends), then
 /// served as one engine or as shards.
-fn serve_data_dir(start: Start) -> Result<(), String> {
+fn serve_data_dir(start: Start, listener: TcpListener) -> Result<(), String> {
     let data_dir = start.options.data_dir.clone();
     let _lock = crate::lock::DataDirLock::acquire(&data_dir).map_err(|e| e.to_string())?;
-    let listener = start.bind()?;
     let (shards, new) = crate::shards::shards_to_serve(&data_dir, start.options.shards)?;
     if shards > 1 {
         return sharded::serve_sharded(start, (shards, new), listener);
@@ -101,10 +103,9 @@ fn serve_data_dir(start: Start) -> Result<(), String> {
 }
 
 /// A store (no lock: the shard's epoch fences a second server, decision 140). The
-/// listener is bound at once: a standby answers on it (503) and keeps it when it takes
+/// listener is bound before: a standby answers on it (503) and keeps it when it takes
 /// over (decision 148); a busy port ends the start before the store is touched.
-fn serve_store(mut start: Start, url: &str) -> Result<(), String> {
-    let listener = start.bind()?;
+fn serve_store(mut start: Start, url: &str, listener: TcpListener) -> Result<(), String> {
     let options = &start.options;
     let shards = store_pg::prepare_shards(url, options.shards, start.fresh.config.initial_inventory)
         .map_err(|e| e.to_string())?;

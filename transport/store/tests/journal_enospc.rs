@@ -4,7 +4,7 @@
 
 mod journal_support;
 use esim_engine::{Engine, Millis};
-use esim_transport::journal::{recover, FileJournal, JournalHealth, RecoverOptions, SnapshotPolicy};
+use esim_store::journal::{recover, FileJournal, JournalHealth, RecoverOptions, SnapshotPolicy};
 use journal_support::*;
 use std::fs;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! version refusal, file modes, and reading a live data dir.
 
 mod journal_support;
-use esim_transport::journal::{
+use esim_store::journal::{
     encode_record, recover, FileJournal, RecoverOptions, Recovery, SnapshotPolicy, FORMAT_VERSION, TORN_TAIL_MAX_BYTES,
 };
 use journal_support::*;
@@ -182,7 +182,7 @@ fn every_file_is_0600_and_the_dirs_0700() {
     let batch = work.batch(12);
     journal.append_entries(&batch).unwrap();
     journal.write_snapshot(work.service.engine()).unwrap();
-    let lock = esim_transport::lock::DataDirLock::acquire(&dir).unwrap();
+    let lock = esim_store::lock::DataDirLock::acquire(&dir).unwrap();
     assert_eq!(mode(&dir.join("journal")), 0o700);
     assert_eq!(mode(&dir.join("snapshots")), 0o700);
     let mut files: Vec<PathBuf> = Vec::new();
@@ -201,7 +201,7 @@ fn every_file_is_0600_and_the_dirs_0700() {
 
 #[test]
 fn the_data_dir_lock_is_exclusive_and_names_its_holder() {
-    use esim_transport::lock::{DataDirLock, LockError};
+    use esim_store::lock::{DataDirLock, LockError};
     let dir = temp_dir("lock");
     assert_eq!(DataDirLock::holder(&dir), None, "no lock file: no holder");
     assert!(!dir.join("lock").exists(), "holder() creates nothing");
@@ -307,13 +307,13 @@ fn a_deleted_newest_segment_refuses_naming_it_and_repair_cuts_there() {
     assert!(try_recover(&dir, false).is_err(), "esim replay refuses too");
     println!("{error}");
 
-    let report = esim_transport::journal::repair(&dir, false).unwrap();
+    let report = esim_store::journal::repair(&dir, false).unwrap();
     let damage = report.damage.expect("damage");
     assert!(damage.gap && damage.later_segments.is_empty() && damage.dropped_entries == 0, "{damage:?}");
     assert_eq!(damage.file, found[2]);
     assert_eq!(report.entries_kept, 30);
     assert!(segments(&dir).len() == 2, "nothing changed without --cut-at-damage");
-    let cut = esim_transport::journal::repair(&dir, true).unwrap();
+    let cut = esim_store::journal::repair(&dir, true).unwrap();
     assert!(cut.applied && cut.damage.is_some());
     let recovery = try_recover(&dir, true).unwrap();
     assert_eq!(recovery.next_index, 30);
@@ -334,7 +334,7 @@ fn a_deleted_or_cut_short_middle_segment_refuses_naming_it_and_repair_cuts_there
     assert!(error.contains(&found[1].display().to_string()), "{error}");
     assert!(error.contains("(entries 10 to 29)") && error.contains("listed in the manifest"), "{error}");
     println!("{error}");
-    let report = esim_transport::journal::repair(&dir, false).unwrap();
+    let report = esim_store::journal::repair(&dir, false).unwrap();
     let damage = report.damage.expect("damage");
     assert!(damage.gap, "{damage:?}");
     assert_eq!(damage.later_segments, vec![found[2].clone()]);
@@ -347,7 +347,7 @@ fn a_deleted_or_cut_short_middle_segment_refuses_naming_it_and_repair_cuts_there
     assert!(error.contains("entries 15 to 29 are missing"), "{error}");
     assert!(error.contains(&format!("{} was cut short", found[1].display())), "{error}");
     println!("{error}");
-    let cut = esim_transport::journal::repair(&dir, true).unwrap();
+    let cut = esim_store::journal::repair(&dir, true).unwrap();
     assert_eq!(cut.damage.unwrap().dropped_entries, 30);
     assert_eq!(segments(&dir), found[..2].to_vec());
     let recovery = try_recover(&dir, true).unwrap();
@@ -360,7 +360,7 @@ fn a_deleted_or_cut_short_middle_segment_refuses_naming_it_and_repair_cuts_there
 /// and gets a manifest at its first start; a gap in it is still refused.
 #[test]
 fn a_data_dir_without_a_manifest_opens_and_gets_one() {
-    use esim_transport::journal::MANIFEST_FILE;
+    use esim_store::journal::MANIFEST_FILE;
     let dir = temp_dir("legacy");
     let (found, digests) = three_segments(&dir);
     fs::remove_file(dir.join(MANIFEST_FILE)).unwrap();
@@ -393,9 +393,9 @@ fn a_corrupted_newest_snapshot_recovers_exactly_from_the_previous_one() {
         let policy = SnapshotPolicy { every_entries: 20, every_bytes: u64::MAX };
         let mut journal = FileJournal::open(&dir, header(26), policy).unwrap();
         let (mut work, first) = Workload::new(26);
-        esim_transport::server::JournalSink::append(&mut journal, &first).unwrap();
+        esim_store::sink::JournalSink::append(&mut journal, &first).unwrap();
         for _ in 0..snapshots_made {
-            esim_transport::server::JournalSink::append(&mut journal, &work.batch(25)).unwrap();
+            esim_store::sink::JournalSink::append(&mut journal, &work.batch(25)).unwrap();
             journal.wait_for_snapshot().expect("due").expect("written");
         }
         journal.append_entries(&work.batch(7)).unwrap();
@@ -417,7 +417,7 @@ fn a_corrupted_newest_snapshot_recovers_exactly_from_the_previous_one() {
         assert_eq!(recovery.engine.unwrap().state_digest(), digest, "exactly the state");
         assert_eq!(recovery.next_index, clean.next_index);
         assert_eq!(recovery.from_snapshot, if snapshots_made == 1 { 0 } else { clean.from_snapshot - 25 });
-        let report = esim_transport::journal::repair(&dir, false).unwrap();
+        let report = esim_store::journal::repair(&dir, false).unwrap();
         assert!(report.damage.is_none());
         assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
         assert!(report.warnings[0].contains(&format!("snapshot {} is damaged", newest.display())));
@@ -431,7 +431,7 @@ fn a_corrupted_newest_snapshot_recovers_exactly_from_the_previous_one() {
 /// The same bytes in a segment the manifest does not list are a creation torn by a crash.
 #[test]
 fn the_newest_listed_segment_cut_in_its_header_is_damage() {
-    use esim_transport::journal::MANIFEST_FILE;
+    use esim_store::journal::MANIFEST_FILE;
     let dir = temp_dir("newest-header");
     let (found, digests) = three_segments(&dir);
     fs::OpenOptions::new().write(true).open(&found[2]).unwrap().set_len(5).unwrap();
@@ -471,7 +471,7 @@ fn a_damaged_snapshot_with_no_copy_left_is_refused() {
     for path in segments(&dir) {
         fs::remove_file(path).unwrap();
     }
-    fs::remove_file(dir.join(esim_transport::journal::MANIFEST_FILE)).unwrap();
+    fs::remove_file(dir.join(esim_store::journal::MANIFEST_FILE)).unwrap();
     let error = try_recover(&dir, true).err().expect("refused");
     assert!(error.contains("they hold 0 entries") && error.contains("from a backup"), "{error}");
     fs::remove_dir_all(&dir).unwrap();

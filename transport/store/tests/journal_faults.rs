@@ -4,18 +4,16 @@
 //! whose append returned Ok.
 
 mod journal_support;
+use esim_api::JournalEntry;
 use esim_engine::Engine;
-use esim_transport::journal::{
-    recover, FileJournal, JournalHealth, RecoverOptions, SnapshotPolicy, TORN_TAIL_MAX_BYTES,
-};
-use esim_transport::JournalEntry;
+use esim_store::journal::{recover, FileJournal, JournalHealth, RecoverOptions, SnapshotPolicy, TORN_TAIL_MAX_BYTES};
 use journal_support::*;
 use std::fs;
 use std::sync::{Arc, Mutex};
 
 const NO_SNAPSHOT: SnapshotPolicy = SnapshotPolicy { every_entries: u64::MAX, every_bytes: u64::MAX };
 
-fn recovered(dir: &std::path::Path) -> esim_transport::journal::Recovery {
+fn recovered(dir: &std::path::Path) -> esim_store::journal::Recovery {
     recover(dir, &RecoverOptions { repair: true, until: None }).unwrap()
 }
 

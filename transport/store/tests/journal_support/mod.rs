@@ -3,9 +3,9 @@
 
 #![allow(dead_code)]
 
+use esim_api::{ClockMode, JournalEntry, Service};
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, ResellerOp, ResellerRequest};
-use esim_transport::journal::{SegmentFile, SegmentHeader, FORMAT_VERSION};
-use esim_transport::{ClockMode, JournalEntry, Service};
+use esim_store::journal::{SegmentFile, SegmentHeader, FORMAT_VERSION};
 use rust_decimal::Decimal;
 use std::fs::{self, File};
 use std::io;
@@ -52,7 +52,7 @@ impl Workload {
             Engine::new(config(seed), Millis::VIRTUAL_EPOCH),
             "t".into(),
             ClockMode::Virtual,
-            esim_transport::secrets::Secrets::seeded(1),
+            esim_api::secrets::Secrets::seeded(1),
         );
         let now = Millis::VIRTUAL_EPOCH;
         let created = service.apply_command(
@@ -178,7 +178,7 @@ impl SegmentFile for Faulty {
 /// An opener for `FileJournal::open_with` whose files share `faults`.
 pub fn faulty_opener(faults: SharedFaults) -> impl FnMut(&Path) -> io::Result<Box<dyn SegmentFile>> + Send + 'static {
     move |path: &Path| {
-        let file = esim_transport::journal::create_private_file(path)?;
+        let file = esim_store::journal::create_private_file(path)?;
         Ok(Box::new(Faulty { file, path: path.to_path_buf(), faults: faults.clone() }) as Box<dyn SegmentFile>)
     }
 }

@@ -25,8 +25,8 @@
 
 use crate::fence::{self, OwnerRow};
 use crate::journal::{self, EncodedSnapshot, SegmentHeader, SnapshotPolicy};
-use crate::server::JournalSink;
-use crate::service::JournalEntry;
+use crate::sink::JournalSink;
+use esim_api::JournalEntry;
 use esim_engine::Engine;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -581,7 +581,7 @@ impl MemStandby {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::ClockMode;
+    use esim_api::ClockMode;
     use esim_engine::{Command, EngineConfig, Millis};
 
     const LEASE_MS: i64 = 3_000;

@@ -1,16 +1,18 @@
 //! Snapshots made by replay on their own thread (`FileJournal::compact_if_due`, what
 //! `JournalSink::append` calls for the server): appends go on while one is made, it
 //! covers whole segments, a failed one leaves no file, loses nothing and is tried again at
-//! the next append, and a journal closed while one runs cancels it.
+//! the next append, and a journal closed while one runs cancels it. Whoever listens (the
+//! shell's metrics) is told of each snapshot written, never of a failed one.
 
 mod journal_support;
-use esim_transport::journal::{recover, FileJournal, RecoverOptions, SnapshotPolicy};
-use esim_transport::server::JournalSink;
+use esim_store::journal::{recover, FileJournal, RecoverOptions, SnapshotPolicy};
+use esim_store::sink::JournalSink;
 use journal_support::*;
 use std::fs;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-fn recovered(dir: &std::path::Path) -> esim_transport::journal::Recovery {
+fn recovered(dir: &std::path::Path) -> esim_store::journal::Recovery {
     recover(dir, &RecoverOptions { repair: false, until: None }).unwrap()
 }
 
@@ -73,6 +75,14 @@ fn a_failed_background_snapshot_leaves_no_file_and_loses_nothing() {
     let faults: SharedFaults = Arc::new(Mutex::new(Faults::default()));
     let policy = SnapshotPolicy { every_entries: 20, every_bytes: u64::MAX };
     let mut journal = FileJournal::open_with(&dir, header(22), policy, faulty_opener(faults.clone())).unwrap();
+    let told = Arc::new(AtomicU64::new(0));
+    let counter = told.clone();
+    JournalSink::on_snapshot_written(
+        &mut journal,
+        Arc::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }),
+    );
     let (mut work, first) = Workload::new(22);
     JournalSink::append(&mut journal, &first).unwrap();
     {
@@ -86,12 +96,14 @@ fn a_failed_background_snapshot_leaves_no_file_and_loses_nothing() {
     let failed = journal.wait_for_snapshot().expect("a snapshot was due and started");
     assert!(failed.is_err(), "the injected write fault fails it: {failed:?}");
     assert!(snapshots(&dir).is_empty(), "no snapshot and no .snap.tmp left: {:?}", snapshots(&dir));
+    assert_eq!(told.load(Ordering::SeqCst), 0, "a failed snapshot is not told");
     assert_eq!(segments(&dir).len(), 2, "nothing removed: the first segment and the one started for the snapshot");
     // Appends go on, and the next due snapshot is written.
     for _ in 0..5 {
         JournalSink::append(&mut journal, &work.batch(5)).unwrap();
     }
     let made = journal.wait_for_snapshot().expect("due again").expect("written");
+    assert_eq!(told.load(Ordering::SeqCst), 1, "the written snapshot is told once");
     drop(journal);
     let recovery = recovered(&dir);
     assert_eq!(recovery.from_snapshot, made);

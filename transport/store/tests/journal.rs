@@ -1,10 +1,10 @@
 //! Journal recovery: torn tails are cut, damage before the tail refuses to start, and a
 //! snapshot plus the journal after it rebuild the exact state.
 
+use esim_api::{ClockMode, Service};
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, ResellerOp, ResellerRequest};
-use esim_transport::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
-use esim_transport::server::JournalSink;
-use esim_transport::{ClockMode, Service};
+use esim_store::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
+use esim_store::sink::JournalSink;
 use rust_decimal::Decimal;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ fn temp_dir(name: &str) -> PathBuf {
 fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
     let config = EngineConfig { seed: 3, ..EngineConfig::default() };
     let header = SegmentHeader {
-        version: esim_transport::journal::FORMAT_VERSION,
+        version: esim_store::journal::FORMAT_VERSION,
         config: config.clone(),
         clock: ClockMode::Virtual,
         start: Millis::VIRTUAL_EPOCH,
@@ -32,7 +32,7 @@ fn run(dir: &Path, steps: usize, policy: SnapshotPolicy) -> Vec<String> {
         Engine::new(config, Millis::VIRTUAL_EPOCH),
         "t".into(),
         ClockMode::Virtual,
-        esim_transport::secrets::Secrets::seeded(1),
+        esim_api::secrets::Secrets::seeded(1),
     );
     let mut now = Millis::VIRTUAL_EPOCH;
     let mut digests = Vec::new();
@@ -93,7 +93,7 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-fn recovered_digest(dir: &Path, repair: bool) -> Result<(String, esim_transport::journal::Recovery), String> {
+fn recovered_digest(dir: &Path, repair: bool) -> Result<(String, esim_store::journal::Recovery), String> {
     let recovery = recover(dir, &RecoverOptions { repair, until: None }).map_err(|e| e.0)?;
     let digest = recovery.engine.as_ref().unwrap().state_digest();
     Ok((digest, recovery))
@@ -167,7 +167,7 @@ fn a_snapshot_plus_the_journal_after_it_recovers_and_old_segments_are_removed() 
 
 #[test]
 fn a_segment_in_memory_is_the_file_byte_for_byte_and_replays_strictly() {
-    use esim_transport::journal::{replay_segment, SegmentBuffer, FORMAT_VERSION};
+    use esim_store::journal::{replay_segment, SegmentBuffer, FORMAT_VERSION};
     let dir = temp_dir("memory");
     let config = EngineConfig { seed: 5, ..EngineConfig::default() };
     let header = SegmentHeader {
@@ -184,7 +184,7 @@ fn a_segment_in_memory_is_the_file_byte_for_byte_and_replays_strictly() {
         Engine::new(config, Millis::VIRTUAL_EPOCH),
         "t".into(),
         ClockMode::Virtual,
-        esim_transport::secrets::Secrets::seeded(1),
+        esim_api::secrets::Secrets::seeded(1),
     );
     let mut now = Millis::VIRTUAL_EPOCH;
     let created = service.apply_command(

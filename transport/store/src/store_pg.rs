@@ -40,9 +40,10 @@
 //! runtime of the store's own, on the caller's thread (or a scoped thread when the caller
 //! is inside tokio), because the server calls the [`JournalSink`] synchronously.
 
+use crate::clock::{Clock, SystemClock};
 use crate::journal::{self, JournalError, Recovery, SegmentHeader, SnapshotPolicy};
-use crate::server::{JournalAlarm, JournalSink};
-use crate::service::JournalEntry;
+use crate::sink::{JournalAlarm, JournalSink, APPEND_DEADLINE_MS};
+use esim_api::JournalEntry;
 use esim_engine::{Engine, Millis};
 use std::future::Future;
 use std::io;
@@ -841,7 +842,7 @@ pub struct StoreOptions {
     /// The lease ([`LEASE_MS`] unless overridden).
     pub lease: Duration,
     /// How long one append's transaction may take before its outcome is looked up
-    /// instead of waited for (`--append-deadline-ms`, [`crate::server::APPEND_DEADLINE_MS`]).
+    /// instead of waited for (`--append-deadline-ms`, [`APPEND_DEADLINE_MS`]).
     pub append_deadline: Duration,
     /// Take the shard even while another process's lease is live (`--take-over`: a
     /// planned switch; the other process is fenced at its next append or renewal).
@@ -852,7 +853,7 @@ impl Default for StoreOptions {
     fn default() -> StoreOptions {
         StoreOptions {
             lease: Duration::from_millis(LEASE_MS),
-            append_deadline: Duration::from_millis(crate::server::APPEND_DEADLINE_MS),
+            append_deadline: Duration::from_millis(APPEND_DEADLINE_MS),
             take_over: false,
         }
     }
@@ -875,6 +876,8 @@ pub struct PgStore {
     /// When the newest snapshot was written (Unix ms; 0: none known), set by the
     /// snapshot thread.
     newest_snapshot_unix_ms: Arc<AtomicI64>,
+    /// Stamps `newest_snapshot_unix_ms` when a snapshot was written.
+    clock: Arc<dyn Clock>,
     /// The snapshot being made off the owner task (one at a time, decision 202).
     /// The snapshot being made, with the entries and bytes it took off the counters (given
     /// back if it fails, so that the next append tries again).
@@ -894,6 +897,7 @@ struct SnapshotJob {
     covered: u64,
     header: SegmentHeader,
     written_ms: Arc<AtomicI64>,
+    clock: Arc<dyn Clock>,
 }
 
 impl SnapshotJob {
@@ -906,7 +910,7 @@ impl SnapshotJob {
         let began = std::time::Instant::now();
         match self.write() {
             Ok(bytes) => {
-                self.written_ms.store(crate::server::real_now_ms(), Ordering::Relaxed);
+                self.written_ms.store(self.clock.unix_ms(), Ordering::Relaxed);
                 tracing::info!(shard, covered, bytes, ms = began.elapsed().as_millis() as u64, "snapshot written");
                 true
             }
@@ -1104,12 +1108,18 @@ impl PgStore {
             entries_since_snapshot: 0,
             bytes_since_snapshot: 0,
             newest_snapshot_unix_ms: Arc::new(AtomicI64::new(0)),
+            clock: Arc::new(SystemClock),
             snapshotting: None,
             lease,
-            deadline: Duration::from_millis(crate::server::APPEND_DEADLINE_MS),
+            deadline: Duration::from_millis(APPEND_DEADLINE_MS),
             state,
             renewal,
         }
+    }
+
+    /// The clock that stamps the snapshots this store writes ([`SystemClock`] unless set).
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
     }
 
     /// How long one append's transaction may take (`--append-deadline-ms`): past it, the
@@ -1143,6 +1153,7 @@ impl PgStore {
             covered: self.next_index,
             header: self.header.clone(),
             written_ms: self.newest_snapshot_unix_ms.clone(),
+            clock: self.clock.clone(),
         };
         let spawned =
             std::thread::Builder::new().name(format!("esim-snapshot-{}", self.shard)).spawn(move || job.run());

@@ -66,7 +66,7 @@
 //! damage: recovery refuses, naming the file and byte offset, and `esim repair` tells
 //! what cutting there would drop.
 
-use crate::service::{ClockMode, JournalEntry};
+use esim_api::service::{ClockMode, JournalEntry};
 use esim_engine::{Engine, EngineConfig, Millis};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
@@ -75,6 +75,10 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Told when a snapshot made by a journal's own thread was written and verified: the
+/// shell counts it in its metrics (a journal does not know who watches it).
+pub type SnapshotWritten = Arc<dyn Fn() + Send + Sync>;
 
 const SEGMENT_MAGIC: &[u8; 8] = b"ESIMJRN1";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"ESIMSNP1";
@@ -1244,6 +1248,8 @@ pub struct FileJournal {
     health: JournalHealth,
     /// The snapshot being made by replay on its own thread, if one is.
     compaction: Option<Compaction>,
+    /// Told of each snapshot the compaction thread wrote ([`FileJournal::on_snapshot_written`]).
+    snapshot_written: Option<SnapshotWritten>,
     scratch: Vec<u8>,
     /// Record ends in `scratch`.
     ends: Vec<usize>,
@@ -1412,6 +1418,7 @@ impl FileJournal {
             policy,
             health: JournalHealth::Ok,
             compaction: None,
+            snapshot_written: None,
             scratch: Vec::new(),
             ends: Vec::new(),
         })
@@ -1639,9 +1646,14 @@ impl FileJournal {
         let cancel = Arc::new(AtomicBool::new(false));
         let (dir, header, stop) = (self.dir.clone(), self.header.clone(), cancel.clone());
         let (opener, manifest) = (self.opener.clone(), self.manifest.clone());
-        let spawned = std::thread::Builder::new()
-            .name("esim-snapshot".into())
-            .spawn(move || compact(&dir, &header, covered_entries, &opener, &manifest, &stop));
+        let written = self.snapshot_written.clone();
+        let spawned = std::thread::Builder::new().name("esim-snapshot".into()).spawn(move || {
+            compact(&dir, &header, covered_entries, &opener, &manifest, &stop)?;
+            if let Some(written) = written {
+                written();
+            }
+            Ok(())
+        });
         match spawned {
             Ok(thread) => {
                 let (counted_entries, counted_bytes) = (self.entries_since_snapshot, self.bytes_since_snapshot);
@@ -1678,6 +1690,11 @@ impl FileJournal {
     pub fn wait_for_snapshot(&mut self) -> Option<Result<u64, String>> {
         let done = self.compaction.take()?;
         Some(self.finish_compaction(done))
+    }
+
+    /// Tells `written` of every snapshot a compaction writes from now on.
+    pub fn on_snapshot_written(&mut self, written: SnapshotWritten) {
+        self.snapshot_written = Some(written);
     }
 
     /// When the newest snapshot in the data dir was written (its file's modification
@@ -1800,7 +1817,6 @@ fn compact(
         }
     };
     retire(dir, manifest, covered_entries, previous).map_err(|error| format!("retiring what it covers: {error}"))?;
-    crate::metrics::snapshot_written(crate::server::real_now_ms(), true);
     tracing::info!(
         covered_entries,
         bytes,
