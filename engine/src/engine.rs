@@ -3,7 +3,7 @@
 //! crate docs), and the dispatch of reseller requests and of timers. The rules of each
 //! resource live in their own module (`esim`, `group`, `webhook`, `account`, `network`,
 //! `wallet`, `event_api`) as `impl Engine` blocks; idempotency in `idempotency`,
-//! authentication in `auth`. No part imports this module.
+//! authentication in `auth`, emitting events in `emit`. No part imports this module.
 
 pub use crate::config::EngineConfig;
 #[cfg(feature = "test-switches")]

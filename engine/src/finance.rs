@@ -513,7 +513,7 @@ impl Engine {
         let history = merge_histories(indexes.iter().map(|&a| self.ledger.history(a)));
         let scope = match account_id {
             Some(id) => format!("account {id}"),
-            None => crate::finance_render::every_account_scope(indexes.len()),
+            None => every_account_scope(indexes.len()),
         };
         Some(
             FinanceReport {
@@ -527,6 +527,16 @@ impl Engine {
             }
             .finish(),
         )
+    }
+}
+
+/// What the rows of an every-account report are, in words: `the 1 account, one row`,
+/// `all 3 accounts, one row each`, `no account yet`.
+pub fn every_account_scope(n: usize) -> String {
+    match n {
+        0 => "no account yet".to_string(),
+        1 => "the 1 account, one row".to_string(),
+        _ => format!("all {n} accounts, one row each"),
     }
 }
 

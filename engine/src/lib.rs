@@ -95,12 +95,14 @@
 //!   ledger, the one place money moves), `event_log` (the events API's store),
 //!   `random` (the seeded streams), and the records of `state`.
 //! - The interface: `command`, `reply`, [`Effect`] and [`Delivery`] (`effect`), `timer`
-//!   (what the engine waits for), `event` (the events and how they are emitted).
+//!   (what the engine waits for), `event` and `event_data` (the events and their typed
+//!   payloads).
 //! - `engine`: the [`Engine`] that composes the parts, its constructor, the inputs,
 //!   outputs and getters above, the dispatch of requests and timers.
 //! - Rules, as `impl Engine` blocks: one module per resource (`account`, `esim`,
 //!   `group`, `webhook`, `network`, `event_api`), `wallet` (every eSIM and group wallet
-//!   rule), `auth`, `idempotency`; and the reports (`report`, `finance`).
+//!   rule), `emit` (events to observers, webhooks and the log), `auth`, `idempotency`,
+//!   `pending` (the sandbox's view of the timers); and the reports (`report`, `finance`).
 #![forbid(unsafe_code)]
 
 pub mod account;
@@ -110,6 +112,7 @@ pub mod codes;
 pub mod command;
 pub mod config;
 pub mod effect;
+mod emit;
 pub mod engine;
 pub mod error;
 pub mod esim;
