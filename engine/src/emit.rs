@@ -13,15 +13,19 @@ use crate::time::Millis;
 
 impl Engine {
     /// The common fields of an eSIM's events.
-    fn esim_common(&self, sim: EsimIx) -> EsimCommon {
-        let esim = &self.esims[sim];
-        EsimCommon { iccid: esim.iccid, end_user_reference: esim.end_user_reference.clone(), label: esim.label.clone() }
+    fn esim_common(&self, esim: EsimIx) -> EsimCommon {
+        let record = &self.esims[esim];
+        EsimCommon {
+            iccid: record.iccid,
+            end_user_reference: record.end_user_reference.clone(),
+            label: record.label.clone(),
+        }
     }
 
     /// Emits an `esim.*` event: the common fields of the eSIM, then the event's own.
-    pub(crate) fn emit_esim(&mut self, sim: EsimIx, event: EsimEvent) {
-        let account = self.esims[sim].account;
-        let typed = self.typed_esim_event(sim, &event);
+    pub(crate) fn emit_esim(&mut self, esim: EsimIx, event: EsimEvent) {
+        let account = self.esims[esim].account;
+        let typed = self.typed_esim_event(esim, &event);
         let group = match (&typed, &event) {
             (Some(_), _) => None,
             (None, EsimEvent::Provisioned { group_id: Some(id), .. })
@@ -29,29 +33,29 @@ impl Engine {
             | (None, EsimEvent::GroupRemoved { group_id: id, .. }) => self.group_index.get(id.as_str()).copied(),
             _ => None,
         };
-        let data = event.into_data(self.esim_common(sim));
-        self.emit(account, data, typed, Some(sim), group);
+        let data = event.into_data(self.esim_common(esim));
+        self.emit(account, data, typed, Some(esim), group);
     }
 
     /// The typed kept form of `esim.provisioned` and `esim.activated` (decision 155),
     /// only when it renders back to exactly `event`: every value it leaves out is one
     /// [`Engine::typed_event_data`] finds again, unchanged, in the eSIM or group record
     /// (provisioning sets an eSIM's texts; no command changes them, nor a group's id).
-    fn typed_esim_event(&self, sim: EsimIx, event: &EsimEvent) -> Option<KeptData> {
+    fn typed_esim_event(&self, esim: EsimIx, event: &EsimEvent) -> Option<KeptData> {
         match event {
             EsimEvent::Provisioned { lpa_string, status: "pending", created_at, group_id }
-                if *created_at == self.now && *lpa_string == self.esims[sim].lpa.text() =>
+                if *created_at == self.now && *lpa_string == self.esims[esim].lpa.text() =>
             {
                 // A provisioning into a group names the eSIM's group.
                 let group = match group_id {
                     None => None,
-                    Some(id) => Some(self.esims[sim].funding.group().filter(|&g| self.groups[g].id == *id)?),
+                    Some(id) => Some(self.esims[esim].funding.group().filter(|&g| self.groups[g].id == *id)?),
                 };
-                Some(KeptData::Provisioned { sim, group })
+                Some(KeptData::Provisioned { esim, group })
             }
             EsimEvent::Activated { activated_at, euicc_state: "ENABLED", status } if *activated_at == self.now => {
                 let status = EsimStatus::ALL.into_iter().find(|s| s.as_str() == *status)?;
-                Some(KeptData::Activated { sim, status })
+                Some(KeptData::Activated { esim, status })
             }
             _ => None,
         }
@@ -60,24 +64,24 @@ impl Engine {
     /// The `data` of a typed kept event created at `created_at`, built as it was when
     /// it was emitted; `None` for one kept as JSON text.
     fn typed_event_data(&self, data: &KeptData, created_at: Millis) -> Option<EventData> {
-        let (sim, event) = match *data {
-            KeptData::Provisioned { sim, group } => {
+        let (esim, event) = match *data {
+            KeptData::Provisioned { esim, group } => {
                 let event = EsimEvent::Provisioned {
-                    lpa_string: self.esims[sim].lpa.text(),
+                    lpa_string: self.esims[esim].lpa.text(),
                     status: "pending",
                     created_at,
                     group_id: group.map(|group| self.groups[group].id.clone()),
                 };
-                (sim, event)
+                (esim, event)
             }
-            KeptData::Activated { sim, status } => {
+            KeptData::Activated { esim, status } => {
                 let event =
                     EsimEvent::Activated { activated_at: created_at, euicc_state: "ENABLED", status: status.as_str() };
-                (sim, event)
+                (esim, event)
             }
             KeptData::Json(_) | KeptData::Legacy(_) => return None,
         };
-        Some(event.into_data(self.esim_common(sim)))
+        Some(event.into_data(self.esim_common(esim)))
     }
 
     /// A kept event's envelope: the bytes that were delivered when it was emitted.
@@ -116,7 +120,7 @@ impl Engine {
         account: AccountIx,
         data: EventData,
         typed: Option<KeptData>,
-        sim: Option<EsimIx>,
+        esim: Option<EsimIx>,
         group: Option<GroupIx>,
     ) {
         let name = data.name();
@@ -145,7 +149,7 @@ impl Engine {
             (Some(typed), _) => typed,
             (None, data_json) => {
                 let data = data_json.expect("written for every event kept as JSON").into_boxed_str();
-                KeptData::Json(Box::new(JsonData { name, sim, group, data }))
+                KeptData::Json(Box::new(JsonData { name, esim, group, data }))
             }
         };
         debug_assert_eq!(data.name(), name);

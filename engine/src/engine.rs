@@ -163,8 +163,8 @@ impl Engine {
     }
 
     /// Displayed wallet balance of an eSIM (what the API shows).
-    pub fn esim_displayed_balance(&self, sim: EsimIx) -> rust_decimal::Decimal {
-        self.shown_balance(WalletOwner::Sim(sim))
+    pub fn esim_displayed_balance(&self, esim: EsimIx) -> rust_decimal::Decimal {
+        self.shown_balance(WalletOwner::Esim(esim))
     }
 
     /// The settings it was created with (the journal header keeps them).
@@ -398,7 +398,7 @@ impl Engine {
     fn fire(&mut self, timer: Timer) {
         match timer {
             Timer::Report(owner) => self.report_usage(owner),
-            Timer::SettleReturn(sim) => self.settle_return(WalletOwner::Sim(sim)),
+            Timer::SettleReturn(esim) => self.settle_return(WalletOwner::Esim(esim)),
             Timer::SettleGroupDefund(group) => self.settle_return(WalletOwner::Group(group)),
             Timer::RetryDelivery(id) => self.retry_delivery(id),
             Timer::CardSettles(account) => self.card_settles(account),

@@ -27,9 +27,17 @@ pub(crate) use crate::ids::EventId;
 pub(crate) enum KeptData {
     /// `esim.provisioned`: `lpa_string` is the eSIM's, `status` `pending`, `created_at`
     /// the event's, `group_id` the group's id.
-    Provisioned { sim: EsimIx, group: Option<GroupIx> },
+    Provisioned {
+        #[serde(rename = "sim")]
+        esim: EsimIx,
+        group: Option<GroupIx>,
+    },
     /// `esim.activated`: `activated_at` is the event's time, `euicc_state` `ENABLED`.
-    Activated { sim: EsimIx, status: EsimStatus },
+    Activated {
+        #[serde(rename = "sim")]
+        esim: EsimIx,
+        status: EsimStatus,
+    },
     /// Any other event (boxed: they are rarer, and the two above stay small).
     Json(Box<JsonData>),
     /// An event read from a snapshot written before decision 155, as it was kept then:
@@ -51,17 +59,18 @@ pub(crate) struct LegacyData {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct JsonData {
     pub(crate) name: EventName,
-    pub(crate) sim: Option<EsimIx>,
+    #[serde(rename = "sim")]
+    pub(crate) esim: Option<EsimIx>,
     pub(crate) group: Option<GroupIx>,
     pub(crate) data: Box<str>,
 }
 
 impl KeptData {
     /// The eSIM whose `iccid` the event carries.
-    fn sim(&self) -> Option<EsimIx> {
+    fn esim(&self) -> Option<EsimIx> {
         match *self {
-            KeptData::Provisioned { sim, .. } | KeptData::Activated { sim, .. } => Some(sim),
-            KeptData::Json(ref json) => json.sim,
+            KeptData::Provisioned { esim, .. } | KeptData::Activated { esim, .. } => Some(esim),
+            KeptData::Json(ref json) => json.esim,
             KeptData::Legacy(_) => None,
         }
     }
@@ -230,7 +239,7 @@ impl EventFilter {
         iccids: &IccidIndex,
         groups: &BTreeMap<String, GroupIx>,
     ) -> Result<ResolvedFilter<'_>, ()> {
-        let sim = match &self.iccid {
+        let esim = match &self.iccid {
             None => None,
             Some(iccid) => Some(iccid_number(iccid).and_then(|n| iccids.get(n)).ok_or(())?),
         };
@@ -238,7 +247,7 @@ impl EventFilter {
             None => None,
             Some(id) => Some(*groups.get(id.as_str()).ok_or(())?),
         };
-        Ok(ResolvedFilter { text: self, sim, group })
+        Ok(ResolvedFilter { text: self, esim, group })
     }
 }
 
@@ -247,7 +256,7 @@ impl EventFilter {
 /// (Events read from an old snapshot are compared by text.)
 pub(crate) struct ResolvedFilter<'a> {
     text: &'a EventFilter,
-    sim: Option<EsimIx>,
+    esim: Option<EsimIx>,
     group: Option<GroupIx>,
 }
 
@@ -260,7 +269,7 @@ impl ResolvedFilter<'_> {
                     && text.group_id.as_deref().is_none_or(|group| legacy.group_id.as_deref() == Some(group))
             }
             data => {
-                self.sim.is_none_or(|sim| data.sim() == Some(sim))
+                self.esim.is_none_or(|esim| data.esim() == Some(esim))
                     && self.group.is_none_or(|group| data.group() == Some(group))
             }
         };
@@ -461,7 +470,7 @@ mod tests {
             created_at: Millis(created_at),
             id: EventId(id),
             account: AccountIx(account),
-            data: KeptData::Activated { sim: EsimIx(account), status: EsimStatus::Active },
+            data: KeptData::Activated { esim: EsimIx(account), status: EsimStatus::Active },
         }
     }
 

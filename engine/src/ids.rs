@@ -64,8 +64,9 @@ impl std::fmt::Display for DeliveryId {
 /// Which wallet: a standalone eSIM's own or a group's (what a report timer is for).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WalletOwner {
-    /// A standalone eSIM's own wallet.
-    Sim(EsimIx),
+    /// A standalone eSIM's own wallet (written `Sim`, as before).
+    #[serde(rename = "Sim")]
+    Esim(EsimIx),
     /// A group's wallet.
     Group(GroupIx),
 }
@@ -187,9 +188,9 @@ impl IccidIndex {
         let &(first, _) = self.entries.first()?;
         if number >= first {
             let guess = (number / 10 - first / 10) as usize;
-            if let Some(&(found, sim)) = self.entries.get(guess) {
+            if let Some(&(found, esim)) = self.entries.get(guess) {
                 if found == number {
-                    return Some(sim);
+                    return Some(esim);
                 }
             }
         }
@@ -198,11 +199,11 @@ impl IccidIndex {
     }
 
     /// Adds an ICCID; returns the index it had, if it was there already (then unchanged).
-    pub(crate) fn insert(&mut self, number: u64, sim: EsimIx) -> Option<EsimIx> {
+    pub(crate) fn insert(&mut self, number: u64, esim: EsimIx) -> Option<EsimIx> {
         match self.entries.binary_search_by_key(&number, |&(n, _)| n) {
             Ok(at) => Some(self.entries[at].1),
             Err(at) => {
-                self.entries.insert(at, (number, sim));
+                self.entries.insert(at, (number, esim));
                 None
             }
         }
@@ -211,7 +212,7 @@ impl IccidIndex {
 
 impl serde::Serialize for IccidIndex {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.entries.iter().map(|(number, sim)| (number, sim)))
+        serializer.collect_map(self.entries.iter().map(|(number, esim)| (number, esim)))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The double-entry ledger: the one place where money moves.
 //!
-//! Every balance that holds money (a reseller balance, a SIM's exact credit, a group
+//! Every balance that holds money (a reseller balance, an eSIM's exact credit, a group
 //! balance, returns on their way back, fees, data charged, forfeits, dust) is a ledger
 //! *slot*. Money moves only through [`Ledger::transfer`], which takes from one slot and
 //! gives to another of the same reseller account, so the sum of an account's slots is
@@ -27,12 +27,15 @@ pub enum SlotKind {
     Forfeited,
     /// Conversion dust (fund amount minus upstream credit) and sub-cent remainders on return.
     Dust,
-    /// The exact upstream credit of one SIM wallet.
-    SimCredit,
-    /// Data charged to one SIM, used but not yet reported by the upstream pipeline.
-    SimUnreported,
-    /// Data charged to one SIM and reported (`total_data_charged_usd`).
-    SimReported,
+    /// The exact upstream credit of one eSIM wallet.
+    #[serde(rename = "SimCredit")]
+    EsimCredit,
+    /// Data charged to one eSIM, used but not yet reported by the upstream pipeline.
+    #[serde(rename = "SimUnreported")]
+    EsimUnreported,
+    /// Data charged to one eSIM and reported (`total_data_charged_usd`).
+    #[serde(rename = "SimReported")]
+    EsimReported,
     /// The exact upstream credit of one group.
     GroupCredit,
     /// Data charged to one group, used but not yet reported.
@@ -50,9 +53,9 @@ impl SlotKind {
         SlotKind::Fees,
         SlotKind::Forfeited,
         SlotKind::Dust,
-        SlotKind::SimCredit,
-        SlotKind::SimUnreported,
-        SlotKind::SimReported,
+        SlotKind::EsimCredit,
+        SlotKind::EsimUnreported,
+        SlotKind::EsimReported,
         SlotKind::GroupCredit,
         SlotKind::GroupUnreported,
         SlotKind::GroupReported,
@@ -106,7 +109,7 @@ pub enum Reason {
     ReturnDust,
     /// What a terminated eSIM's wallet still held.
     Forfeit,
-    /// A sub-cent credit left on a SIM that joins a group (members hold no wallet).
+    /// A sub-cent credit left on an eSIM that joins a group (members hold no wallet).
     MoveDust,
 }
 
@@ -174,7 +177,7 @@ pub struct AccountSlots {
     pub dust: Slot,
 }
 
-/// The three slots of a wallet (a SIM's or a group's).
+/// The three slots of a wallet (an eSIM's or a group's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WalletSlots {
     /// The exact upstream credit.
@@ -290,11 +293,11 @@ impl Ledger {
     }
 
     /// The three slots of a new eSIM wallet.
-    pub fn open_sim_wallet(&mut self, account: AccountIx) -> WalletSlots {
+    pub fn open_esim_wallet(&mut self, account: AccountIx) -> WalletSlots {
         WalletSlots {
-            credit: self.open(account, SlotKind::SimCredit),
-            unreported: self.open(account, SlotKind::SimUnreported),
-            reported: self.open(account, SlotKind::SimReported),
+            credit: self.open(account, SlotKind::EsimCredit),
+            unreported: self.open(account, SlotKind::EsimUnreported),
+            reported: self.open(account, SlotKind::EsimReported),
         }
     }
 
@@ -468,7 +471,7 @@ mod tests {
     fn a_ledger_is_written_as_two_columns_and_read_back_the_same() {
         let mut ledger = Ledger::default();
         let account = ledger.open_account(AccountIx(0));
-        let wallet = ledger.open_sim_wallet(AccountIx(0));
+        let wallet = ledger.open_esim_wallet(AccountIx(0));
         ledger.set_day(20_000);
         ledger.transfer(account.world, account.reseller, Decimal::new(100, 0), Reason::TopUp);
         ledger.transfer(account.reseller, wallet.credit, Decimal::new(1234, 2), Reason::EsimFund);

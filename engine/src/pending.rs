@@ -30,7 +30,9 @@ impl Engine {
         for (&(deadline, seq), timer) in &self.timers {
             let Some(pending) = self.pending_timer(timer) else { continue };
             let due = match timer {
-                Timer::SettleReturn(sim) => reports.get(&WalletOwner::Sim(*sim)).map_or(deadline, |&r| r.max(deadline)),
+                Timer::SettleReturn(esim) => {
+                    reports.get(&WalletOwner::Esim(*esim)).map_or(deadline, |&r| r.max(deadline))
+                }
                 _ => deadline,
             };
             listed.push(((due, seq), pending));
@@ -65,9 +67,9 @@ impl Engine {
             amount_usd: None,
         };
         let of_owner = |kind, owner: WalletOwner| match owner {
-            WalletOwner::Sim(sim) => {
-                let esim = &self.esims[sim];
-                PendingTimer { iccid: Some(esim.iccid.to_string()), ..about(kind, esim.account) }
+            WalletOwner::Esim(esim) => {
+                let esim_record = &self.esims[esim];
+                PendingTimer { iccid: Some(esim_record.iccid.to_string()), ..about(kind, esim_record.account) }
             }
             WalletOwner::Group(group) => {
                 let record = &self.groups[group];
@@ -79,9 +81,9 @@ impl Engine {
                 let unreported = self.ledger.balance(self.wallet(*owner).slots.unreported);
                 PendingTimer { amount_usd: Some(unreported), ..of_owner("usage_report", *owner) }
             }
-            Timer::SettleReturn(sim) => {
-                let amount = self.esims[*sim].funding.pending().map(PendingReturn::amount);
-                PendingTimer { amount_usd: amount, ..of_owner("esim_return", WalletOwner::Sim(*sim)) }
+            Timer::SettleReturn(esim) => {
+                let amount = self.esims[*esim].funding.pending().map(PendingReturn::amount);
+                PendingTimer { amount_usd: amount, ..of_owner("esim_return", WalletOwner::Esim(*esim)) }
             }
             Timer::SettleGroupDefund(group) => {
                 let amount = self.groups[*group].defund.as_ref().map(|defund| defund.amount);

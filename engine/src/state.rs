@@ -126,7 +126,7 @@ impl EuiccState {
     }
 }
 
-/// The upstream view of one wallet (a standalone SIM's or a group's) and the state of
+/// The upstream view of one wallet (a standalone eSIM's or a group's) and the state of
 /// its reporting pipeline and low-balance notifications. Whether its data is paused is
 /// not kept here: its holder knows (a return on its way), and writes it as the wallet's
 /// `paused` field (see `WalletForm`).
@@ -201,7 +201,7 @@ impl WalletFields {
 /// A balance on its way back to the reseller balance.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum PendingReturn {
-    /// eSIM defund: the exact credit taken off the SIM.
+    /// eSIM defund: the exact credit taken off the eSIM.
     Defund {
         /// The exact credit on its way.
         amount: Decimal,
@@ -1277,7 +1277,7 @@ mod tests {
             terminated_at: None,
             data_enabled: true,
             throttle: Throttle::NO_LIMIT,
-            wallet: Wallet::new(ledger.open_sim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
+            wallet: Wallet::new(ledger.open_esim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
             funding,
         }
     }

@@ -29,7 +29,7 @@ impl WalletOwner {
     /// The re-arm rule of this kind of wallet.
     pub fn rearm(self) -> Rearm {
         match self {
-            WalletOwner::Sim(_) => Rearm::AtThreshold,
+            WalletOwner::Esim(_) => Rearm::AtThreshold,
             WalletOwner::Group(_) => Rearm::OnAnyFund,
         }
     }
@@ -38,21 +38,21 @@ impl WalletOwner {
 impl Engine {
     pub(crate) fn wallet(&self, owner: WalletOwner) -> &Wallet {
         match owner {
-            WalletOwner::Sim(sim) => &self.esims[sim].wallet,
+            WalletOwner::Esim(esim) => &self.esims[esim].wallet,
             WalletOwner::Group(group) => &self.groups[group].wallet,
         }
     }
 
     fn wallet_mut(&mut self, owner: WalletOwner) -> &mut Wallet {
         match owner {
-            WalletOwner::Sim(sim) => &mut self.esims[sim].wallet,
+            WalletOwner::Esim(esim) => &mut self.esims[esim].wallet,
             WalletOwner::Group(group) => &mut self.groups[group].wallet,
         }
     }
 
     fn wallet_account(&self, owner: WalletOwner) -> AccountIx {
         match owner {
-            WalletOwner::Sim(sim) => self.esims[sim].account,
+            WalletOwner::Esim(esim) => self.esims[esim].account,
             WalletOwner::Group(group) => self.groups[group].account,
         }
     }
@@ -60,7 +60,7 @@ impl Engine {
     /// The low threshold: $5 for an eSIM, the group's own for a group.
     fn low_threshold(&self, owner: WalletOwner) -> Decimal {
         match owner {
-            WalletOwner::Sim(_) => money::low_balance_threshold_usd(),
+            WalletOwner::Esim(_) => money::low_balance_threshold_usd(),
             WalletOwner::Group(group) => self.groups[group].low_balance_threshold,
         }
     }
@@ -69,7 +69,7 @@ impl Engine {
     /// (decisions 2 and 9). A group member's own wallet shows 0 (decision 28).
     pub(crate) fn shown_balance(&self, owner: WalletOwner) -> Decimal {
         let pending = match owner {
-            WalletOwner::Sim(sim) => match &self.esims[sim].funding {
+            WalletOwner::Esim(esim) => match &self.esims[esim].funding {
                 Funding::Member { .. } => return Decimal::ZERO,
                 Funding::Returning(pending) => pending.amount(),
                 Funding::NoWallet | Funding::Wallet => Decimal::ZERO,
@@ -92,7 +92,7 @@ impl Engine {
         let slots = self.accounts[account].slots;
         let wallet = self.wallet(owner).slots;
         let reason = match owner {
-            WalletOwner::Sim(_) => Reason::EsimFund,
+            WalletOwner::Esim(_) => Reason::EsimFund,
             WalletOwner::Group(_) => Reason::GroupFund,
         };
         self.ledger.transfer(slots.reseller, wallet.credit, credit, reason);
@@ -108,8 +108,8 @@ impl Engine {
         record.reporting_paused_until = pause_until;
         record.alarm.rearm(exact, threshold, owner.rearm());
         match owner {
-            WalletOwner::Sim(sim) => {
-                let funding = &mut self.esims[sim].funding;
+            WalletOwner::Esim(esim) => {
+                let funding = &mut self.esims[esim].funding;
                 assert!(funding.is_settled_standalone(), "only a standalone eSIM with nothing on its way is funded");
                 // Its first fund makes the upstream wallet (decision 10).
                 *funding = Funding::Wallet;
@@ -129,8 +129,8 @@ impl Engine {
             return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
         }
         match owner {
-            WalletOwner::Sim(sim) => {
-                assert!(matches!(self.esims[sim].funding, Funding::Wallet), "one return at a time, of a funded wallet")
+            WalletOwner::Esim(esim) => {
+                assert!(matches!(self.esims[esim].funding, Funding::Wallet), "one return at a time, of a funded wallet")
             }
             WalletOwner::Group(group) => assert!(self.groups[group].defund.is_none(), "one return at a time"),
         }
@@ -144,18 +144,18 @@ impl Engine {
         // Data pauses while the return is on its way (`data_blocked`): the return's
         // record below says it.
         match (owner, why) {
-            (WalletOwner::Sim(sim), Return::Defund) => {
-                let esim = &mut self.esims[sim];
+            (WalletOwner::Esim(esim), Return::Defund) => {
+                let esim_record = &mut self.esims[esim];
                 // Emptied by the reseller's choice: no low or depleted event for it until
                 // a fund (decision 65).
-                esim.wallet.alarm.disarm();
-                esim.funding = Funding::Returning(PendingReturn::Defund { amount, settles_at });
-                self.schedule(settles_at, Timer::SettleReturn(sim));
+                esim_record.wallet.alarm.disarm();
+                esim_record.funding = Funding::Returning(PendingReturn::Defund { amount, settles_at });
+                self.schedule(settles_at, Timer::SettleReturn(esim));
             }
-            (WalletOwner::Sim(sim), Return::MoveInto(group)) => {
-                self.esims[sim].funding = Funding::Returning(PendingReturn::Move { group, amount, settles_at });
+            (WalletOwner::Esim(esim), Return::MoveInto(group)) => {
+                self.esims[esim].funding = Funding::Returning(PendingReturn::Move { group, amount, settles_at });
                 self.groups[group].incoming_moves += 1;
-                self.schedule(settles_at, Timer::SettleReturn(sim));
+                self.schedule(settles_at, Timer::SettleReturn(esim));
             }
             (WalletOwner::Group(group), Return::Defund) => {
                 let record = &mut self.groups[group];
@@ -170,29 +170,29 @@ impl Engine {
 
     /// A standalone eSIM joining a group with a balance that shows $0: the sub-cent
     /// credit goes to dust at once (decision 29).
-    pub(crate) fn drop_sub_cent_credit(&mut self, sim: EsimIx) {
-        let account = self.esims[sim].account;
+    pub(crate) fn drop_sub_cent_credit(&mut self, esim: EsimIx) {
+        let account = self.esims[esim].account;
         let dust = self.accounts[account].slots.dust;
-        let credit = self.esims[sim].wallet.slots.credit;
+        let credit = self.esims[esim].wallet.slots.credit;
         assert!(money::displayed(self.ledger.balance(credit)).is_zero(), "only a balance that shows $0");
         self.ledger.transfer_all(credit, dust, Reason::MoveDust);
     }
 
     /// A member leaves its group: its own wallet, at $0 since it joined, stays silent
     /// until it is funded.
-    pub(crate) fn wallet_standalone_again(&mut self, sim: EsimIx) {
-        let esim = &mut self.esims[sim];
-        assert!(esim.funding.is_settled_standalone(), "a standalone eSIM with nothing on its way");
-        assert!(self.ledger.balance(esim.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
-        esim.wallet.alarm.disarm();
+    pub(crate) fn wallet_standalone_again(&mut self, esim: EsimIx) {
+        let record = &mut self.esims[esim];
+        assert!(record.funding.is_settled_standalone(), "a standalone eSIM with nothing on its way");
+        assert!(self.ledger.balance(record.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
+        record.wallet.alarm.disarm();
     }
 
     /// Terminate: whatever the wallet still holds is forfeited (a pending return still
     /// completes, decision 60). Returns the exact amount forfeited.
-    pub(crate) fn forfeit_wallet(&mut self, sim: EsimIx) -> Decimal {
-        let account = self.esims[sim].account;
+    pub(crate) fn forfeit_wallet(&mut self, esim: EsimIx) -> Decimal {
+        let account = self.esims[esim].account;
         let forfeited = self.accounts[account].slots.forfeited;
-        let credit = self.esims[sim].wallet.slots.credit;
+        let credit = self.esims[esim].wallet.slots.credit;
         let amount = self.ledger.transfer_all(credit, forfeited, Reason::Forfeit);
         assert!(self.ledger.balance(credit).is_zero(), "a terminated eSIM's wallet holds nothing");
         amount
@@ -207,24 +207,24 @@ impl Engine {
     /// move's join. An eSIM's return waits for its usage to report first (docs/architecture.md, rule 5).
     pub(crate) fn settle_return(&mut self, owner: WalletOwner) {
         let (amount, pending) = match owner {
-            WalletOwner::Sim(sim) => {
-                let esim = &self.esims[sim];
-                if esim.wallet.report_scheduled && esim.funding.pending().is_some() {
+            WalletOwner::Esim(esim) => {
+                let esim_record = &self.esims[esim];
+                if esim_record.wallet.report_scheduled && esim_record.funding.pending().is_some() {
                     // The report timer fires on this sync boundary; this one, scheduled
                     // after it, follows it.
                     let report_due = self.report_due(owner);
                     if let Funding::Returning(
                         PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. },
-                    ) = &mut self.esims[sim].funding
+                    ) = &mut self.esims[esim].funding
                     {
                         *settles_at = report_due;
                     }
-                    self.schedule(report_due, Timer::SettleReturn(sim));
+                    self.schedule(report_due, Timer::SettleReturn(esim));
                     return;
                 }
                 // One return at a time, and only its settlement timer ends it: the wallet
                 // is back to holding nothing on its way (and data resumes).
-                let Funding::Returning(pending) = std::mem::replace(&mut self.esims[sim].funding, Funding::Wallet)
+                let Funding::Returning(pending) = std::mem::replace(&mut self.esims[esim].funding, Funding::Wallet)
                 else {
                     panic!("a settle timer finds its return");
                 };
@@ -243,7 +243,7 @@ impl Engine {
         self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
         self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
         #[cfg(feature = "test-switches")]
-        if matches!(owner, WalletOwner::Sim(_))
+        if matches!(owner, WalletOwner::Esim(_))
             && self.injected_bug == Some(crate::config::InjectedBug::SettlementPaysOneCentMore)
         {
             // Deliberately broken rule, for the simulation's own tests only.
@@ -253,14 +253,14 @@ impl Engine {
         self.after_reseller_credit(account);
         let now = self.now;
         match (owner, pending) {
-            (WalletOwner::Sim(sim), Some(PendingReturn::Defund { .. })) => {
-                self.emit_esim(sim, EsimEvent::Defunded { returned_usd: returned });
+            (WalletOwner::Esim(esim), Some(PendingReturn::Defund { .. })) => {
+                self.emit_esim(esim, EsimEvent::Defunded { returned_usd: returned });
             }
-            (WalletOwner::Sim(sim), Some(PendingReturn::Move { group, .. })) => {
+            (WalletOwner::Esim(esim), Some(PendingReturn::Move { group, .. })) => {
                 assert!(self.groups[group].incoming_moves > 0, "a settling move was counted by its group");
                 self.groups[group].incoming_moves -= 1;
-                if self.esims[sim].status != EsimStatus::Terminated {
-                    self.join_group(sim, group, Some(returned));
+                if self.esims[esim].status != EsimStatus::Terminated {
+                    self.join_group(esim, group, Some(returned));
                 }
             }
             (WalletOwner::Group(group), _) => {
@@ -270,7 +270,7 @@ impl Engine {
                 record.updated_at = now;
                 self.emit_group(group, GroupEvent::Defunded { returned_usd: returned });
             }
-            (WalletOwner::Sim(_), None) => unreachable!("an eSIM settles its pending return"),
+            (WalletOwner::Esim(_), None) => unreachable!("an eSIM settles its pending return"),
         }
     }
 
@@ -320,29 +320,29 @@ impl Engine {
         }
         let slots = wallet.slots;
         self.ledger.transfer_all(slots.unreported, slots.reported, Reason::DataReport);
-        if let WalletOwner::Sim(sim) = owner {
-            self.check_esim_alarms(sim);
+        if let WalletOwner::Esim(esim) = owner {
+            self.check_esim_alarms(esim);
         }
     }
 
     /// esim.balance_low once per crossing below $5, esim.balance_depleted at $0, as the
     /// pipeline reports (decision 15); never for a member, a pending return or a
     /// terminated eSIM.
-    fn check_esim_alarms(&mut self, sim: EsimIx) {
-        let esim = &self.esims[sim];
-        if esim.status == EsimStatus::Terminated || !esim.funding.is_settled_standalone() {
+    fn check_esim_alarms(&mut self, esim: EsimIx) {
+        let record = &self.esims[esim];
+        if record.status == EsimStatus::Terminated || !record.funding.is_settled_standalone() {
             return;
         }
-        let owner = WalletOwner::Sim(sim);
-        let exact = self.ledger.balance(esim.wallet.slots.credit);
+        let owner = WalletOwner::Esim(esim);
+        let exact = self.ledger.balance(record.wallet.slots.credit);
         let shown = money::displayed(exact);
         let threshold = self.low_threshold(owner);
-        let alarms = self.esims[sim].wallet.alarm.observe(exact, threshold, owner.rearm());
+        let alarms = self.esims[esim].wallet.alarm.observe(exact, threshold, owner.rearm());
         if alarms.low {
-            self.emit_esim(sim, EsimEvent::BalanceLow { wallet_balance_usd: shown, threshold_usd: threshold });
+            self.emit_esim(esim, EsimEvent::BalanceLow { wallet_balance_usd: shown, threshold_usd: threshold });
         }
         if alarms.depleted {
-            self.emit_esim(sim, EsimEvent::BalanceDepleted { wallet_balance_usd: shown });
+            self.emit_esim(esim, EsimEvent::BalanceDepleted { wallet_balance_usd: shown });
         }
     }
 

@@ -272,7 +272,7 @@ pub struct ReturnsExact {
 impl ReturnsExact {
     fn shown_now(engine: &Engine, owner: WalletOwner) -> Option<Decimal> {
         match owner {
-            WalletOwner::Sim(sim) => sim_exact(engine, sim.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
+            WalletOwner::Esim(sim) => sim_exact(engine, sim.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
             WalletOwner::Group(group) => {
                 group_exact(engine, group.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed)
             }
@@ -281,7 +281,7 @@ impl ReturnsExact {
 
     fn still_pending(engine: &Engine, owner: WalletOwner) -> bool {
         match owner {
-            WalletOwner::Sim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.funding.pending().is_some()),
+            WalletOwner::Esim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.funding.pending().is_some()),
             WalletOwner::Group(group) => engine.groups().get(group.0 as usize).is_some_and(|g| g.defund.is_some()),
         }
     }
@@ -291,14 +291,14 @@ impl ReturnsExact {
         /// The eSIM or group a settlement event names, and what it says came back.
         fn returned(data: &EventData, owner: WalletOwner) -> Option<(&str, Option<Decimal>)> {
             match (data, owner) {
-                (EventData::EsimDefunded(d), WalletOwner::Sim(_)) => Some((d.iccid.as_str(), Some(d.returned_usd))),
-                (EventData::EsimGroupAssigned(d), WalletOwner::Sim(_)) => Some((d.iccid.as_str(), d.returned_usd)),
+                (EventData::EsimDefunded(d), WalletOwner::Esim(_)) => Some((d.iccid.as_str(), Some(d.returned_usd))),
+                (EventData::EsimGroupAssigned(d), WalletOwner::Esim(_)) => Some((d.iccid.as_str(), d.returned_usd)),
                 (EventData::GroupDefunded(d), WalletOwner::Group(_)) => Some((&d.group_id, Some(d.returned_usd))),
                 _ => None,
             }
         }
         let id: &str = match owner {
-            WalletOwner::Sim(sim) => &engine.esims().get(sim.0 as usize)?.iccid,
+            WalletOwner::Esim(sim) => &engine.esims().get(sim.0 as usize)?.iccid,
             WalletOwner::Group(group) => &engine.groups().get(group.0 as usize)?.id,
         };
         log.events.iter().filter_map(|e| returned(&e.data, owner)).filter(|&(of, _)| of == id).find_map(|(_, usd)| usd)
@@ -1619,7 +1619,7 @@ mod tests {
         let slot = credit_slot(&world, 0);
         world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::new(-1, 2));
         let error = check_with(&mut NoNegativeSlot, &world, world.log()).unwrap_err();
-        assert!(error.contains("SimCredit"), "{error}");
+        assert!(error.contains("EsimCredit"), "{error}");
     }
 
     #[test]
