@@ -2,15 +2,17 @@
 //! events, and auto-refill with its simulated card.
 
 use crate::command::{AdminOp, CardBehavior};
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::{BalanceEvent, TopUpSource};
-use crate::ids::Purpose;
 use crate::ledger::{Reason, Slot};
+use crate::limits;
 use crate::money;
+use crate::random::Purpose;
 use crate::reply::*;
 use crate::state::*;
 use crate::time::Millis;
+use crate::timer::Timer;
 use crate::wallet::{CrossingAlarm, Rearm};
 use rust_decimal::Decimal;
 use serde_json::json;
@@ -34,50 +36,17 @@ impl Engine {
                 self.add_api_key(account, api_key_digest, api_key_prefix);
                 Ok(Reply::KeyCreated(KeyCreated { api_key: String::new() }))
             }
-            AdminOp::RevokeKey { api_key_digest } => {
-                match self.keys.get(&api_key_digest.id()).filter(|record| record.digest == api_key_digest) {
-                    // Revoking a revoked key again (within its retention) changes nothing.
-                    Some(_) => {
-                        self.revoke_key(api_key_digest.id());
-                        Ok(Reply::Success(Success { success: true }))
-                    }
-                    None => Err(ApiError::new(ErrorCode::NotFound, "unknown API key")),
-                }
-            }
+            AdminOp::RevokeKey { api_key_digest } => self.admin_revoke_key(api_key_digest),
             AdminOp::Freeze { account_id, frozen } => {
                 let account = self.account_by_id(&account_id)?;
                 self.accounts[account].frozen = frozen;
                 Ok(Reply::AdminUpdated(json!({ "account_id": account_id, "data_suspended": frozen })))
             }
             AdminOp::SetAutoRefill { account_id, enabled, amount_usd, card } => {
-                let account = self.account_by_id(&account_id)?;
-                if enabled.is_none() && amount_usd.is_none() && card.is_none() {
-                    return Err(ApiError::validation("give at least one of enabled, amount_usd, card"));
-                }
-                self.set_auto_refill(account, enabled, amount_usd, card)?;
-                let refill = &self.accounts[account].auto_refill;
-                Ok(Reply::AdminUpdated(json!({
-                    "account_id": account_id,
-                    "enabled": refill.enabled,
-                    "amount_usd": refill.amount,
-                    "card": refill.card,
-                })))
+                self.admin_set_auto_refill(account_id, enabled, amount_usd, card)
             }
             AdminOp::SetLimits { account_id, max_groups, max_group_size } => {
-                let account = self.account_by_id(&account_id)?;
-                for (name, value) in [("max_groups", max_groups), ("max_group_size", max_group_size)] {
-                    if value.is_some_and(|v| !(1..=100_000).contains(&v)) {
-                        return Err(ApiError::validation(format!("{name} must be 1 to 100000")));
-                    }
-                }
-                let record = &mut self.accounts[account];
-                record.max_groups = max_groups.unwrap_or(record.max_groups);
-                record.max_group_size = max_group_size.unwrap_or(record.max_group_size);
-                Ok(Reply::AdminUpdated(json!({
-                    "account_id": account_id,
-                    "max_groups": record.max_groups,
-                    "max_group_size": record.max_group_size,
-                })))
+                self.set_limits(account_id, max_groups, max_group_size)
             }
             AdminOp::SetInventory { available } => {
                 self.inventory = available;
@@ -90,6 +59,58 @@ impl Engine {
                 Ok(Reply::AdminUpdated(json!({ "granted": count, "available": self.inventory })))
             }
         }
+    }
+
+    /// The operator revokes a key by its digest; revoking a revoked key
+    /// again (within its retention) changes nothing.
+    fn admin_revoke_key(&mut self, digest: crate::secret::KeyDigest) -> Response {
+        match self.keys.get(&digest.id()).filter(|record| record.digest == digest) {
+            Some(_) => {
+                self.revoke_key(digest.id());
+                Ok(Reply::Success(Success { success: true }))
+            }
+            None => Err(ApiError::new(ErrorCode::NotFound, "unknown API key")),
+        }
+    }
+
+    /// The operator's auto-refill settings of an account: at least one of them given.
+    fn admin_set_auto_refill(
+        &mut self,
+        account_id: String,
+        enabled: Option<bool>,
+        amount_usd: Option<Decimal>,
+        card: Option<CardBehavior>,
+    ) -> Response {
+        let account = self.account_by_id(&account_id)?;
+        if enabled.is_none() && amount_usd.is_none() && card.is_none() {
+            return Err(ApiError::validation("give at least one of enabled, amount_usd, card"));
+        }
+        self.set_auto_refill(account, enabled, amount_usd, card)?;
+        let refill = &self.accounts[account].auto_refill;
+        Ok(Reply::AdminUpdated(json!({
+            "account_id": account_id,
+            "enabled": refill.enabled,
+            "amount_usd": refill.amount,
+            "card": refill.card,
+        })))
+    }
+
+    /// The operator's group limits of an account, each 1 to 100000 when given.
+    fn set_limits(&mut self, account_id: String, max_groups: Option<u32>, max_group_size: Option<u32>) -> Response {
+        let account = self.account_by_id(&account_id)?;
+        for (name, value) in [("max_groups", max_groups), ("max_group_size", max_group_size)] {
+            if value.is_some_and(|v| !(1..=100_000).contains(&v)) {
+                return Err(ApiError::validation(format!("{name} must be 1 to 100000")));
+            }
+        }
+        let record = &mut self.accounts[account];
+        record.max_groups = max_groups.unwrap_or(record.max_groups);
+        record.max_group_size = max_group_size.unwrap_or(record.max_group_size);
+        Ok(Reply::AdminUpdated(json!({
+            "account_id": account_id,
+            "max_groups": record.max_groups,
+            "max_group_size": record.max_group_size,
+        })))
     }
 
     fn create_account(
@@ -158,6 +179,7 @@ impl Engine {
             _ => return Err(ApiError::validation("amount_usd must be at least 10 (and at most 1000000, 2 decimals)")),
         }
         let amount = amount.normalize();
+        assert!(amount >= Decimal::TEN, "a top-up brings at least $10");
         let slots = self.accounts[account].slots;
         self.ledger.transfer(slots.world, slots.reseller, amount, Reason::TopUp);
         self.accounts[account].lifetime_topup += amount;
@@ -379,9 +401,10 @@ impl Engine {
             return false;
         }
         refill.recent_charges.push(now);
+        assert!(refill.recent_charges.len() <= limits::AUTO_REFILL_MAX_PER_DAY, "at most the daily charges");
         refill.charge_in_flight = Some(amount);
         let deadline = now.plus_ms(self.config.card_settle_ms);
-        self.schedule(deadline, crate::state::Timer::CardSettles(account));
+        self.schedule(deadline, Timer::CardSettles(account));
         true
     }
 

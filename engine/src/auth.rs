@@ -2,10 +2,11 @@
 //! and compared whole in constant time) and the reseller's own key management
 //! (decision 128: list, create, revoke by id).
 
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
+use crate::limits;
 use crate::reply::{ApiKeyCreated, ApiKeyList, ApiKeyRecord, ApiKeyRevoked, Reply, Response};
-use crate::secret::{KeyDigest, KEY_ID_PREFIX};
+use crate::secret::{constant_time_eq, KeyDigest, KEY_ID_PREFIX};
 use crate::state::{AccountIx, KeyRecord};
 
 impl Engine {
@@ -92,6 +93,7 @@ impl Engine {
             ));
         }
         self.add_api_key(account, digest, prefix.clone());
+        assert!(self.keys.active_ids(account).len() <= limits::API_KEYS_PER_ACCOUNT_MAX, "the cap holds");
         Ok(Reply::ApiKeyCreated(ApiKeyCreated { id: digest.key_id(), api_key: None, prefix, created_at: self.now }))
     }
 
@@ -133,11 +135,6 @@ fn parse_key_id(key_id: &str) -> Option<u128> {
         *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(u128::from_le_bytes(bytes))
-}
-
-/// Compares two byte strings in time independent of where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

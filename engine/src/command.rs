@@ -10,6 +10,8 @@ use crate::secret::{KeyDigest, SealedSecret};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
+pub use crate::state::{CardBehavior, DeliveryResult};
+
 /// One input, applied at the `now` given to [`crate::Engine::handle`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -104,7 +106,7 @@ pub enum ResellerOp {
     Throttle {
         /// The eSIM.
         iccid: String,
-        /// `NO_LIMIT` or `SPEED_<n>_KBPS` (see [`crate::reply::schema::ThrottleSpeed`]);
+        /// `NO_LIMIT` or `SPEED_<n>_KBPS` (see [`crate::schema::ThrottleSpeed`]);
         /// anything else answers 400 VALIDATION_ERROR.
         speed: String,
     },
@@ -380,47 +382,6 @@ impl ResellerOp {
     }
 }
 
-/// The simulated saved card of an account's auto-refill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CardBehavior {
-    /// Every charge succeeds.
-    Ok,
-    /// Every charge fails with `card_declined`.
-    Declined,
-    /// Every charge fails with `authentication_required` (3-D Secure the service
-    /// cannot complete unattended).
-    RequiresAction,
-    /// Every charge fails with `expired_card`.
-    Expired,
-}
-
-impl CardBehavior {
-    /// Every card, in declaration order (scripts and tests iterate over them).
-    pub const ALL: [CardBehavior; 4] =
-        [CardBehavior::Ok, CardBehavior::Declined, CardBehavior::RequiresAction, CardBehavior::Expired];
-}
-
-/// The name of a card as the API and scripts write it (`requires_action`), from its serde
-/// form: one spelling for the HTTP body, the journal and the simulation's scripts.
-impl std::str::FromStr for CardBehavior {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        serde_json::from_value(serde_json::Value::String(text.to_string()))
-            .map_err(|_| "card must be one of ok, declined, requires_action, expired".to_string())
-    }
-}
-
-impl std::fmt::Display for CardBehavior {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match serde_json::to_value(self) {
-            Ok(serde_json::Value::String(name)) => f.write_str(&name),
-            _ => Err(std::fmt::Error),
-        }
-    }
-}
-
 /// The operator's commands (`/admin/v1`, bearer admin token): accounts, their keys,
 /// money and limits, and the stock of eSIM profiles.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -543,22 +504,4 @@ pub enum SandboxOp {
         /// Live `euicc_state` reads fail, so eSIM details show the cached state.
         network_read_fails: Option<bool>,
     },
-}
-
-/// How a webhook POST ended, as the shell saw it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DeliveryResult {
-    /// The receiver answered with this HTTP status (2xx is success).
-    Status(u16),
-    /// No answer within the delivery timeout.
-    Timeout,
-    /// No connection (refused, DNS, TLS): the text says which.
-    Failed(String),
-}
-
-impl DeliveryResult {
-    /// Whether the receiver accepted the delivery: any 2xx status.
-    pub fn is_success(&self) -> bool {
-        matches!(self, DeliveryResult::Status(200..=299))
-    }
 }

@@ -1,6 +1,6 @@
 //! What the engine asks the shell to carry out: webhook deliveries to POST.
 
-use crate::event::EventName;
+use crate::event_name::EventName;
 use crate::secret::SealedSecret;
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};

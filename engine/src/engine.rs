@@ -1,23 +1,28 @@
-//! The engine: the state it keeps, its constructor, the inputs, outputs and getters of
-//! the contract (see the crate docs), and the dispatch of reseller requests. The rules
-//! of each resource live in their own module (`esim`, `group`, `webhook`, `account`,
-//! `network`, `wallet`) as `impl Engine` blocks; timers in `timer`, idempotency in
-//! `idempotency`, authentication in `auth`, ids and randomness in `ids`.
+//! The engine: the parts it composes (the ledger, the event log, the randomness, the
+//! records), its constructor, the inputs, outputs and getters of the contract (see the
+//! crate docs), and the dispatch of reseller requests and of timers. The rules of each
+//! resource live in their own module (`esim`, `group`, `webhook`, `account`, `network`,
+//! `wallet`, `event_api`) as `impl Engine` blocks; idempotency in `idempotency`,
+//! authentication in `auth`, emitting events in `emit`. No part imports this module.
 
-pub use crate::auth::constant_time_eq;
+pub use crate::config::EngineConfig;
 #[cfg(feature = "test-switches")]
 pub use crate::config::InjectedBug;
-pub use crate::config::{limits, EngineConfig};
 pub use crate::effect::{Delivery, Effect};
+pub use crate::limits;
+pub use crate::secret::constant_time_eq;
 
 use crate::command::{Command, ResellerOp, ResellerRequest};
 use crate::event::Event;
-use crate::ids::hex;
+use crate::event_log::EventLog;
+use crate::ids::{hex, IccidIndex};
 use crate::ledger::Ledger;
+use crate::random::{Purpose, Randomness};
 use crate::reply::{Reply, Response};
 use crate::secret::KeyDigest;
 use crate::state::*;
 use crate::time::Millis;
+use crate::timer::Timer;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -28,7 +33,7 @@ pub struct Engine {
     pub(crate) config: EngineConfig,
     pub(crate) now: Millis,
     /// One random stream per purpose (ids, serials, matching ids), all from the seed.
-    pub(crate) randomness: crate::ids::Randomness,
+    pub(crate) randomness: Randomness,
     pub(crate) ledger: Ledger,
     pub(crate) accounts: Vec<Account>,
     pub(crate) account_index: BTreeMap<String, AccountIx>,
@@ -43,7 +48,7 @@ pub struct Engine {
     pub(crate) status_counts: Vec<[u32; 4]>,
     /// ICCIDs are all digits (19 of them), so they are indexed as numbers: cheaper to
     /// compare than strings on every eSIM call.
-    pub(crate) iccid_index: crate::ids::IccidIndex,
+    pub(crate) iccid_index: IccidIndex,
     pub(crate) groups: Vec<Group>,
     pub(crate) group_index: BTreeMap<String, GroupIx>,
     pub(crate) webhooks: Vec<Webhook>,
@@ -56,7 +61,7 @@ pub struct Engine {
     pub(crate) inventory: u64,
     pub(crate) next_serial: u64,
     /// What the events API shows: the last 30 days of events (decision 113).
-    pub(crate) event_log: crate::event_log::EventLog,
+    pub(crate) event_log: EventLog,
     pub(crate) faults: Faults,
     #[serde(with = "crate::state::map_as_pairs")]
     pub(crate) idempotency: BTreeMap<(AccountIx, String), IdempotencyEntry>,
@@ -79,7 +84,7 @@ impl Engine {
     /// A new service at `start`, with an empty state and the inventory of `config`.
     pub fn new(config: EngineConfig, start: Millis) -> Engine {
         Engine {
-            randomness: crate::ids::Randomness::new(config.seed),
+            randomness: Randomness::new(config.seed),
             inventory: config.initial_inventory,
             config,
             now: start,
@@ -89,7 +94,7 @@ impl Engine {
             keys: KeyTable::default(),
             esims: Vec::new(),
             status_counts: Vec::new(),
-            iccid_index: crate::ids::IccidIndex::default(),
+            iccid_index: IccidIndex::default(),
             groups: Vec::new(),
             group_index: BTreeMap::new(),
             webhooks: Vec::new(),
@@ -99,7 +104,7 @@ impl Engine {
             timers: BTreeMap::new(),
             next_timer_seq: 0,
             next_serial: 0,
-            event_log: crate::event_log::EventLog::default(),
+            event_log: EventLog::default(),
             faults: Faults::default(),
             idempotency: BTreeMap::new(),
             idempotency_order: BTreeMap::new(),
@@ -158,8 +163,8 @@ impl Engine {
     }
 
     /// Displayed wallet balance of an eSIM (what the API shows).
-    pub fn esim_displayed_balance(&self, sim: u32) -> rust_decimal::Decimal {
-        self.shown_balance(WalletOwner::Sim(EsimIx(sim)))
+    pub fn esim_displayed_balance(&self, esim: EsimIx) -> rust_decimal::Decimal {
+        self.shown_balance(WalletOwner::Esim(esim))
     }
 
     /// The settings it was created with (the journal header keeps them).
@@ -199,17 +204,17 @@ impl Engine {
 
     /// The account holding a valid (known, not revoked) API key: a read-only lookup,
     /// for the transport's authentication before it reads a request's body.
-    pub fn key_account(&self, digest: &KeyDigest) -> Option<u32> {
-        self.key_holder(digest).ok().map(|account| account.0)
+    pub fn key_account(&self, digest: &KeyDigest) -> Option<AccountIx> {
+        self.key_holder(digest).ok()
     }
 
     /// Every valid key's digest with its account (the transport's key directory).
-    pub fn valid_keys(&self) -> impl Iterator<Item = (KeyDigest, u32)> + '_ {
+    pub fn valid_keys(&self) -> impl Iterator<Item = (KeyDigest, AccountIx)> + '_ {
         self.keys
             .sorted()
             .into_iter()
             .filter(|(_, record)| !record.revoked)
-            .map(|(_, record)| (record.digest, record.account.0))
+            .map(|(_, record)| (record.digest, record.account))
     }
 
     /// Fires every timer due at or before `now`, in deadline order, each at its own
@@ -313,7 +318,7 @@ impl Engine {
             AddGroupEsim { group_id, iccid } => self.add_group_esim(account, group_id, iccid),
             RemoveGroupEsim { group_id, iccid } => self.remove_group_esim(account, group_id, iccid),
             WalletBalance => self.wallet_balance(account),
-            Rates { country, continent } => Ok(crate::rates_reply(country.as_deref(), continent.as_deref())),
+            Rates { country, continent } => Ok(rates_reply(country.as_deref(), continent.as_deref())),
             Account => self.account_record(account).map(Reply::Account),
             ListWebhooks => self.list_webhooks(account),
             CreateWebhook { url, events, signing_secret } => {
@@ -354,6 +359,61 @@ impl Engine {
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }
+}
+
+/// The engine's draws of its randomness and its timers: thin, the parts hold the rules.
+impl Engine {
+    /// The shard an id a request routes by names, on a sharded service (decision 168).
+    fn id_shard(&self) -> Option<u8> {
+        self.config.sharded().then_some(self.config.shard as u8)
+    }
+
+    pub(crate) fn random_bytes<const N: usize>(&mut self, purpose: Purpose) -> [u8; N] {
+        let mut bytes = [0u8; N];
+        let shard = self.id_shard();
+        self.randomness.fill(purpose, shard, &mut bytes);
+        bytes
+    }
+
+    /// `prefix` followed by `2 * bytes` lowercase hex characters.
+    pub(crate) fn random_id(&mut self, purpose: Purpose, prefix: &str, bytes: usize) -> String {
+        let shard = self.id_shard();
+        self.randomness.id(purpose, shard, prefix, bytes)
+    }
+
+    /// A random (version 4) UUID: the ids of eSIMs and groups.
+    pub(crate) fn random_uuid(&mut self) -> String {
+        uuid::Builder::from_random_bytes(self.random_bytes::<16>(Purpose::ResourceId)).into_uuid().to_string()
+    }
+
+    /// Waits for `deadline` (never earlier than now); ties fire in scheduling order.
+    pub(crate) fn schedule(&mut self, deadline: Millis, timer: Timer) {
+        let seq = self.next_timer_seq;
+        self.next_timer_seq += 1;
+        self.timers.insert((deadline.max(self.now), seq), timer);
+    }
+
+    /// Carries out a timer due now (`handle_timeout` set the time to its deadline): the
+    /// rule it waited for, in the part that owns it.
+    fn fire(&mut self, timer: Timer) {
+        match timer {
+            Timer::Report(owner) => self.report_usage(owner),
+            Timer::SettleReturn(esim) => self.settle_return(WalletOwner::Esim(esim)),
+            Timer::SettleGroupDefund(group) => self.settle_return(WalletOwner::Group(group)),
+            Timer::RetryDelivery(id) => self.retry_delivery(id),
+            Timer::CardSettles(account) => self.card_settles(account),
+            Timer::GroupLowDeadline(group) => self.group_low_deadline(group),
+            Timer::ExpireIdempotency(account, key) => self.expire_idempotent(account, &key),
+            Timer::DropRevokedKey(id) => self.drop_revoked_key(id),
+        }
+    }
+}
+
+/// The rates endpoint: the built-in table filtered by country and continent.
+fn rates_reply(country: Option<&str>, continent: Option<&str>) -> Reply {
+    let countries = crate::rates::RateTable::builtin().filter(country, continent);
+    let total_countries = countries.len() as u64;
+    Reply::Rates(crate::reply::Rates { total_countries, discount: crate::rates::DISCOUNT_TEXT, countries })
 }
 
 /// Feeds serialized bytes straight into a hasher (no buffer of the whole state).

@@ -2,12 +2,13 @@
 //! preconditions of fund and defund (their wallet rules are in `wallet`).
 
 use crate::codes;
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EsimEvent;
-use crate::ids::Purpose;
 use crate::ledger::Reason;
+use crate::limits::{self, page};
 use crate::money;
+use crate::random::Purpose;
 use crate::reply::*;
 use crate::state::*;
 use crate::wallet::{CrossingAlarm, Return};
@@ -38,15 +39,6 @@ pub(crate) fn check_text(field: &str, value: &Option<String>) -> Result<(), ApiE
     }
 }
 
-/// Checks and clamps list paging: limit default 50, 1 to 100 (above 100 is clamped).
-pub fn page(limit: Option<u64>, offset: Option<u64>) -> Result<(u64, u64), ApiError> {
-    let limit = limit.unwrap_or(limits::PAGE_DEFAULT);
-    if limit == 0 {
-        return Err(ApiError::validation("limit must be at least 1"));
-    }
-    Ok((limit.min(limits::PAGE_MAX), offset.unwrap_or(0)))
-}
-
 impl Engine {
     /// Whether [`Engine::status_counts`] holds every account (it is empty after a
     /// snapshot is read, until [`Engine::ensure_status_counts`]).
@@ -73,25 +65,27 @@ impl Engine {
         if self.status_counts_built() {
             return u64::from(self.status_counts[account.0 as usize][status.index()]);
         }
-        self.accounts[account].esims.iter().filter(|&&sim| self.esims[sim].status == status).count() as u64
+        self.accounts[account].esims.iter().filter(|&&esim| self.esims[esim].status == status).count() as u64
     }
 
     /// Sets an eSIM's status, keeping its account's counts.
-    pub(crate) fn set_status(&mut self, sim: EsimIx, status: EsimStatus) {
+    pub(crate) fn set_status(&mut self, esim: EsimIx, status: EsimStatus) {
         let built = self.status_counts_built();
-        let esim = &mut self.esims[sim];
-        let before = std::mem::replace(&mut esim.status, status);
+        let record = &mut self.esims[esim];
+        let before = std::mem::replace(&mut record.status, status);
+        assert!(before.may_become(status), "eSIM {}: no rule moves {before:?} to {status:?}", record.iccid);
         if built {
-            let counts = &mut self.status_counts[esim.account.0 as usize];
+            let counts = &mut self.status_counts[record.account.index()];
+            assert!(counts[before.index()] > 0, "the counts hold every eSIM of the account");
             counts[before.index()] -= 1;
             counts[status.index()] += 1;
         }
     }
 
     /// The eSIM of `iccid` on `account`; another account's eSIM is as unknown as a missing one.
-    pub(crate) fn sim_of(&self, account: AccountIx, iccid: &str) -> Result<EsimIx, ApiError> {
+    pub(crate) fn esim_of(&self, account: AccountIx, iccid: &str) -> Result<EsimIx, ApiError> {
         match crate::ids::iccid_number(iccid).and_then(|n| self.iccid_index.get(n)) {
-            Some(sim) if self.esims[sim].account == account => Ok(sim),
+            Some(esim) if self.esims[esim].account == account => Ok(esim),
             _ => Err(ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}"))),
         }
     }
@@ -103,46 +97,51 @@ impl Engine {
     /// misses at once instead of one item's at a time inside the long loop that builds
     /// the items (issue 15: list pages at the largest offsets).
     pub(crate) fn esim_items(&self, page: &[EsimIx]) -> Vec<EsimItem> {
-        let touched = page.iter().fold(0u64, |sum, &sim| {
-            let esim = &self.esims[sim];
+        let touched = page.iter().fold(0u64, |sum, &esim| {
+            let record = &self.esims[esim];
             let text_bytes = |text: &Option<String>| text.as_ref().and_then(|t| t.bytes().next()).unwrap_or(0);
-            let slots = esim.wallet.slots;
-            let times =
-                esim.created_at.0 ^ esim.activated_at.map_or(0, |at| at.0) ^ esim.terminated_at.map_or(0, |at| at.0);
-            let kinds = esim.status as u64 ^ esim.euicc_cached as u64 ^ esim.funding.group().map_or(0, |g| g.0 as u64);
-            sum.wrapping_add(u64::from(esim.iccid.as_bytes()[0]))
-                .wrapping_add(times as u64 ^ kinds ^ u64::from(esim.id.as_bytes()[0]))
-                .wrapping_add(u64::from(text_bytes(&esim.label) ^ text_bytes(&esim.end_user_reference)))
+            let slots = record.wallet.slots;
+            let times = record.created_at.0
+                ^ record.activated_at.map_or(0, |at| at.0)
+                ^ record.terminated_at.map_or(0, |at| at.0);
+            let kinds =
+                record.status as u64 ^ record.euicc_cached as u64 ^ record.funding.group().map_or(0, |g| g.0 as u64);
+            sum.wrapping_add(u64::from(record.iccid.as_bytes()[0]))
+                .wrapping_add(times as u64 ^ kinds ^ u64::from(record.id.as_bytes()[0]))
+                .wrapping_add(u64::from(text_bytes(&record.label) ^ text_bytes(&record.end_user_reference)))
                 .wrapping_add(self.ledger.balance(slots.credit).mantissa() as u64)
                 .wrapping_add(self.ledger.balance(slots.reported).mantissa() as u64)
         });
         std::hint::black_box(touched);
-        page.iter().map(|&sim| self.esim_item(sim, None)).collect()
+        page.iter().map(|&esim| self.esim_item(esim, None)).collect()
     }
 
-    pub(crate) fn esim_item(&self, sim: EsimIx, euicc: Option<EuiccState>) -> EsimItem {
-        let esim = &self.esims[sim];
-        let group = esim.funding.group().map(|g| &self.groups[g]);
+    pub(crate) fn esim_item(&self, esim: EsimIx, euicc: Option<EuiccState>) -> EsimItem {
+        let record = &self.esims[esim];
+        let group = record.funding.group().map(|g| &self.groups[g]);
         EsimItem {
             // Encoded into a buffer, not through `Display` (every eSIM read shows it).
-            id: esim.id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
-            iccid: esim.iccid.to_string(),
-            status: esim.status.as_str(),
-            euicc_state: Some(euicc.unwrap_or(esim.euicc_cached).as_str()),
-            end_user_reference: esim.end_user_reference.clone(),
-            label: esim.label.clone(),
-            wallet_balance_usd: self.shown_balance(WalletOwner::Sim(sim)),
+            id: record.id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
+            iccid: record.iccid.to_string(),
+            status: record.status.as_str(),
+            euicc_state: Some(euicc.unwrap_or(record.euicc_cached).as_str()),
+            end_user_reference: record.end_user_reference.clone(),
+            label: record.label.clone(),
+            wallet_balance_usd: self.shown_balance(WalletOwner::Esim(esim)),
             total_data_charged_usd: match group {
                 Some(_) => None,
-                None => Some(self.ledger.balance(esim.wallet.slots.reported).normalize()),
+                None => Some(self.ledger.balance(record.wallet.slots.reported).normalize()),
             },
-            activated_at: esim.activated_at,
-            terminated_at: esim.terminated_at,
-            created_at: esim.created_at,
+            activated_at: record.activated_at,
+            terminated_at: record.terminated_at,
+            created_at: record.created_at,
             group_id: group.map(|g| g.id.clone()),
         }
     }
 
+    /// `POST /esims`: checks first (texts, the group, the account, the fee, the stock),
+    /// then the fee is taken, the profile drawn (serial, matching id, id) and the eSIM
+    /// kept; `esim.provisioned` goes out.
     pub(crate) fn provision(
         &mut self,
         account: AccountIx,
@@ -152,46 +151,15 @@ impl Engine {
     ) -> Response {
         check_text("end_user_reference", &end_user_reference)?;
         check_text("label", &label)?;
-        let group = match &group_id {
-            Some(id) if uuid::Uuid::try_parse(id).is_err() => {
-                return Err(ApiError::validation("group_id must be a UUID"));
-            }
-            Some(id) => {
-                let group = self.group_of(account, id)?;
-                self.require_group_room(group)?;
-                Some(group)
-            }
-            None => None,
-        };
+        let group = self.provision_group(account, group_id.as_deref())?;
         self.require_not_frozen(account)?;
-        let fee = money::provisioning_fee_usd();
-        self.require_balance(account, fee)?;
-        if self.inventory == 0 {
-            return Err(ApiError::new(ErrorCode::NoEsimsAvailable, "eSIM inventory is depleted; try again later"));
-        }
-        self.inventory -= 1;
-        let fees = self.accounts[account].slots.fees;
-        self.spend(account, fees, fee, Reason::ProvisioningFee);
-        self.accounts[account].lifetime_usage += fee;
-
-        if self.next_serial == 0 {
-            // A random starting serial makes ICCIDs look issued from a real range.
-            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>(Purpose::Serial)) % 100_000_000_000 + 1;
-            if self.config.sharded() {
-                // Serials of shard k are k modulo the shard count (decision 168): unique
-                // across shards by construction, and an ICCID tells its shard.
-                let count = u64::from(self.config.shard_count);
-                self.next_serial = self.next_serial - self.next_serial % count + u64::from(self.config.shard) + count;
-            }
-        }
-        let iccid = codes::iccid_for_serial(self.next_serial);
-        self.next_serial += u64::from(self.config.shard_count.max(1));
+        let fee = self.take_provisioning_fee(account)?;
+        let iccid = self.next_iccid();
         let lpa_string = codes::lpa_string(&codes::matching_id(self.random_bytes::<16>(Purpose::MatchingId)));
         let id = self.random_uuid();
         let uuid = uuid::Uuid::try_parse(&id).expect("a drawn id is a UUID");
-        let slots = self.ledger.open_sim_wallet(account);
-        let sim = EsimIx(self.esims.len() as u32);
-        self.esims.push(Esim {
+        let slots = self.ledger.open_esim_wallet(account);
+        let esim = self.keep_esim(Esim {
             id: uuid,
             iccid,
             account,
@@ -213,19 +181,9 @@ impl Engine {
                 None => Funding::NoWallet,
             },
         });
-        let number = crate::ids::iccid_number(&iccid).expect("generated ICCIDs are 19 digits");
-        let previous = self.iccid_index.insert(number, sim);
-        assert!(previous.is_none(), "ICCIDs are unique");
-        self.accounts[account].esims.push(sim);
-        if self.status_counts_built() {
-            self.status_counts[account.0 as usize][EsimStatus::Pending.index()] += 1;
-        }
-        if let Some(group) = group {
-            self.groups[group].members.insert(sim);
-        }
         let created_at = self.now;
         self.emit_esim(
-            sim,
+            esim,
             EsimEvent::Provisioned {
                 lpa_string: lpa_string.clone(),
                 status: "pending",
@@ -254,6 +212,69 @@ impl Engine {
         }))
     }
 
+    /// The group a provisioning joins: a UUID of the account's groups, with room.
+    fn provision_group(&self, account: AccountIx, group_id: Option<&str>) -> Result<Option<GroupIx>, ApiError> {
+        match group_id {
+            Some(id) if uuid::Uuid::try_parse(id).is_err() => Err(ApiError::validation("group_id must be a UUID")),
+            Some(id) => {
+                let group = self.group_of(account, id)?;
+                self.require_group_room(group)?;
+                Ok(Some(group))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The provisioning fee, taken from the reseller balance (the last precondition is
+    /// a profile in stock, which it uses up). Returns the fee.
+    fn take_provisioning_fee(&mut self, account: AccountIx) -> Result<Decimal, ApiError> {
+        let fee = money::provisioning_fee_usd();
+        self.require_balance(account, fee)?;
+        if self.inventory == 0 {
+            return Err(ApiError::new(ErrorCode::NoEsimsAvailable, "eSIM inventory is depleted; try again later"));
+        }
+        self.inventory -= 1;
+        let fees = self.accounts[account].slots.fees;
+        self.spend(account, fees, fee, Reason::ProvisioningFee);
+        self.accounts[account].lifetime_usage += fee;
+        Ok(fee)
+    }
+
+    /// The ICCID of the next serial. The first serial is drawn at random, so ICCIDs look
+    /// issued from a real range; serials of shard k are k modulo the shard count
+    /// (decision 168): unique across shards by construction, and an ICCID tells its shard.
+    fn next_iccid(&mut self) -> codes::Iccid {
+        if self.next_serial == 0 {
+            self.next_serial = u64::from_le_bytes(self.random_bytes::<8>(Purpose::Serial)) % 100_000_000_000 + 1;
+            if self.config.sharded() {
+                let count = u64::from(self.config.shard_count);
+                self.next_serial = self.next_serial - self.next_serial % count + u64::from(self.config.shard) + count;
+            }
+        }
+        let iccid = codes::iccid_for_serial(self.next_serial);
+        self.next_serial += u64::from(self.config.shard_count.max(1));
+        iccid
+    }
+
+    /// Keeps a new eSIM and indexes it (ICCID, its account, the status counts, its group).
+    fn keep_esim(&mut self, record: Esim) -> EsimIx {
+        let esim = EsimIx(u32::try_from(self.esims.len()).expect("fewer than 2^32 eSIMs"));
+        let (account, group) = (record.account, record.funding.group());
+        let number = crate::ids::iccid_number(&record.iccid).expect("generated ICCIDs are 19 digits");
+        debug_assert_eq!(record.status, EsimStatus::Pending, "a new eSIM is pending");
+        self.esims.push(record);
+        let previous = self.iccid_index.insert(number, esim);
+        assert!(previous.is_none(), "ICCIDs are unique");
+        self.accounts[account].esims.push(esim);
+        if self.status_counts_built() {
+            self.status_counts[account.index()][EsimStatus::Pending.index()] += 1;
+        }
+        if let Some(group) = group {
+            self.groups[group].members.insert(esim);
+        }
+        esim
+    }
+
     pub(crate) fn list_esims(
         &self,
         account: AccountIx,
@@ -272,9 +293,9 @@ impl Engine {
         // The page costs what it shows, not what the account holds (decision 125): the
         // total comes from the counts, an unfiltered page is a slice, and a filtered one
         // is found from the nearer end of the account's eSIMs.
-        let sims = &self.accounts[account].esims;
+        let esims_of_account = &self.accounts[account].esims;
         let total = match status {
-            None => sims.len() as u64,
+            None => esims_of_account.len() as u64,
             Some(status) => self.status_count(account, status),
         };
         let end = offset.saturating_add(limit).min(total);
@@ -284,13 +305,13 @@ impl Engine {
             // Both fit in usize: they are at most the account's eSIM count.
             let (start, end) = (offset as usize, end as usize);
             match status {
-                None => sims[start..end].to_vec(),
+                None => esims_of_account[start..end].to_vec(),
                 Some(status) => {
-                    let matching = |sim: &&EsimIx| self.esims[**sim].status == status;
+                    let matching = |esim: &&EsimIx| self.esims[**esim].status == status;
                     if start <= total as usize - end {
-                        sims.iter().filter(matching).skip(start).take(end - start).copied().collect()
+                        esims_of_account.iter().filter(matching).skip(start).take(end - start).copied().collect()
                     } else {
-                        let mut page: Vec<EsimIx> = sims
+                        let mut page: Vec<EsimIx> = esims_of_account
                             .iter()
                             .rev()
                             .filter(matching)
@@ -309,21 +330,21 @@ impl Engine {
     }
 
     pub(crate) fn get_esim(&self, account: AccountIx, iccid: &str) -> Response {
-        let sim = self.sim_of(account, iccid)?;
-        let esim = &self.esims[sim];
+        let esim = self.esim_of(account, iccid)?;
+        let record = &self.esims[esim];
         // The live state comes from the network; when that read fails, the cached one.
-        let euicc = if self.faults.network_read_fails { esim.euicc_cached } else { esim.euicc_network };
-        let group_total = esim.funding.group().map(|g| {
+        let euicc = if self.faults.network_read_fails { record.euicc_cached } else { record.euicc_network };
+        let group_total = record.funding.group().map(|g| {
             let group = &self.groups[g];
             self.ledger.balance(group.wallet.slots.reported).normalize()
         });
         Ok(Reply::Esim(EsimDetail {
-            item: self.esim_item(sim, Some(euicc)),
-            lpa_string: esim.lpa.text(),
-            data_enabled: esim.data_enabled,
-            throttle: esim.throttle.to_string(),
+            item: self.esim_item(esim, Some(euicc)),
+            lpa_string: record.lpa.text(),
+            data_enabled: record.data_enabled,
+            throttle: record.throttle.to_string(),
             group_total_data_charged_usd: group_total,
-            pending: esim.funding.pending().map(|p| match p {
+            pending: record.funding.pending().map(|p| match p {
                 PendingReturn::Defund { .. } => "defund_pending",
                 PendingReturn::Move { .. } => "move_pending",
             }),
@@ -333,9 +354,9 @@ impl Engine {
     /// `GET /esim/{iccid}/qr-code` (decision 130): the QR code of the eSIM's LPA string,
     /// drawn when the answer is serialized (in the connection task, as provisioning's).
     pub(crate) fn esim_qr_code(&self, account: AccountIx, iccid: &str) -> Response {
-        let sim = self.sim_of(account, iccid)?;
-        let esim = &self.esims[sim];
-        let lpa_string = esim.lpa.text();
+        let esim = self.esim_of(account, iccid)?;
+        let record = &self.esims[esim];
+        let lpa_string = record.lpa.text();
         Ok(Reply::EsimQrCode(EsimQrCode {
             iccid: iccid.to_string(),
             qr_code: QrCodeDataUrl::new(lpa_string.clone()),
@@ -344,16 +365,16 @@ impl Engine {
         }))
     }
 
-    fn require_not_terminated(&self, sim: EsimIx) -> Result<(), ApiError> {
-        if self.esims[sim].status == EsimStatus::Terminated {
+    fn require_not_terminated(&self, esim: EsimIx) -> Result<(), ApiError> {
+        if self.esims[esim].status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
         Ok(())
     }
 
     /// Refuses a change while the eSIM's balance is on its way back or into a group.
-    fn require_no_pending(&self, sim: EsimIx) -> Result<(), ApiError> {
-        match self.esims[sim].funding.pending() {
+    fn require_no_pending(&self, esim: EsimIx) -> Result<(), ApiError> {
+        match self.esims[esim].funding.pending() {
             Some(PendingReturn::Defund { .. }) => Err(ApiError::new(
                 ErrorCode::DefundPending,
                 "a balance return for this eSIM is in progress; try again once it has settled",
@@ -366,10 +387,10 @@ impl Engine {
     }
 
     pub(crate) fn enable(&mut self, account: AccountIx, iccid: &str) -> Response {
-        let sim = self.sim_of(account, iccid)?;
-        self.require_not_terminated(sim)?;
-        self.require_no_pending(sim)?;
-        if let Some(group) = self.esims[sim].funding.group() {
+        let esim = self.esim_of(account, iccid)?;
+        self.require_not_terminated(esim)?;
+        self.require_no_pending(esim)?;
+        if let Some(group) = self.esims[esim].funding.group() {
             // docs/architecture.md, rule 5: the same shape holds for a group defund.
             if self.groups[group].defund.is_some() {
                 return Err(ApiError::new(ErrorCode::GroupDefundPending, "the group's balance return is in progress"));
@@ -383,58 +404,58 @@ impl Engine {
                 format!("required more than 0 USD, available {balance} USD"),
             ));
         }
-        let esim = &mut self.esims[sim];
-        if !esim.data_enabled {
-            esim.data_enabled = true;
-            let status = if esim.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
-            self.set_status(sim, status);
-            self.emit_esim(sim, EsimEvent::DataResumed {});
+        let record = &mut self.esims[esim];
+        if !record.data_enabled {
+            record.data_enabled = true;
+            let status = if record.activated_at.is_some() { EsimStatus::Active } else { EsimStatus::Pending };
+            self.set_status(esim, status);
+            self.emit_esim(esim, EsimEvent::DataResumed {});
         }
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: true }))
     }
 
     pub(crate) fn disable(&mut self, account: AccountIx, iccid: &str) -> Response {
-        let sim = self.sim_of(account, iccid)?;
-        self.require_not_terminated(sim)?;
-        let esim = &mut self.esims[sim];
-        if esim.data_enabled {
-            esim.data_enabled = false;
-            self.set_status(sim, EsimStatus::Suspended);
-            self.emit_esim(sim, EsimEvent::DataSuspended {});
+        let esim = self.esim_of(account, iccid)?;
+        self.require_not_terminated(esim)?;
+        let record = &mut self.esims[esim];
+        if record.data_enabled {
+            record.data_enabled = false;
+            self.set_status(esim, EsimStatus::Suspended);
+            self.emit_esim(esim, EsimEvent::DataSuspended {});
         }
         Ok(Reply::DataToggled(DataToggled { success: true, iccid: iccid.to_string(), data_enabled: false }))
     }
 
     pub(crate) fn throttle(&mut self, account: AccountIx, iccid: &str, speed: String) -> Response {
-        let sim = self.sim_of(account, iccid)?;
+        let esim = self.esim_of(account, iccid)?;
         if !is_valid_speed(&speed) {
             return Err(ApiError::validation(
                 "speed must be NO_LIMIT, SPEED_100_KBPS to SPEED_3000_KBPS in 100 Kbps steps, or SPEED_3500_KBPS, SPEED_4000_KBPS, SPEED_4500_KBPS, SPEED_5000_KBPS",
             ));
         }
-        self.require_not_terminated(sim)?;
-        self.esims[sim].throttle = Throttle::parse(&speed).expect("a valid speed has a throttle");
+        self.require_not_terminated(esim)?;
+        self.esims[esim].throttle = Throttle::parse(&speed).expect("a valid speed has a throttle");
         Ok(Reply::Throttled(Throttled { success: true, iccid: iccid.to_string(), throttle: speed }))
     }
 
     pub(crate) fn terminate(&mut self, account: AccountIx, iccid: &str) -> Response {
-        let sim = self.sim_of(account, iccid)?;
-        self.require_not_terminated(sim)?;
+        let esim = self.esim_of(account, iccid)?;
+        self.require_not_terminated(esim)?;
         let now = self.now;
-        self.set_status(sim, EsimStatus::Terminated);
-        let esim = &mut self.esims[sim];
-        esim.terminated_at = Some(now);
-        esim.data_enabled = false;
-        if let Some(group) = esim.funding.leave_group() {
+        self.set_status(esim, EsimStatus::Terminated);
+        let esim_record = &mut self.esims[esim];
+        esim_record.terminated_at = Some(now);
+        esim_record.data_enabled = false;
+        if let Some(group) = esim_record.funding.leave_group() {
             // It leaves its group: subscribers tracking membership hear it first.
             let record = &mut self.groups[group];
-            record.members.remove(&sim);
+            record.members.remove(&esim);
             let event = EsimEvent::GroupRemoved { group_id: record.id.clone(), group_name: record.name.clone() };
-            self.emit_esim(sim, event);
+            self.emit_esim(esim, event);
         }
-        let forfeited = self.forfeit_wallet(sim);
+        let forfeited = self.forfeit_wallet(esim);
         self.emit_esim(
-            sim,
+            esim,
             EsimEvent::Terminated {
                 status: "terminated",
                 terminated_at: now,
@@ -453,23 +474,23 @@ impl Engine {
     /// decision 79.)
     pub(crate) fn fund(&mut self, account: AccountIx, iccid: &str, amount: Decimal) -> Response {
         #[cfg(feature = "test-switches")]
-        if self.injected_bug == Some(crate::engine::InjectedBug::PanicOnFund) {
+        if self.injected_bug == Some(crate::config::InjectedBug::PanicOnFund) {
             panic!("injected engine bug: a fund panics (test switch)");
         }
-        let sim = self.sim_of(account, iccid)?;
+        let esim = self.esim_of(account, iccid)?;
         let cents = money::check_fund_amount(amount).map_err(ApiError::validation)?;
-        self.require_not_terminated(sim)?;
-        if let Some(group) = self.esims[sim].funding.group() {
+        self.require_not_terminated(esim)?;
+        if let Some(group) = self.esims[esim].funding.group() {
             return Err(ApiError::new(
                 ErrorCode::EsimInGroup,
                 format!("the eSIM is a member of group {}; fund the group instead", self.groups[group].id),
             ));
         }
-        self.require_no_pending(sim)?;
+        self.require_no_pending(esim)?;
         self.require_not_frozen(account)?;
         let amount = amount.normalize();
         self.require_balance(account, amount)?;
-        let shown = self.fund_wallet(WalletOwner::Sim(sim), amount, cents);
+        let shown = self.fund_wallet(WalletOwner::Esim(esim), amount, cents);
         Ok(Reply::Funded(Funded {
             success: true,
             iccid: iccid.to_string(),
@@ -485,9 +506,9 @@ impl Engine {
     /// 5. never funded 400 WALLET_NOT_READY; 6. shows $0 400 NO_BALANCE_TO_RETURN; 7. the
     /// upstream pause 502 UPSTREAM_ERROR (in [`Engine::request_return`]).
     pub(crate) fn defund(&mut self, account: AccountIx, iccid: &str) -> Response {
-        let sim = self.sim_of(account, iccid)?;
-        self.require_not_terminated(sim)?;
-        match &self.esims[sim].funding {
+        let esim = self.esim_of(account, iccid)?;
+        self.require_not_terminated(esim)?;
+        match &self.esims[esim].funding {
             Funding::Member { .. } => {
                 return Err(ApiError::new(
                     ErrorCode::EsimInGroup,
@@ -505,11 +526,11 @@ impl Engine {
             }
             Funding::Wallet => {}
         }
-        let estimate = self.shown_balance(WalletOwner::Sim(sim));
+        let estimate = self.shown_balance(WalletOwner::Esim(esim));
         if estimate.is_zero() {
             return Err(ApiError::new(ErrorCode::NoBalanceToReturn, "the wallet holds nothing to return"));
         }
-        self.request_return(WalletOwner::Sim(sim), Return::Defund)?;
+        self.request_return(WalletOwner::Esim(esim), Return::Defund)?;
         Ok(Reply::DefundAccepted(DefundAccepted {
             success: true,
             iccid: iccid.to_string(),

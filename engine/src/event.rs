@@ -1,120 +1,16 @@
-//! Events: the names of the spec (plus `esim.defunded`), the envelope, and how an
-//! event is emitted (to observers and to the account's subscribed webhooks).
+//! Events: the emitted event and its envelope, and what the emitters say (each event's
+//! own fields, beside the common fields of its eSIM or group). How an event is emitted
+//! (to observers, webhooks and the event log) is the engine's, in `emit`.
 
 use crate::codes::Iccid;
-use crate::engine::Engine;
 use crate::event_data::*;
-use crate::event_log::{EventId, JsonData, KeptData, KeptEvent};
-use crate::ids::Purpose;
-use crate::state::{AccountIx, EsimIx, EsimStatus, GroupIx, WalletOwner, WebhookIx};
+use crate::ids::AccountIx;
 use crate::time::{rfc3339, Millis};
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub(crate) use crate::event_data::TopUpSource;
-
-/// Every event the service emits; its wire name is [`EventName::as_str`]. The enum, not
-/// the text, is kept in the state and compared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum EventName {
-    /// An eSIM was provisioned.
-    EsimProvisioned,
-    /// A profile was installed for the first time.
-    EsimActivated,
-    /// An eSIM was terminated (with what its wallet forfeited).
-    EsimTerminated,
-    /// Data was disabled by the reseller.
-    EsimDataSuspended,
-    /// Data was enabled again.
-    EsimDataResumed,
-    /// An eSIM wallet fell below $5, as the reporting pipeline saw it (decision 15).
-    EsimBalanceLow,
-    /// An eSIM wallet reached $0 (decision 15).
-    EsimBalanceDepleted,
-    /// An eSIM defund settled (decision 9).
-    EsimDefunded,
-    /// The reseller balance fell below $5 (decision 16).
-    BalanceLow,
-    /// The reseller balance reached $0 (decision 16).
-    BalanceDepleted,
-    /// The reseller balance was topped up (manually or by auto-refill).
-    BalanceToppedUp,
-    /// An auto-refill charge succeeded (decision 34).
-    BalanceAutoRefillSucceeded,
-    /// An auto-refill charge failed, or the daily limit stopped it (decision 34).
-    BalanceAutoRefillFailed,
-    /// A group balance fell below its threshold (decision 33).
-    GroupBalanceLow,
-    /// A group was funded.
-    GroupFunded,
-    /// A group balance reached $0.
-    GroupBalanceDepleted,
-    /// A group defund settled (decision 32).
-    GroupDefunded,
-    /// An eSIM joined a group (at once, or when its move settled).
-    EsimGroupAssigned,
-    /// An eSIM left a group (removed, or terminated: decision 58).
-    EsimGroupRemoved,
-    /// The probe of `POST /webhooks/{id}/test`: never subscribable (decision 39).
-    Test,
-}
-
-impl EventName {
-    /// Every event a webhook can subscribe to (`test` needs no subscription).
-    pub const SUBSCRIBABLE: [EventName; 19] = [
-        EventName::EsimProvisioned,
-        EventName::EsimActivated,
-        EventName::EsimTerminated,
-        EventName::EsimDataSuspended,
-        EventName::EsimDataResumed,
-        EventName::EsimBalanceLow,
-        EventName::EsimBalanceDepleted,
-        EventName::EsimDefunded,
-        EventName::BalanceLow,
-        EventName::BalanceDepleted,
-        EventName::BalanceToppedUp,
-        EventName::BalanceAutoRefillSucceeded,
-        EventName::BalanceAutoRefillFailed,
-        EventName::GroupBalanceLow,
-        EventName::GroupFunded,
-        EventName::GroupBalanceDepleted,
-        EventName::GroupDefunded,
-        EventName::EsimGroupAssigned,
-        EventName::EsimGroupRemoved,
-    ];
-
-    /// The wire name (`esim.provisioned`, ...).
-    pub fn as_str(self) -> &'static str {
-        use EventName::*;
-        match self {
-            EsimProvisioned => "esim.provisioned",
-            EsimActivated => "esim.activated",
-            EsimTerminated => "esim.terminated",
-            EsimDataSuspended => "esim.data_suspended",
-            EsimDataResumed => "esim.data_resumed",
-            EsimBalanceLow => "esim.balance_low",
-            EsimBalanceDepleted => "esim.balance_depleted",
-            EsimDefunded => "esim.defunded",
-            BalanceLow => "balance.low",
-            BalanceDepleted => "balance.depleted",
-            BalanceToppedUp => "balance.topped_up",
-            BalanceAutoRefillSucceeded => "balance.auto_refill_succeeded",
-            BalanceAutoRefillFailed => "balance.auto_refill_failed",
-            GroupBalanceLow => "group.balance_low",
-            GroupFunded => "group.funded",
-            GroupBalanceDepleted => "group.balance_depleted",
-            GroupDefunded => "group.defunded",
-            EsimGroupAssigned => "esim.group_assigned",
-            EsimGroupRemoved => "esim.group_removed",
-            Test => "test",
-        }
-    }
-
-    /// The event of a wire name, `test` included; `None` for an unknown name.
-    pub fn parse(name: &str) -> Option<EventName> {
-        Self::SUBSCRIBABLE.into_iter().chain([EventName::Test]).find(|e| e.as_str() == name)
-    }
-}
+pub use crate::event_name::EventName;
 
 /// One emitted event: the delivery envelope plus the account it belongs to.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -122,7 +18,7 @@ pub struct Event {
     /// The envelope `id` (`evt_...`): receivers de-duplicate retries by it.
     pub id: String,
     /// The account it belongs to: only its webhooks receive it.
-    pub account: u32,
+    pub account: AccountIx,
     /// What happened.
     pub name: EventName,
     /// When it happened (service time).
@@ -178,18 +74,18 @@ fn push_json_str(out: &mut String, text: &str) {
 
 /// The fields every `esim.*` event carries (decision 17), from the eSIM record.
 #[derive(Serialize)]
-struct EsimCommon {
-    iccid: Iccid,
-    end_user_reference: Option<String>,
-    label: Option<String>,
+pub(crate) struct EsimCommon {
+    pub(crate) iccid: Iccid,
+    pub(crate) end_user_reference: Option<String>,
+    pub(crate) label: Option<String>,
 }
 
 /// The fields every `group.*` event carries (decision 17), from the group record.
 #[derive(Serialize)]
-struct GroupCommon {
-    group_id: String,
-    name: String,
-    balance_usd: Decimal,
+pub(crate) struct GroupCommon {
+    pub(crate) group_id: String,
+    pub(crate) name: String,
+    pub(crate) balance_usd: Decimal,
 }
 
 /// An `esim.*` event: its own fields, beside [`EsimCommon`].
@@ -241,7 +137,7 @@ pub(crate) enum EsimEvent {
 
 impl EsimEvent {
     /// The payload: the eSIM's common fields and this event's own.
-    fn into_data(self, common: EsimCommon) -> EventData {
+    pub(crate) fn into_data(self, common: EsimCommon) -> EventData {
         use EsimEvent as E;
         use EventData as D;
         let EsimCommon { iccid, end_user_reference, label } = common;
@@ -317,7 +213,7 @@ pub(crate) enum GroupEvent {
 
 impl GroupEvent {
     /// The payload: the group's common fields and this event's own.
-    fn into_data(self, common: GroupCommon) -> EventData {
+    pub(crate) fn into_data(self, common: GroupCommon) -> EventData {
         use EventData as D;
         use GroupEvent as E;
         let GroupCommon { group_id, name, balance_usd } = common;
@@ -367,7 +263,7 @@ pub(crate) enum BalanceEvent {
 
 impl BalanceEvent {
     /// The payload: this event's fields.
-    fn into_data(self) -> EventData {
+    pub(crate) fn into_data(self) -> EventData {
         use BalanceEvent as E;
         use EventData as D;
         match self {
@@ -383,149 +279,6 @@ impl BalanceEvent {
                 D::BalanceAutoRefillFailed(AutoRefillFailedData { amount_usd, balance_usd, error_code, error_message })
             }
         }
-    }
-}
-
-impl Engine {
-    /// The common fields of an eSIM's events.
-    fn esim_common(&self, sim: EsimIx) -> EsimCommon {
-        let esim = &self.esims[sim];
-        EsimCommon { iccid: esim.iccid, end_user_reference: esim.end_user_reference.clone(), label: esim.label.clone() }
-    }
-
-    /// Emits an `esim.*` event: the common fields of the eSIM, then the event's own.
-    pub(crate) fn emit_esim(&mut self, sim: EsimIx, event: EsimEvent) {
-        let account = self.esims[sim].account;
-        let typed = self.typed_esim_event(sim, &event);
-        let group = match (&typed, &event) {
-            (Some(_), _) => None,
-            (None, EsimEvent::Provisioned { group_id: Some(id), .. })
-            | (None, EsimEvent::GroupAssigned { group_id: id, .. })
-            | (None, EsimEvent::GroupRemoved { group_id: id, .. }) => self.group_index.get(id.as_str()).copied(),
-            _ => None,
-        };
-        let data = event.into_data(self.esim_common(sim));
-        self.emit(account, data, typed, Some(sim), group);
-    }
-
-    /// The typed kept form of `esim.provisioned` and `esim.activated` (decision 155),
-    /// only when it renders back to exactly `event`: every value it leaves out is one
-    /// [`Engine::typed_event_data`] finds again, unchanged, in the eSIM or group record
-    /// (provisioning sets an eSIM's texts; no command changes them, nor a group's id).
-    fn typed_esim_event(&self, sim: EsimIx, event: &EsimEvent) -> Option<KeptData> {
-        match event {
-            EsimEvent::Provisioned { lpa_string, status: "pending", created_at, group_id }
-                if *created_at == self.now && *lpa_string == self.esims[sim].lpa.text() =>
-            {
-                // A provisioning into a group names the eSIM's group.
-                let group = match group_id {
-                    None => None,
-                    Some(id) => Some(self.esims[sim].funding.group().filter(|&g| self.groups[g].id == *id)?),
-                };
-                Some(KeptData::Provisioned { sim, group })
-            }
-            EsimEvent::Activated { activated_at, euicc_state: "ENABLED", status } if *activated_at == self.now => {
-                let status = EsimStatus::ALL.into_iter().find(|s| s.as_str() == *status)?;
-                Some(KeptData::Activated { sim, status })
-            }
-            _ => None,
-        }
-    }
-
-    /// The `data` of a typed kept event created at `created_at`, built as it was when
-    /// it was emitted; `None` for one kept as JSON text.
-    fn typed_event_data(&self, data: &KeptData, created_at: Millis) -> Option<EventData> {
-        let (sim, event) = match *data {
-            KeptData::Provisioned { sim, group } => {
-                let event = EsimEvent::Provisioned {
-                    lpa_string: self.esims[sim].lpa.text(),
-                    status: "pending",
-                    created_at,
-                    group_id: group.map(|group| self.groups[group].id.clone()),
-                };
-                (sim, event)
-            }
-            KeptData::Activated { sim, status } => {
-                let event =
-                    EsimEvent::Activated { activated_at: created_at, euicc_state: "ENABLED", status: status.as_str() };
-                (sim, event)
-            }
-            KeptData::Json(_) | KeptData::Legacy(_) => return None,
-        };
-        Some(event.into_data(self.esim_common(sim)))
-    }
-
-    /// A kept event's envelope: the bytes that were delivered when it was emitted.
-    pub(crate) fn kept_envelope_text(&self, event: &KeptEvent) -> String {
-        let id = event.id.text();
-        match &event.data {
-            KeptData::Json(json) => envelope_text(&id, json.name, event.created_at, &json.data),
-            KeptData::Legacy(legacy) => legacy.envelope.to_string(),
-            typed => {
-                let data = self.typed_event_data(typed, event.created_at).expect("not JSON text: typed");
-                envelope_text(&id, typed.name(), event.created_at, &data.to_json())
-            }
-        }
-    }
-
-    /// Emits a `group.*` event: the group's id, name and shown balance, then its own.
-    pub(crate) fn emit_group(&mut self, group: GroupIx, event: GroupEvent) {
-        let record = &self.groups[group];
-        let balance_usd = self.shown_balance(WalletOwner::Group(group));
-        let common = GroupCommon { group_id: record.id.clone(), name: record.name.clone(), balance_usd };
-        let account = record.account;
-        self.emit(account, event.into_data(common), None, None, Some(group));
-    }
-
-    /// Emits a `balance.*` event of the account's reseller balance.
-    pub(crate) fn emit_balance(&mut self, account: AccountIx, event: BalanceEvent) {
-        self.emit(account, event.into_data(), None, None, None);
-    }
-
-    /// Emits an event of an account: queued for observers, handed to every active
-    /// webhook of the account subscribed to it, and kept for the events API (`typed`,
-    /// or else its `data` as JSON text with the eSIM and group it names). Only the typed
-    /// emitters above call it.
-    fn emit(
-        &mut self,
-        account: AccountIx,
-        data: EventData,
-        typed: Option<KeptData>,
-        sim: Option<EsimIx>,
-        group: Option<GroupIx>,
-    ) {
-        let name = data.name();
-        let id = EventId(self.random_bytes::<12>(Purpose::EventId));
-        let now = self.now;
-        let targets: Vec<WebhookIx> = self.accounts[account]
-            .webhooks
-            .iter()
-            .copied()
-            .filter(|&w| {
-                let webhook = &self.webhooks[w];
-                webhook.active && !webhook.deleted && webhook.subscription.covers(name)
-            })
-            .collect();
-        // The JSON text only where it is used: a typed event with no webhook to deliver
-        // to (most, at scale) needs none (decision 155).
-        let data_json = (typed.is_none() || !targets.is_empty()).then(|| data.to_json());
-        let event = Event { id: id.text(), account: account.0, name, created_at: now, data };
-        if let (Some(data_json), false) = (&data_json, targets.is_empty()) {
-            let body = envelope_text(&event.id, name, now, data_json);
-            for webhook in targets {
-                self.start_delivery(webhook, &event, body.clone(), false);
-            }
-        }
-        let data = match (typed, data_json) {
-            (Some(typed), _) => typed,
-            (None, data_json) => {
-                let data = data_json.expect("written for every event kept as JSON").into_boxed_str();
-                KeptData::Json(Box::new(JsonData { name, sim, group, data }))
-            }
-        };
-        debug_assert_eq!(data.name(), name);
-        self.event_log.push(KeptEvent { created_at: now, id, account, data }, now);
-        self.events.push_back(event);
     }
 }
 

@@ -11,9 +11,9 @@
 //! document's `webhooks` section (derived with `schemars`, as in [`crate::reply`]).
 
 use crate::codes::Iccid;
-use crate::reply::schema;
+use crate::event_name::EventName;
+use crate::schema;
 use crate::time::{rfc3339, Millis};
-use crate::EventName;
 use rust_decimal::Decimal;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Serialize;

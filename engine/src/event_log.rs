@@ -7,66 +7,16 @@
 //! A read never shows an expired event even if it has not left yet. Test probes
 //! (`POST /webhooks/{id}/test`) are not kept: they belong to no resource (decision 113).
 
-use crate::config::limits;
-use crate::engine::Engine;
-use crate::error::{ApiError, ErrorCode};
-use crate::event::EventName;
-use crate::reply::{EventEnvelope, EventPage, Reply, Response};
-use crate::state::{AccountIx, EsimIx, EsimStatus, GroupIx};
+use crate::error::ApiError;
+use crate::event_name::EventName;
+use crate::ids::{iccid_number, AccountIx, EsimIx, GroupIx, IccidIndex};
+use crate::limits;
+use crate::state::EsimStatus;
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
-/// An event id (`evt_` and 24 lowercase hex digits) as its 12 random bytes: 12 bytes
-/// inline instead of a 28-byte heap string plus its 24-byte handle (decision 154).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct EventId(pub(crate) [u8; 12]);
-
-impl EventId {
-    /// The id of its text; `None` for anything this build never draws.
-    pub(crate) fn parse(text: &str) -> Option<EventId> {
-        let digits = text.strip_prefix("evt_")?.as_bytes();
-        if digits.len() != 24 {
-            return None;
-        }
-        let nibble = |d: u8| match d {
-            b'0'..=b'9' => Some(d - b'0'),
-            b'a'..=b'f' => Some(d - b'a' + 10),
-            _ => None,
-        };
-        let mut bytes = [0u8; 12];
-        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-            *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
-        }
-        Some(EventId(bytes))
-    }
-
-    /// `evt_` and the bytes in lowercase hex, as `random_id` wrote them before.
-    pub(crate) fn text(&self) -> String {
-        format!("evt_{}", crate::ids::hex(&self.0))
-    }
-
-    /// The key of the id index: the first 8 random bytes (two of 2 million kept ids
-    /// share one with a chance of about 1 in 10 million; `EventLog::by_id_shared` holds those).
-    fn key(&self) -> u64 {
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&self.0[..8]);
-        u64::from_le_bytes(first)
-    }
-}
-
-impl Serialize for EventId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text())
-    }
-}
-
-impl<'de> Deserialize<'de> for EventId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        EventId::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not an event id")))
-    }
-}
+pub(crate) use crate::ids::EventId;
 
 /// What a kept event's `data` is made of. The two events every eSIM emits keep only
 /// indexes: their envelope is rendered when it is read, by the code that rendered it
@@ -77,9 +27,17 @@ impl<'de> Deserialize<'de> for EventId {
 pub(crate) enum KeptData {
     /// `esim.provisioned`: `lpa_string` is the eSIM's, `status` `pending`, `created_at`
     /// the event's, `group_id` the group's id.
-    Provisioned { sim: EsimIx, group: Option<GroupIx> },
+    Provisioned {
+        #[serde(rename = "sim")]
+        esim: EsimIx,
+        group: Option<GroupIx>,
+    },
     /// `esim.activated`: `activated_at` is the event's time, `euicc_state` `ENABLED`.
-    Activated { sim: EsimIx, status: EsimStatus },
+    Activated {
+        #[serde(rename = "sim")]
+        esim: EsimIx,
+        status: EsimStatus,
+    },
     /// Any other event (boxed: they are rarer, and the two above stay small).
     Json(Box<JsonData>),
     /// An event read from a snapshot written before decision 155, as it was kept then:
@@ -101,17 +59,18 @@ pub(crate) struct LegacyData {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct JsonData {
     pub(crate) name: EventName,
-    pub(crate) sim: Option<EsimIx>,
+    #[serde(rename = "sim")]
+    pub(crate) esim: Option<EsimIx>,
     pub(crate) group: Option<GroupIx>,
     pub(crate) data: Box<str>,
 }
 
 impl KeptData {
     /// The eSIM whose `iccid` the event carries.
-    fn sim(&self) -> Option<EsimIx> {
+    fn esim(&self) -> Option<EsimIx> {
         match *self {
-            KeptData::Provisioned { sim, .. } | KeptData::Activated { sim, .. } => Some(sim),
-            KeptData::Json(ref json) => json.sim,
+            KeptData::Provisioned { esim, .. } | KeptData::Activated { esim, .. } => Some(esim),
+            KeptData::Json(ref json) => json.esim,
             KeptData::Legacy(_) => None,
         }
     }
@@ -275,30 +234,34 @@ impl EventFilter {
     /// The filter against kept events: the eSIM and group it names as indexes (`None`
     /// when it names none; `Err` when it names one that does not exist, which no event
     /// carries).
-    fn resolve(&self, engine: &Engine) -> Result<ResolvedFilter<'_>, ()> {
-        let sim = match &self.iccid {
+    pub(crate) fn resolve(
+        &self,
+        iccids: &IccidIndex,
+        groups: &BTreeMap<String, GroupIx>,
+    ) -> Result<ResolvedFilter<'_>, ()> {
+        let esim = match &self.iccid {
             None => None,
-            Some(iccid) => Some(crate::ids::iccid_number(iccid).and_then(|n| engine.iccid_index.get(n)).ok_or(())?),
+            Some(iccid) => Some(iccid_number(iccid).and_then(|n| iccids.get(n)).ok_or(())?),
         };
         let group = match &self.group_id {
             None => None,
-            Some(id) => Some(*engine.group_index.get(id.as_str()).ok_or(())?),
+            Some(id) => Some(*groups.get(id.as_str()).ok_or(())?),
         };
-        Ok(ResolvedFilter { text: self, sim, group })
+        Ok(ResolvedFilter { text: self, esim, group })
     }
 }
 
 /// An [`EventFilter`] whose ICCID and group id are indexes: an eSIM's ICCID and a
 /// group's id never change and name one record, so comparing indexes is comparing them.
 /// (Events read from an old snapshot are compared by text.)
-struct ResolvedFilter<'a> {
+pub(crate) struct ResolvedFilter<'a> {
     text: &'a EventFilter,
-    sim: Option<EsimIx>,
+    esim: Option<EsimIx>,
     group: Option<GroupIx>,
 }
 
 impl ResolvedFilter<'_> {
-    fn admits(&self, event: &KeptEvent) -> bool {
+    pub(crate) fn admits(&self, event: &KeptEvent) -> bool {
         let text = self.text;
         let names_them = match &event.data {
             KeptData::Legacy(legacy) => {
@@ -306,7 +269,7 @@ impl ResolvedFilter<'_> {
                     && text.group_id.as_deref().is_none_or(|group| legacy.group_id.as_deref() == Some(group))
             }
             data => {
-                self.sim.is_none_or(|sim| data.sim() == Some(sim))
+                self.esim.is_none_or(|esim| data.esim() == Some(esim))
                     && self.group.is_none_or(|group| data.group() == Some(group))
             }
         };
@@ -457,12 +420,6 @@ impl EventLog {
         shrink_after_burst(&mut self.kept);
     }
 
-    /// One of `account`'s kept events that has not expired, by its id text.
-    fn account_event(&self, account: AccountIx, event_id: &str, now: Millis) -> Option<&KeptEvent> {
-        let event = self.get(self.find(&EventId::parse(event_id)?)?);
-        (event.account == account && !expired(event.created_at, now)).then_some(event)
-    }
-
     /// The seq of a kept event's slot.
     fn seq_of(&self, slot: Slot) -> u64 {
         self.first_seq + u64::from(slot.wrapping_sub(self.first_seq as Slot))
@@ -483,60 +440,25 @@ impl EventLog {
     }
 }
 
+impl EventLog {
+    /// `account`'s kept events that have not expired at `now`, newest first.
+    pub(crate) fn newest_first(&self, account: AccountIx, now: Millis) -> impl Iterator<Item = &KeptEvent> {
+        let slots = self.by_account.get(&account).into_iter().flat_map(|slots| slots.iter().rev());
+        // Newest first is time order: once one has expired every older one has too (they
+        // leave a few per new event, decision 113), so the walk stops there.
+        slots.map(|&slot| self.get(self.seq_of(slot))).take_while(move |event| !expired(event.created_at, now))
+    }
+
+    /// One of `account`'s kept events that has not expired, by its id text.
+    pub(crate) fn account_event(&self, account: AccountIx, event_id: &str, now: Millis) -> Option<&KeptEvent> {
+        let event = self.get(self.find(&EventId::parse(event_id)?)?);
+        (event.account == account && !expired(event.created_at, now)).then_some(event)
+    }
+}
+
 /// Whether an event created at `created_at` is past its retention at `now`.
 fn expired(created_at: Millis, now: Millis) -> bool {
     now.0 - created_at.0 >= limits::EVENT_RETENTION_MS
-}
-
-impl Engine {
-    /// `GET /events`: the account's kept events, newest first, filtered, one page.
-    pub(crate) fn list_events(
-        &self,
-        account: AccountIx,
-        filter: &EventFilter,
-        limit: Option<u64>,
-        offset: Option<u64>,
-    ) -> Response {
-        let (limit, offset) = crate::esim::page(limit, offset)?;
-        let log = &self.event_log;
-        let mut total = 0u64;
-        let mut events = Vec::new();
-        // A filter naming an eSIM or group that does not exist admits nothing.
-        let filter = filter.resolve(self).ok();
-        let seqs = filter.as_ref().and_then(|_| log.by_account.get(&account));
-        let newest_first = seqs.into_iter().flat_map(|seqs| seqs.iter().rev());
-        for &slot in newest_first {
-            let event = log.get(log.seq_of(slot));
-            if expired(event.created_at, self.now) {
-                // Newest first is time order: every older event has expired too (they
-                // leave a few per new event, decision 113), so the scan stops here.
-                break;
-            }
-            if !filter.as_ref().is_some_and(|filter| filter.admits(event)) {
-                continue;
-            }
-            if total >= offset && (events.len() as u64) < limit {
-                events.push(EventEnvelope::from_json(self.kept_envelope_text(event)));
-            }
-            total += 1;
-        }
-        Ok(Reply::EventPage(EventPage { events, total, limit, offset }))
-    }
-
-    /// `GET /events/{id}`: the exact envelope; another account's event is as unknown
-    /// as a missing or expired one.
-    pub(crate) fn get_event(&self, account: AccountIx, event_id: &str) -> Response {
-        match self.event_log.account_event(account, event_id, self.now) {
-            Some(event) => Ok(Reply::Event(EventEnvelope::from_json(self.kept_envelope_text(event)))),
-            None => Err(ApiError::new(ErrorCode::NotFound, format!("no event {event_id}"))),
-        }
-    }
-
-    /// The name and exact envelope of one of `account`'s kept events (a resend's body).
-    pub(crate) fn kept_envelope(&self, account: AccountIx, event_id: &str) -> Option<(EventName, String)> {
-        let event = self.event_log.account_event(account, event_id, self.now)?;
-        Some((event.data.name(), self.kept_envelope_text(event)))
-    }
 }
 
 #[cfg(test)]
@@ -548,7 +470,7 @@ mod tests {
             created_at: Millis(created_at),
             id: EventId(id),
             account: AccountIx(account),
-            data: KeptData::Activated { sim: EsimIx(account), status: EsimStatus::Active },
+            data: KeptData::Activated { esim: EsimIx(account), status: EsimStatus::Active },
         }
     }
 

@@ -301,7 +301,7 @@ fn holdings(kinds: &Kinds) -> Holdings {
     let k = |kind: SlotKind| kinds[kind as usize];
     let mut h = Holdings {
         reseller_balance_usd: k(SlotKind::Reseller),
-        esim_wallets_usd: k(SlotKind::SimCredit),
+        esim_wallets_usd: k(SlotKind::EsimCredit),
         group_balances_usd: k(SlotKind::GroupCredit),
         returns_pending_usd: k(SlotKind::ReturnsPending),
         total_usd: Decimal::ZERO,
@@ -315,8 +315,8 @@ fn spent(kinds: &Kinds) -> Spent {
     let k = |kind: SlotKind| kinds[kind as usize];
     let mut s = Spent {
         provisioning_fees_usd: k(SlotKind::Fees),
-        data_charged_reported_usd: k(SlotKind::SimReported) + k(SlotKind::GroupReported),
-        data_charged_unreported_usd: k(SlotKind::SimUnreported) + k(SlotKind::GroupUnreported),
+        data_charged_reported_usd: k(SlotKind::EsimReported) + k(SlotKind::GroupReported),
+        data_charged_unreported_usd: k(SlotKind::EsimUnreported) + k(SlotKind::GroupUnreported),
         forfeited_usd: k(SlotKind::Forfeited),
         dust_usd: k(SlotKind::Dust),
         total_usd: Decimal::ZERO,
@@ -513,7 +513,7 @@ impl Engine {
         let history = merge_histories(indexes.iter().map(|&a| self.ledger.history(a)));
         let scope = match account_id {
             Some(id) => format!("account {id}"),
-            None => crate::finance_render::every_account_scope(indexes.len()),
+            None => every_account_scope(indexes.len()),
         };
         Some(
             FinanceReport {
@@ -527,6 +527,16 @@ impl Engine {
             }
             .finish(),
         )
+    }
+}
+
+/// What the rows of an every-account report are, in words: `the 1 account, one row`,
+/// `all 3 accounts, one row each`, `no account yet`.
+pub fn every_account_scope(n: usize) -> String {
+    match n {
+        0 => "no account yet".to_string(),
+        1 => "the 1 account, one row".to_string(),
+        _ => format!("all {n} accounts, one row each"),
     }
 }
 
@@ -544,15 +554,15 @@ mod tests {
     fn every_period_opens_with_the_previous_close_and_balances_exactly() {
         let mut ledger = Ledger::default();
         let slots = ledger.open_account(AccountIx(0));
-        let sim = ledger.open_sim_wallet(AccountIx(0));
+        let esim = ledger.open_esim_wallet(AccountIx(0));
         ledger.set_day(10);
         ledger.transfer(slots.world, slots.reseller, d("100"), Reason::TopUp);
         ledger.transfer(slots.reseller, slots.fees, d("1.75"), Reason::ProvisioningFee);
         ledger.set_day(11);
-        ledger.transfer(slots.reseller, sim.credit, d("20"), Reason::EsimFund);
-        ledger.transfer(sim.credit, sim.unreported, d("3.333"), Reason::DataCharge);
+        ledger.transfer(slots.reseller, esim.credit, d("20"), Reason::EsimFund);
+        ledger.transfer(esim.credit, esim.unreported, d("3.333"), Reason::DataCharge);
         ledger.set_day(13);
-        ledger.transfer(sim.unreported, sim.reported, d("3.333"), Reason::DataReport);
+        ledger.transfer(esim.unreported, esim.reported, d("3.333"), Reason::DataReport);
         ledger.transfer(slots.world, slots.reseller, d("50"), Reason::AutoRefill);
         let now = ledger.balances_by_kind()[0];
         let history = ledger.history(AccountIx(0));

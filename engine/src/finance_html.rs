@@ -82,18 +82,7 @@ impl Scale {
 /// held at the end, stacked by where it is.
 fn waterfall(row: &AccountReport, with_opening: bool) -> String {
     let (width_px, height_px, top_px, plot_px) = (1100, 330, 24, 240);
-    let mut steps: Vec<(&str, Decimal, &str)> = Vec::new();
-    if with_opening {
-        steps.push(("opening", row.opening.total_usd, "held"));
-    }
-    steps.push(("top-ups", row.money_in.top_ups_usd, "in"));
-    steps.push(("auto-refills", row.money_in.auto_refills_usd, "in"));
-    let spent = &row.spent;
-    steps.push(("fees", -spent.provisioning_fees_usd, "out"));
-    steps.push(("data reported", -spent.data_charged_reported_usd, "out"));
-    steps.push(("data unreported", -spent.data_charged_unreported_usd, "out"));
-    steps.push(("forfeited", -spent.forfeited_usd, "out"));
-    steps.push(("dust", -spent.dust_usd, "out"));
+    let steps = waterfall_steps(row, with_opening);
     let mut levels = vec![Decimal::ZERO];
     let mut level = Decimal::ZERO;
     for (_, change, _) in &steps {
@@ -118,19 +107,8 @@ fn waterfall(row: &AccountReport, with_opening: bool) -> String {
         let (y, h) = scale.bar(level, level + change);
         let _ = write!(svg, r#"<rect class="{class}" x="{x}" y="{y}" width="{bar_px}" height="{h}"/>"#);
         let sign = if *class == "out" && !change.is_zero() { "−" } else { "" };
-        let _ = write!(
-            svg,
-            r#"<text x="{}" y="{}" text-anchor="middle">{sign}{}</text>"#,
-            x + bar_px / 2,
-            y - 5,
-            usd(change.abs())
-        );
-        let _ = write!(
-            svg,
-            r#"<text x="{}" y="{}" text-anchor="middle">{label}</text>"#,
-            x + bar_px / 2,
-            top_px + plot_px + 20
-        );
+        centred_text(&mut svg, x + bar_px / 2, y - 5, &format!("{sign}{}", usd(change.abs())));
+        centred_text(&mut svg, x + bar_px / 2, top_px + plot_px + 20, label);
         level += change;
         let next = scale.y(level);
         let _ = write!(svg, r#"<line class="link" x1="{}" y1="{next}" x2="{}" y2="{next}"/>"#, x + bar_px, x + slot_px);
@@ -150,22 +128,33 @@ fn waterfall(row: &AccountReport, with_opening: bool) -> String {
         base += value;
     }
     let top = scale.y(row.closing.total_usd);
-    let _ = write!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        x + bar_px / 2,
-        top - 5,
-        usd(row.closing.total_usd)
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="middle">held now</text>"#,
-        x + bar_px / 2,
-        top_px + plot_px + 20
-    );
+    centred_text(&mut svg, x + bar_px / 2, top - 5, &usd(row.closing.total_usd));
+    centred_text(&mut svg, x + bar_px / 2, top_px + plot_px + 20, "held now");
     legend(&mut svg, 70, height_px - 22, true);
     svg.push_str("</svg>");
     svg
+}
+
+/// The waterfall's steps: (label, change, class), the opening first when there is one.
+fn waterfall_steps(row: &AccountReport, with_opening: bool) -> Vec<(&'static str, Decimal, &'static str)> {
+    let mut steps = Vec::with_capacity(8);
+    if with_opening {
+        steps.push(("opening", row.opening.total_usd, "held"));
+    }
+    steps.push(("top-ups", row.money_in.top_ups_usd, "in"));
+    steps.push(("auto-refills", row.money_in.auto_refills_usd, "in"));
+    let spent = &row.spent;
+    steps.push(("fees", -spent.provisioning_fees_usd, "out"));
+    steps.push(("data reported", -spent.data_charged_reported_usd, "out"));
+    steps.push(("data unreported", -spent.data_charged_unreported_usd, "out"));
+    steps.push(("forfeited", -spent.forfeited_usd, "out"));
+    steps.push(("dust", -spent.dust_usd, "out"));
+    steps
+}
+
+/// A chart label centred on `x`.
+fn centred_text(svg: &mut String, x: i64, y: i64, text: &str) {
+    let _ = write!(svg, r#"<text x="{x}" y="{y}" text-anchor="middle">{text}</text>"#);
 }
 
 /// The four places money is held, with their chart labels.
@@ -280,6 +269,19 @@ impl FinanceReport {
             writeln!(out, "<h2>Where the money is now</h2>\n<p class=\"says\">{}</p>", escape(&equation(&self.total)));
         out.push_str(&waterfall(&self.total, self.period.from.is_some()));
         let rows: Vec<&AccountReport> = self.accounts.iter().chain([&self.total]).collect();
+        self.section_tables(&mut out, &rows);
+        difference_table(&mut out, &rows);
+        self.days_html(&mut out);
+        out.push_str("<h2>What the words mean</h2>\n<dl class=\"words\">\n");
+        for (term, meaning) in GLOSSARY {
+            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(term), escape(meaning));
+        }
+        out.push_str("</dl>\n</body></html>\n");
+        out
+    }
+
+    /// One table per section of the report ([`SECTIONS`]): a row per account, then the total.
+    fn section_tables(&self, out: &mut String, rows: &[&AccountReport]) {
         for (key, title, says, labels, values) in SECTIONS {
             if key == "opening" && self.period.from.is_none() {
                 let _ = writeln!(
@@ -297,38 +299,24 @@ impl FinanceReport {
                 .collect();
             let _ = writeln!(out, "<h2>{title}</h2>\n<p class=\"says\">{says}</p>\n<table><thead><tr><th>account</th>");
             for label in labels {
-                heading(&mut out, label);
+                heading(out, label);
             }
             out.push_str("</tr></thead><tbody>\n");
-            for row in &rows {
+            for row in rows {
                 let total = row.account_id == "TOTAL";
                 let name = if total { "Total".to_string() } else { account_name(row) };
                 let _ = write!(out, "<tr{}><td>{}</td>", if total { " class=\"total\"" } else { "" }, escape(&name));
                 for (field, value) in fields.iter().zip(values(row)) {
-                    figure(&mut out, "account", &row.account_id, field, value);
+                    figure(out, "account", &row.account_id, field, value);
                 }
                 out.push_str("</tr>\n");
             }
             out.push_str("</tbody></table>\n");
         }
-        let _ = writeln!(out, "<h2>The difference</h2>\n<p class=\"says\">opening + money in − where it is now − where it went = difference, which must be exactly 0.</p>");
-        out.push_str(
-            "<table><thead><tr><th>account</th><th class=\"eq\">equation</th><th>difference</th></tr></thead><tbody>\n",
-        );
-        for row in &rows {
-            let total = row.account_id == "TOTAL";
-            let name = if total { "Total".to_string() } else { account_name(row) };
-            let _ = write!(
-                out,
-                "<tr{}><td>{}</td><td class=\"eq\">{}</td>",
-                if total { " class=\"total\"" } else { "" },
-                escape(&name),
-                escape(&equation(row))
-            );
-            figure(&mut out, "account", &row.account_id, "difference_usd", row.difference_usd);
-            out.push_str("</tr>\n");
-        }
-        out.push_str("</tbody></table>\n");
+    }
+
+    /// The balances chart and the movements of each day.
+    fn days_html(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "<h2>Balances per day</h2>\n<p class=\"says\">Held at the end of each day with a movement.</p>"
@@ -341,25 +329,41 @@ impl FinanceReport {
             let columns = day_columns();
             out.push_str("<table><thead><tr><th>date</th>");
             for (_, label) in &columns {
-                heading(&mut out, label);
+                heading(out, label);
             }
             out.push_str("</tr></thead><tbody>\n");
             for day in &self.days {
                 let _ = write!(out, "<tr><td>{}</td>", escape(&day.date));
                 for (name, _) in &columns {
-                    figure(&mut out, "date", &day.date, name, day_figure(day, name));
+                    figure(out, "date", &day.date, name, day_figure(day, name));
                 }
                 out.push_str("</tr>\n");
             }
             out.push_str("</tbody></table>\n");
         }
-        out.push_str("<h2>What the words mean</h2>\n<dl class=\"words\">\n");
-        for (term, meaning) in GLOSSARY {
-            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(term), escape(meaning));
-        }
-        out.push_str("</dl>\n</body></html>\n");
-        out
     }
+}
+
+/// The difference of each account and the total, with the equation it comes from.
+fn difference_table(out: &mut String, rows: &[&AccountReport]) {
+    let _ = writeln!(out, "<h2>The difference</h2>\n<p class=\"says\">opening + money in − where it is now − where it went = difference, which must be exactly 0.</p>");
+    out.push_str(
+        "<table><thead><tr><th>account</th><th class=\"eq\">equation</th><th>difference</th></tr></thead><tbody>\n",
+    );
+    for row in rows {
+        let total = row.account_id == "TOTAL";
+        let name = if total { "Total".to_string() } else { account_name(row) };
+        let _ = write!(
+            out,
+            "<tr{}><td>{}</td><td class=\"eq\">{}</td>",
+            if total { " class=\"total\"" } else { "" },
+            escape(&name),
+            escape(&equation(row))
+        );
+        figure(out, "account", &row.account_id, "difference_usd", row.difference_usd);
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table>\n");
 }
 
 /// A column heading; a word of the glossary carries its meaning as a tooltip.

@@ -31,15 +31,7 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// What the rows of an every-account report are, in words: `the 1 account, one row`,
-/// `all 3 accounts, one row each`, `no account yet`.
-pub fn every_account_scope(n: usize) -> String {
-    match n {
-        0 => "no account yet".to_string(),
-        1 => "the 1 account, one row".to_string(),
-        _ => format!("all {n} accounts, one row each"),
-    }
-}
+pub use crate::finance::every_account_scope;
 
 /// The words of the report a finance reader may not know, with what each means: shown
 /// at the end of the Markdown and HTML reports (and, in the same words, on the

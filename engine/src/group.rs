@@ -4,8 +4,8 @@
 
 use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
-use crate::esim::page;
 use crate::event::{EsimEvent, GroupEvent};
+use crate::limits::page;
 use crate::money;
 use crate::reply::*;
 use crate::state::*;
@@ -116,8 +116,10 @@ impl Engine {
             created_at: self.now,
             updated_at: self.now,
         });
-        self.group_index.insert(id, group);
+        let previous = self.group_index.insert(id, group);
+        assert!(previous.is_none(), "group ids are unique");
         self.accounts[account].groups.push(group);
+        assert!(self.accounts[account].groups.len() as u32 <= max, "an account holds at most its groups");
         Ok(Reply::GroupCreated(self.group_record(group)))
     }
 
@@ -251,18 +253,18 @@ impl Engine {
     /// pause 502 UPSTREAM_ERROR (in [`Engine::request_return`]), and the move waits.
     pub(crate) fn add_group_esim(&mut self, account: AccountIx, group_id: &str, iccid: &str) -> Response {
         let group = self.group_of(account, group_id)?;
-        let sim = self.sim_of(account, iccid)?;
-        let esim = &self.esims[sim];
-        if esim.status == EsimStatus::Terminated {
+        let esim = self.esim_of(account, iccid)?;
+        let record = &self.esims[esim];
+        if record.status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
-        if let Some(current) = esim.funding.group() {
+        if let Some(current) = record.funding.group() {
             return Err(ApiError::new(
                 ErrorCode::EsimAlreadyInGroup,
                 format!("the eSIM is already a member of group {}", self.groups[current].id),
             ));
         }
-        match esim.funding.pending() {
+        match record.funding.pending() {
             Some(PendingReturn::Move { .. }) => {
                 return Err(ApiError::new(ErrorCode::MovePending, "a move of this eSIM is already in progress"))
             }
@@ -272,10 +274,10 @@ impl Engine {
             None => {}
         }
         self.require_group_room(group)?;
-        if self.shown_balance(WalletOwner::Sim(sim)).is_zero() {
+        if self.shown_balance(WalletOwner::Esim(esim)).is_zero() {
             // Nothing worth returning: a sub-cent rest goes to dust, the move is immediate.
-            self.drop_sub_cent_credit(sim);
-            self.join_group(sim, group, None);
+            self.drop_sub_cent_credit(esim);
+            self.join_group(esim, group, None);
             return Ok(Reply::GroupMemberAdded(GroupMemberChange {
                 success: true,
                 group_id: group_id.to_string(),
@@ -285,7 +287,7 @@ impl Engine {
                 estimated_return_usd: None,
             }));
         }
-        let amount = self.request_return(WalletOwner::Sim(sim), Return::MoveInto(group))?;
+        let amount = self.request_return(WalletOwner::Esim(esim), Return::MoveInto(group))?;
         Ok(Reply::GroupMovePending(GroupMemberChange {
             success: true,
             group_id: group_id.to_string(),
@@ -297,34 +299,34 @@ impl Engine {
     }
 
     /// The eSIM becomes a member (immediately, or when its pending move settles).
-    pub(crate) fn join_group(&mut self, sim: EsimIx, group: GroupIx, returned: Option<Decimal>) {
-        let funding = &mut self.esims[sim].funding;
+    pub(crate) fn join_group(&mut self, esim: EsimIx, group: GroupIx, returned: Option<Decimal>) {
+        let funding = &mut self.esims[esim].funding;
         assert!(funding.is_settled_standalone(), "only a standalone eSIM with nothing on its way joins");
         *funding = Funding::Member { group, own_wallet: funding.has_wallet() };
-        self.groups[group].members.insert(sim);
+        self.groups[group].members.insert(esim);
         let record = &self.groups[group];
         let event = EsimEvent::GroupAssigned {
             group_id: record.id.clone(),
             group_name: record.name.clone(),
             returned_usd: returned,
         };
-        self.emit_esim(sim, event);
+        self.emit_esim(esim, event);
     }
 
     pub(crate) fn remove_group_esim(&mut self, account: AccountIx, group_id: &str, iccid: &str) -> Response {
         let group = self.group_of(account, group_id)?;
-        let sim = self.sim_of(account, iccid)?;
-        if self.esims[sim].funding.group() != Some(group) {
+        let esim = self.esim_of(account, iccid)?;
+        if self.esims[esim].funding.group() != Some(group) {
             return Err(ApiError::new(
                 ErrorCode::EsimNotFound,
                 format!("eSIM {iccid} is not a member of group {group_id}"),
             ));
         }
-        self.groups[group].members.remove(&sim);
-        self.esims[sim].funding.leave_group();
-        self.wallet_standalone_again(sim);
+        self.groups[group].members.remove(&esim);
+        self.esims[esim].funding.leave_group();
+        self.wallet_standalone_again(esim);
         let name = self.groups[group].name.clone();
-        self.emit_esim(sim, EsimEvent::GroupRemoved { group_id: group_id.to_string(), group_name: name });
+        self.emit_esim(esim, EsimEvent::GroupRemoved { group_id: group_id.to_string(), group_name: name });
         Ok(Reply::GroupMemberRemoved(GroupMemberChange {
             success: true,
             group_id: group_id.to_string(),

@@ -3,8 +3,9 @@
 //! Each account keeps at most a bounded number of answers, oldest dropped first.
 
 use crate::command::ResellerOp;
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
+use crate::limits;
 use crate::reply::{QrCodeDataUrl, Reply, Response};
 use crate::secret::SealedSecret;
 use crate::state::{AccountIx, IdempotencyEntry, StoredKey};

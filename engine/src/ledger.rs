@@ -1,18 +1,16 @@
 //! The double-entry ledger: the one place where money moves.
 //!
-//! Every balance that holds money (a reseller balance, a SIM's exact credit, a group
+//! Every balance that holds money (a reseller balance, an eSIM's exact credit, a group
 //! balance, returns on their way back, fees, data charged, forfeits, dust) is a ledger
 //! *slot*. Money moves only through [`Ledger::transfer`], which takes from one slot and
 //! gives to another of the same reseller account, so the sum of an account's slots is
 //! always zero: the `World` slot goes negative by exactly what came in from outside.
 //! That is docs/architecture.md, rule 6 as an identity, checked by the simulation after every step.
 
-use crate::state::AccountIx;
+use crate::ids::AccountIx;
+pub use crate::ids::Slot;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-
-/// Index of a slot in the ledger.
-pub type Slot = u32;
 
 /// What a slot holds. Only `World` may go below zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -29,12 +27,15 @@ pub enum SlotKind {
     Forfeited,
     /// Conversion dust (fund amount minus upstream credit) and sub-cent remainders on return.
     Dust,
-    /// The exact upstream credit of one SIM wallet.
-    SimCredit,
-    /// Data charged to one SIM, used but not yet reported by the upstream pipeline.
-    SimUnreported,
-    /// Data charged to one SIM and reported (`total_data_charged_usd`).
-    SimReported,
+    /// The exact upstream credit of one eSIM wallet.
+    #[serde(rename = "SimCredit")]
+    EsimCredit,
+    /// Data charged to one eSIM, used but not yet reported by the upstream pipeline.
+    #[serde(rename = "SimUnreported")]
+    EsimUnreported,
+    /// Data charged to one eSIM and reported (`total_data_charged_usd`).
+    #[serde(rename = "SimReported")]
+    EsimReported,
     /// The exact upstream credit of one group.
     GroupCredit,
     /// Data charged to one group, used but not yet reported.
@@ -52,9 +53,9 @@ impl SlotKind {
         SlotKind::Fees,
         SlotKind::Forfeited,
         SlotKind::Dust,
-        SlotKind::SimCredit,
-        SlotKind::SimUnreported,
-        SlotKind::SimReported,
+        SlotKind::EsimCredit,
+        SlotKind::EsimUnreported,
+        SlotKind::EsimReported,
         SlotKind::GroupCredit,
         SlotKind::GroupUnreported,
         SlotKind::GroupReported,
@@ -108,7 +109,7 @@ pub enum Reason {
     ReturnDust,
     /// What a terminated eSIM's wallet still held.
     Forfeit,
-    /// A sub-cent credit left on a SIM that joins a group (members hold no wallet).
+    /// A sub-cent credit left on an eSIM that joins a group (members hold no wallet).
     MoveDust,
 }
 
@@ -176,7 +177,7 @@ pub struct AccountSlots {
     pub dust: Slot,
 }
 
-/// The three slots of a wallet (a SIM's or a group's).
+/// The three slots of a wallet (an eSIM's or a group's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WalletSlots {
     /// The exact upstream credit.
@@ -271,7 +272,7 @@ impl TryFrom<LedgerRecord> for Ledger {
 
 impl Ledger {
     fn open(&mut self, account: AccountIx, kind: SlotKind) -> Slot {
-        let slot = self.slots.len() as Slot;
+        let slot = Slot(u32::try_from(self.slots.len()).expect("fewer than 2^32 ledger slots"));
         self.slots.push(SlotEntry { balance: Decimal::ZERO, info: SlotInfo { account, kind } });
         slot
     }
@@ -292,11 +293,11 @@ impl Ledger {
     }
 
     /// The three slots of a new eSIM wallet.
-    pub fn open_sim_wallet(&mut self, account: AccountIx) -> WalletSlots {
+    pub fn open_esim_wallet(&mut self, account: AccountIx) -> WalletSlots {
         WalletSlots {
-            credit: self.open(account, SlotKind::SimCredit),
-            unreported: self.open(account, SlotKind::SimUnreported),
-            reported: self.open(account, SlotKind::SimReported),
+            credit: self.open(account, SlotKind::EsimCredit),
+            unreported: self.open(account, SlotKind::EsimUnreported),
+            reported: self.open(account, SlotKind::EsimReported),
         }
     }
 
@@ -311,7 +312,7 @@ impl Ledger {
 
     /// A slot's balance now.
     pub fn balance(&self, slot: Slot) -> Decimal {
-        self.slots[slot as usize].balance
+        self.slots[slot.index()].balance
     }
 
     /// Moves `amount` from one slot to another of the same account. A zero amount is a
@@ -323,17 +324,20 @@ impl Ledger {
         if amount.is_zero() {
             return;
         }
-        let (from_info, to_info) = (self.slots[from as usize].info, self.slots[to as usize].info);
+        let (from_info, to_info) = (self.slots[from.index()].info, self.slots[to.index()].info);
         assert_eq!(from_info.account, to_info.account, "transfers stay inside one account");
-        let from_balance = self.slots[from as usize].balance - amount;
+        let from_balance = self.slots[from.index()].balance - amount;
         assert!(
             from_info.kind == SlotKind::World || from_balance >= Decimal::ZERO,
             "{reason:?} would overdraw {:?} by {}",
             from_info.kind,
             -from_balance
         );
-        self.slots[from as usize].balance = from_balance;
-        self.slots[to as usize].balance += amount;
+        let to_balance = self.slots[to.index()].balance + amount;
+        // Conservation per transfer: what one slot loses the other gains, exactly.
+        debug_assert_eq!(from_balance + to_balance, self.slots[from.index()].balance + self.slots[to.index()].balance);
+        self.slots[from.index()].balance = from_balance;
+        self.slots[to.index()].balance = to_balance;
         let index = reason as usize;
         let account = from_info.account.0 as usize;
         self.flows[account][index] += amount;
@@ -392,13 +396,13 @@ impl Ledger {
 
     /// Every slot with its owner and balance, in slot order (for reports and checkers).
     pub fn slots(&self) -> impl Iterator<Item = (Slot, SlotInfo, Decimal)> + '_ {
-        self.slots.iter().enumerate().map(|(i, entry)| (i as Slot, entry.info, entry.balance))
+        self.slots.iter().enumerate().map(|(i, entry)| (Slot(i as u32), entry.info, entry.balance))
     }
 
     /// Test and checker hook: overwrite a balance to prove the checkers fire.
     #[cfg(feature = "test-switches")]
     pub fn corrupt_for_test(&mut self, slot: Slot, balance: Decimal) {
-        self.slots[slot as usize].balance = balance;
+        self.slots[slot.index()].balance = balance;
     }
 }
 
@@ -467,7 +471,7 @@ mod tests {
     fn a_ledger_is_written_as_two_columns_and_read_back_the_same() {
         let mut ledger = Ledger::default();
         let account = ledger.open_account(AccountIx(0));
-        let wallet = ledger.open_sim_wallet(AccountIx(0));
+        let wallet = ledger.open_esim_wallet(AccountIx(0));
         ledger.set_day(20_000);
         ledger.transfer(account.world, account.reseller, Decimal::new(100, 0), Reason::TopUp);
         ledger.transfer(account.reseller, wallet.credit, Decimal::new(1234, 2), Reason::EsimFund);

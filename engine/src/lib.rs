@@ -82,63 +82,76 @@
 //! - A displayed balance is the exact credit rounded down to the cent (rule 2).
 //! - Usage never takes a wallet below zero (rule 3).
 //!
-//! ## Layout
-//! - `engine`: the [`Engine`] state, its constructor, the inputs, outputs and getters
-//!   above, and the dispatch of reseller requests.
-//! - `config`: [`EngineConfig`], the spec's [`limits`] and, with the `test-switches`
-//!   feature only, `InjectedBug` (decision 84).
-//! - `effect`: [`Effect`] and [`Delivery`], what the shell must carry out.
-//! - `timer`: the `Timer`s, their scheduling and what each does when it fires.
-//! - `auth`: API key authentication; `idempotency`: stored answers of
-//!   `Idempotency-Key`s; `ids`: randomness, ids, hex and ICCID helpers.
-//! - `event`: event names, the envelope and emitting to observers and webhooks.
-//! - one module per resource (`account`, `esim`, `group`, `webhook`, `network`), and
-//!   `wallet` (every eSIM and group wallet rule); `state`: the records kept and their
-//!   index newtypes (`AccountIx`, `EsimIx`, `GroupIx`, `WebhookIx`, `DeliveryId`).
-//! - `ledger` and `money` (the money rules), `command`/`reply`/`error` (the interface),
-//!   `rates` and `codes` (data and artefacts), `report` (conservation report),
-//!   `secret` (key digests and sealed secrets), `time` (service time).
+//! ## Layout, from the ground up
+//! No module below `engine` imports it: the leaves and the parts know nothing of the
+//! engine, and only the rule modules (`impl Engine` blocks) reach into several parts.
+//! - Leaves: `ids` (the index newtypes `AccountIx`, `EsimIx`, `GroupIx`, `WebhookIx`,
+//!   the ledger's `Slot`, `DeliveryId`, `EventId`, `WalletOwner`; hex and ICCID
+//!   helpers), `limits` (the spec's [`limits`] and paging), `time`, `money`, `error`,
+//!   `codes`, `secret` (key digests and sealed secrets), `event_name`, `alarm` (the
+//!   once-per-crossing balance alarms), `schema`, `config` ([`EngineConfig`] and, with the
+//!   `test-switches` feature only, `InjectedBug`, decision 84).
+//! - Parts that own their state, with their own methods: `ledger` (the double-entry
+//!   ledger, the one place money moves), `event_log` (the events API's store),
+//!   `random` (the seeded streams), and the records of `state`.
+//! - The interface: `command`, `reply`, [`Effect`] and [`Delivery`] (`effect`), `timer`
+//!   (what the engine waits for), `event` and `event_data` (the events and their typed
+//!   payloads).
+//! - `engine`: the [`Engine`] that composes the parts, its constructor, the inputs,
+//!   outputs and getters above, the dispatch of requests and timers.
+//! - Rules, as `impl Engine` blocks: one module per resource (`account`, `esim`,
+//!   `group`, `webhook`, `network`, `event_api`), `wallet` (every eSIM and group wallet
+//!   rule), `emit` (events to observers, webhooks and the log), `auth`, `idempotency`,
+//!   `pending` (the sandbox's view of the timers); and the reports (`report`, `finance`).
 #![forbid(unsafe_code)]
 
 pub mod account;
+mod alarm;
 mod auth;
 pub mod codes;
 pub mod command;
 pub mod config;
 pub mod effect;
+mod emit;
 pub mod engine;
 pub mod error;
 pub mod esim;
 pub mod event;
+mod event_api;
 pub mod event_data;
 pub mod event_log;
+pub mod event_name;
 pub mod finance;
 pub mod finance_html;
 pub mod finance_render;
 pub mod group;
 mod idempotency;
-mod ids;
+pub mod ids;
 pub mod ledger;
+pub mod limits;
 pub mod money;
 pub mod network;
+mod pending;
+mod random;
 pub mod rates;
 pub mod reply;
 pub mod report;
+pub mod schema;
 pub mod secret;
 pub mod state;
 pub mod time;
-mod timer;
+pub mod timer;
 pub mod wallet;
 pub mod webhook;
 
 pub use command::*;
 #[cfg(feature = "test-switches")]
 pub use engine::InjectedBug;
-pub use engine::{limits, Delivery, Effect, Engine, EngineConfig};
+pub use engine::{Delivery, Effect, Engine, EngineConfig};
 pub use error::{ApiError, ErrorCode};
-pub use esim::page;
 pub use event::{Event, EventName};
 pub use event_data::EventData;
+pub use limits::page;
 pub use reply::{draw_qr, render, Reply, Response};
 pub use secret::{KeyDigest, SealedSecret};
 pub use time::Millis;
@@ -160,10 +173,4 @@ macro_rules! with_test_switches {
 #[macro_export]
 macro_rules! with_test_switches {
     ($($code:tt)*) => {};
-}
-
-/// The rates endpoint: the built-in table filtered by country and continent.
-pub(crate) fn rates_reply(country: Option<&str>, continent: Option<&str>) -> Reply {
-    let countries = rates::RateTable::builtin().filter(country, continent);
-    Reply::Rates(reply::Rates { total_countries: countries.len() as u64, discount: rates::DISCOUNT_TEXT, countries })
 }

@@ -3,9 +3,10 @@
 //! charges, and its reporting pipeline, are in `wallet`.
 
 use crate::command::SandboxOp;
-use crate::engine::{limits, Engine};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::EsimEvent;
+use crate::limits;
 use crate::rates::RateTable;
 use crate::reply::*;
 use crate::state::*;
@@ -32,7 +33,7 @@ impl Engine {
         }
     }
 
-    fn any_sim(&self, iccid: &str) -> Result<EsimIx, ApiError> {
+    fn any_esim(&self, iccid: &str) -> Result<EsimIx, ApiError> {
         crate::ids::iccid_number(iccid)
             .and_then(|n| self.iccid_index.get(n))
             .ok_or_else(|| ApiError::new(ErrorCode::EsimNotFound, format!("no eSIM with ICCID {iccid}")))
@@ -40,49 +41,49 @@ impl Engine {
 
     /// The customer installs and boots the profile; the first time it becomes ENABLED.
     fn install(&mut self, iccid: &str) -> Response {
-        let sim = self.any_sim(iccid)?;
+        let esim = self.any_esim(iccid)?;
         let now = self.now;
-        let esim = &mut self.esims[sim];
-        if esim.status == EsimStatus::Terminated {
+        let record = &mut self.esims[esim];
+        if record.status == EsimStatus::Terminated {
             return Err(ApiError::new(ErrorCode::EsimAlreadyTerminated, "the eSIM is terminated"));
         }
-        if esim.activated_at.is_none() {
-            esim.euicc_network = EuiccState::Enabled;
-            esim.euicc_cached = EuiccState::Enabled;
-            esim.activated_at = Some(now);
-            if esim.status == EsimStatus::Pending {
-                self.set_status(sim, EsimStatus::Active);
+        if record.activated_at.is_none() {
+            record.euicc_network = EuiccState::Enabled;
+            record.euicc_cached = EuiccState::Enabled;
+            record.activated_at = Some(now);
+            if record.status == EsimStatus::Pending {
+                self.set_status(esim, EsimStatus::Active);
             }
-            let status = self.esims[sim].status.as_str();
-            self.emit_esim(sim, EsimEvent::Activated { activated_at: now, euicc_state: "ENABLED", status });
+            let status = self.esims[esim].status.as_str();
+            self.emit_esim(esim, EsimEvent::Activated { activated_at: now, euicc_state: "ENABLED", status });
         }
-        let esim = &self.esims[sim];
+        let record = &self.esims[esim];
         Ok(Reply::Installed(Installed {
             success: true,
             iccid: iccid.to_string(),
-            status: esim.status.as_str(),
-            euicc_state: esim.euicc_network.as_str(),
-            activated_at: esim.activated_at,
+            status: record.status.as_str(),
+            euicc_state: record.euicc_network.as_str(),
+            activated_at: record.activated_at,
         }))
     }
 
-    /// Why data cannot flow for this SIM right now, if it cannot.
-    fn data_blocked(&self, sim: EsimIx) -> Option<&'static str> {
-        let esim = &self.esims[sim];
-        if esim.status == EsimStatus::Terminated {
+    /// Why data cannot flow for this eSIM right now, if it cannot.
+    fn data_blocked(&self, esim: EsimIx) -> Option<&'static str> {
+        let record = &self.esims[esim];
+        if record.status == EsimStatus::Terminated {
             return Some("terminated");
         }
-        if esim.euicc_network != EuiccState::Enabled {
+        if record.euicc_network != EuiccState::Enabled {
             return Some("profile_not_installed");
         }
-        if !esim.data_enabled {
+        if !record.data_enabled {
             return Some("data_disabled");
         }
-        if self.accounts[esim.account].frozen {
+        if self.accounts[record.account].frozen {
             return Some("account_frozen");
         }
         // Data pauses while a return of the wallet it spends is on its way.
-        let paused = match &esim.funding {
+        let paused = match &record.funding {
             Funding::Member { group, .. } => self.groups[*group].defund.is_some(),
             Funding::Returning(_) => true,
             Funding::NoWallet | Funding::Wallet => false,
@@ -96,7 +97,7 @@ impl Engine {
     /// A device uses `mb` of data in a country on an operator (default: the cheapest).
     /// Charged at the reseller per-MB price; cut off where the credit runs out.
     fn usage(&mut self, iccid: &str, mb: Decimal, country: &str, operator: Option<&str>) -> Response {
-        let sim = self.any_sim(iccid)?;
+        let esim = self.any_esim(iccid)?;
         if mb <= Decimal::ZERO || mb > Decimal::from(limits::MAX_USAGE_MB) {
             return Err(ApiError::validation(format!("mb must be above 0 and at most {}", limits::MAX_USAGE_MB)));
         }
@@ -122,12 +123,12 @@ impl Engine {
         if !place.has_data {
             return stopped("no_data_coverage");
         }
-        if let Some(reason) = self.data_blocked(sim) {
+        if let Some(reason) = self.data_blocked(esim) {
             return stopped(reason);
         }
-        let owner = match self.esims[sim].funding.group() {
+        let owner = match self.esims[esim].funding.group() {
             Some(group) => WalletOwner::Group(group),
-            None => WalletOwner::Sim(sim),
+            None => WalletOwner::Esim(esim),
         };
         let slots = self.wallet(owner).slots;
         let credit = self.ledger.balance(slots.credit);

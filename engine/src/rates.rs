@@ -12,7 +12,7 @@
 //!   `per_gb == retail * 0.9` and `per_mb * 1000 == per_gb` hold exactly. Values are
 //!   normalized so that they serialize as `4.5`, not `4.50`.
 
-use crate::reply::schema;
+use crate::schema;
 use rust_decimal::Decimal;
 use schemars::JsonSchema;
 use serde::Serialize;

@@ -46,7 +46,8 @@ pub struct AccountLines {
     /// The reseller balance now.
     pub reseller_balance_usd: Decimal,
     /// Exact credit of every eSIM wallet.
-    pub sim_wallets_usd: Decimal,
+    #[serde(rename = "sim_wallets_usd")]
+    pub esim_wallets_usd: Decimal,
     /// Exact credit of every group.
     pub group_balances_usd: Decimal,
     /// Returns on their way back.
@@ -92,7 +93,7 @@ impl AccountLines {
             &mut self.move_dust_usd,
             &mut self.forfeited_on_terminate_usd,
             &mut self.reseller_balance_usd,
-            &mut self.sim_wallets_usd,
+            &mut self.esim_wallets_usd,
             &mut self.group_balances_usd,
             &mut self.returns_pending_usd,
             &mut self.fees_earned_usd,
@@ -200,15 +201,15 @@ impl Engine {
                 SlotKind::Fees => &mut lines.fees_earned_usd,
                 SlotKind::Forfeited => &mut lines.forfeited_usd,
                 SlotKind::Dust => &mut lines.dust_usd,
-                SlotKind::SimCredit => &mut lines.sim_wallets_usd,
+                SlotKind::EsimCredit => &mut lines.esim_wallets_usd,
                 SlotKind::GroupCredit => &mut lines.group_balances_usd,
-                SlotKind::SimUnreported | SlotKind::GroupUnreported => &mut lines.data_charged_unreported_usd,
-                SlotKind::SimReported | SlotKind::GroupReported => &mut lines.data_charged_reported_usd,
+                SlotKind::EsimUnreported | SlotKind::GroupUnreported => &mut lines.data_charged_unreported_usd,
+                SlotKind::EsimReported | SlotKind::GroupReported => &mut lines.data_charged_reported_usd,
             };
             *line += balance;
         }
         let closing = lines.reseller_balance_usd
-            + lines.sim_wallets_usd
+            + lines.esim_wallets_usd
             + lines.group_balances_usd
             + lines.returns_pending_usd
             + lines.fees_earned_usd

@@ -7,6 +7,7 @@
 //! state, its snapshots and the journal reveal no secret, and the engine's seeded RNG
 //! never makes one.
 
+use crate::ids::hex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
@@ -31,7 +32,7 @@ impl KeyDigest {
     /// The key's id in the API (`key_` and the first 128 bits of the digest in hex,
     /// decision 128): it names a key without being one.
     pub fn key_id(&self) -> String {
-        format!("{}{}", KEY_ID_PREFIX, crate::ids::hex(&self.0[..16]))
+        format!("{}{}", KEY_ID_PREFIX, hex(&self.0[..16]))
     }
 
     /// The all-zero digest: no key hashes to it, so it marks "not filled in".
@@ -42,13 +43,13 @@ impl KeyDigest {
 
 impl std::fmt::Debug for KeyDigest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KeyDigest({})", crate::ids::hex(&self.0[..8]))
+        write!(f, "KeyDigest({})", hex(&self.0[..8]))
     }
 }
 
 impl Serialize for KeyDigest {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&crate::ids::hex(&self.0))
+        serializer.serialize_str(&hex(&self.0))
     }
 }
 
@@ -105,6 +106,11 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Compares two byte strings in time independent of where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -2,65 +2,34 @@
 //! blocks of the resource modules (the wallet rules in `wallet`), so this file only
 //! says what is remembered and why.
 
-use crate::command::CardBehavior;
-use crate::event::EventName;
+use crate::alarm::CrossingAlarm;
+use crate::event_name::EventName;
 use crate::ledger::{AccountSlots, WalletSlots};
 use crate::time::Millis;
-use crate::wallet::CrossingAlarm;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// An index newtype: the position of a record in its engine list, serialized as the
-/// bare number (so the state digest and snapshots do not change), and usable as an
-/// index of that list only.
-macro_rules! index_newtype {
-    ($(#[$doc:meta])* $name:ident($inner:ty) indexes $record:ty) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(transparent)]
-        pub struct $name(pub $inner);
-        impl std::ops::Index<$name> for Vec<$record> {
+pub use crate::ids::{AccountIx, DeliveryId, EsimIx, GroupIx, WalletOwner, WebhookIx};
+
+/// Each record list is indexed by its own index newtype (see `ids`), and by nothing else.
+macro_rules! indexed_by {
+    ($($ix:ty => $record:ty),+ $(,)?) => {$(
+        impl std::ops::Index<$ix> for Vec<$record> {
             type Output = $record;
-            fn index(&self, ix: $name) -> &$record {
-                &self[ix.0 as usize]
+            fn index(&self, ix: $ix) -> &$record {
+                &self[ix.index()]
             }
         }
-        impl std::ops::IndexMut<$name> for Vec<$record> {
-            fn index_mut(&mut self, ix: $name) -> &mut $record {
-                &mut self[ix.0 as usize]
+        impl std::ops::IndexMut<$ix> for Vec<$record> {
+            fn index_mut(&mut self, ix: $ix) -> &mut $record {
+                &mut self[ix.index()]
             }
         }
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                self.0.fmt(f)
-            }
-        }
-    };
+    )+};
 }
 
-index_newtype!(
-    /// An account: its position in `Engine::accounts`.
-    AccountIx(u32) indexes Account
-);
-index_newtype!(
-    /// An eSIM: its position in `Engine::esims`.
-    EsimIx(u32) indexes Esim
-);
-index_newtype!(
-    /// A group: its position in `Engine::groups`.
-    GroupIx(u32) indexes Group
-);
-index_newtype!(
-    /// A webhook: its position in `Engine::webhooks`.
-    WebhookIx(u32) indexes Webhook
-);
-
-/// A webhook delivery: the key of `Engine::pending_deliveries`, and the number the
-/// shell reports an outcome with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct DeliveryId(pub u64);
+indexed_by!(AccountIx => Account, EsimIx => Esim, GroupIx => Group, WebhookIx => Webhook);
 
 /// Serializes a struct as the tuple of its fields, in order: records that were tuples
 /// keep their serialized form (so the state digest and snapshots do not change).
@@ -112,6 +81,20 @@ impl EsimStatus {
         self as usize
     }
 
+    /// Whether the rules move an eSIM from this status to `next` (decision 13): a
+    /// terminated eSIM never changes again; install makes a pending one active, the data
+    /// switch moves between suspended and pending or active, and any other may end.
+    pub fn may_become(self, next: EsimStatus) -> bool {
+        use EsimStatus::*;
+        match (self, next) {
+            (Terminated, _) => false,
+            (_, Terminated) => true,
+            (Pending, Active) | (Pending, Suspended) | (Active, Suspended) => true,
+            (Suspended, Active) | (Suspended, Pending) => true,
+            _ => false,
+        }
+    }
+
     /// The status of the API's text (the `status` filter of the list).
     pub fn parse(text: &str) -> Option<EsimStatus> {
         EsimStatus::ALL.into_iter().find(|s| s.as_str() == text)
@@ -143,7 +126,7 @@ impl EuiccState {
     }
 }
 
-/// The upstream view of one wallet (a standalone SIM's or a group's) and the state of
+/// The upstream view of one wallet (a standalone eSIM's or a group's) and the state of
 /// its reporting pipeline and low-balance notifications. Whether its data is paused is
 /// not kept here: its holder knows (a return on its way), and writes it as the wallet's
 /// `paused` field (see `WalletForm`).
@@ -218,7 +201,7 @@ impl WalletFields {
 /// A balance on its way back to the reseller balance.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum PendingReturn {
-    /// eSIM defund: the exact credit taken off the SIM.
+    /// eSIM defund: the exact credit taken off the eSIM.
     Defund {
         /// The exact credit on its way.
         amount: Decimal,
@@ -538,6 +521,47 @@ impl<'de> Deserialize<'de> for Esim {
     }
 }
 
+/// The simulated saved card of an account's auto-refill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CardBehavior {
+    /// Every charge succeeds.
+    Ok,
+    /// Every charge fails with `card_declined`.
+    Declined,
+    /// Every charge fails with `authentication_required` (3-D Secure the service
+    /// cannot complete unattended).
+    RequiresAction,
+    /// Every charge fails with `expired_card`.
+    Expired,
+}
+
+impl CardBehavior {
+    /// Every card, in declaration order (scripts and tests iterate over them).
+    pub const ALL: [CardBehavior; 4] =
+        [CardBehavior::Ok, CardBehavior::Declined, CardBehavior::RequiresAction, CardBehavior::Expired];
+}
+
+/// The name of a card as the API and scripts write it (`requires_action`), from its serde
+/// form: one spelling for the HTTP body, the journal and the simulation's scripts.
+impl std::str::FromStr for CardBehavior {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(text.to_string()))
+            .map_err(|_| "card must be one of ok, declined, requires_action, expired".to_string())
+    }
+}
+
+impl std::fmt::Display for CardBehavior {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(name)) => f.write_str(&name),
+            _ => Err(std::fmt::Error),
+        }
+    }
+}
+
 /// The operator's auto-refill of a reseller balance (decision 34).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AutoRefill {
@@ -765,6 +789,24 @@ pub struct Webhook {
     pub delivery_log: std::collections::VecDeque<DeliveryAttempt>,
 }
 
+/// How a webhook POST ended, as the shell saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryResult {
+    /// The receiver answered with this HTTP status (2xx is success).
+    Status(u16),
+    /// No answer within the delivery timeout.
+    Timeout,
+    /// No connection (refused, DNS, TLS): the text says which.
+    Failed(String),
+}
+
+impl DeliveryResult {
+    /// Whether the receiver accepted the delivery: any 2xx status.
+    pub fn is_success(&self) -> bool {
+        matches!(self, DeliveryResult::Status(200..=299))
+    }
+}
+
 /// One finished delivery attempt, as the delivery log shows it (decision 118).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeliveryAttempt {
@@ -781,7 +823,7 @@ pub struct DeliveryAttempt {
     /// Service time the attempt was handed to the sender.
     pub attempted_at: Millis,
     /// What the sender saw.
-    pub result: crate::command::DeliveryResult,
+    pub result: DeliveryResult,
     /// How long the POST took on the sender's wall clock (None when not measured).
     pub duration_ms: Option<u64>,
     /// When the next attempt of this delivery is due, if one was scheduled.
@@ -876,15 +918,6 @@ pub struct Faults {
     pub upstream_pause_fails: bool,
     /// Network reads fail: the eSIM detail falls back to the cached `euicc_state` (decision 63).
     pub network_read_fails: bool,
-}
-
-/// Which wallet a report timer is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum WalletOwner {
-    /// A standalone eSIM's own wallet.
-    Sim(EsimIx),
-    /// A group's wallet.
-    Group(GroupIx),
 }
 
 /// The API keys, by the first half of their digest ([`crate::secret::KeyDigest::id`]).
@@ -1049,8 +1082,6 @@ impl<'de> Deserialize<'de> for KeyTable {
         Ok(table)
     }
 }
-
-pub use crate::timer::Timer;
 
 /// Serializes a map whose keys are not strings as a list of `[key, value]` pairs, so
 /// that JSON (digest, snapshots) can hold it.
@@ -1246,7 +1277,7 @@ mod tests {
             terminated_at: None,
             data_enabled: true,
             throttle: Throttle::NO_LIMIT,
-            wallet: Wallet::new(ledger.open_sim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
+            wallet: Wallet::new(ledger.open_esim_wallet(AccountIx(0)), CrossingAlarm::UNARMED),
             funding,
         }
     }

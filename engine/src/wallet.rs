@@ -11,90 +11,10 @@ use crate::ledger::Reason;
 use crate::money;
 use crate::state::*;
 use crate::time::Millis;
+use crate::timer::Timer;
+
+pub use crate::alarm::{Alarms, CrossingAlarm, Rearm};
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
-
-/// How a low-balance alarm is re-armed: the one rule where eSIM and group wallets differ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rearm {
-    /// eSIM wallets and the reseller balance (decisions 15, 16 and 56): a credit re-arms
-    /// the low alarm only when it leaves the balance showing the threshold or more; a
-    /// check of the balance never re-arms it.
-    AtThreshold,
-    /// Groups (decisions 33 and 57): every fund re-arms the low alarm, whatever it
-    /// leaves, and so does every check that finds the balance at or above the threshold.
-    OnAnyFund,
-}
-
-/// What one look at a balance sends: each at most once per crossing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[must_use]
-pub struct Alarms {
-    /// `esim.balance_low` or `group.balance_low` is due.
-    pub low: bool,
-    /// `esim.balance_depleted` or `group.balance_depleted` is due.
-    pub depleted: bool,
-}
-
-/// The low and depleted alarms of one balance (an eSIM wallet, a group, a reseller
-/// balance). Serialized as its two flags, flattened into the record that holds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CrossingAlarm {
-    /// Armed: the next crossing below the low threshold notifies.
-    low_armed: bool,
-    /// The depleted alarm was sent and no credit has come since.
-    depleted_sent: bool,
-}
-
-impl CrossingAlarm {
-    /// Nothing sent, low not armed: a new eSIM wallet, never funded that high (decision 56).
-    pub const UNARMED: CrossingAlarm = CrossingAlarm { low_armed: false, depleted_sent: false };
-    /// Both silent until a credit: a balance at $0 by creation or by the reseller's choice.
-    pub const DISARMED: CrossingAlarm = CrossingAlarm { low_armed: false, depleted_sent: true };
-
-    /// Its two flags as the state writes them: (`low_armed`, `depleted_sent`).
-    pub fn flags(self) -> (bool, bool) {
-        (self.low_armed, self.depleted_sent)
-    }
-
-    /// The alarm of the two flags the state wrote.
-    pub fn from_flags(low_armed: bool, depleted_sent: bool) -> CrossingAlarm {
-        CrossingAlarm { low_armed, depleted_sent }
-    }
-
-    /// Looks at a balance: low when it shows less than `threshold` while armed, depleted
-    /// when it is exactly 0 and that was not sent yet. Each fires once until re-armed.
-    pub fn observe(&mut self, exact: Decimal, threshold: Decimal, rearm: Rearm) -> Alarms {
-        assert!(exact >= Decimal::ZERO, "a balance is never negative");
-        let below = money::displayed(exact) < threshold;
-        if !below && rearm == Rearm::OnAnyFund {
-            self.low_armed = true;
-        }
-        let alarms = Alarms { low: below && self.low_armed, depleted: exact.is_zero() && !self.depleted_sent };
-        if alarms.low {
-            self.low_armed = false;
-        }
-        if alarms.depleted {
-            self.depleted_sent = true;
-        }
-        alarms
-    }
-
-    /// A credit brought the balance to `exact`: depleted is re-armed, low as `rearm` says.
-    pub fn rearm(&mut self, exact: Decimal, threshold: Decimal, rearm: Rearm) {
-        if rearm == Rearm::OnAnyFund || money::displayed(exact) >= threshold {
-            self.low_armed = true;
-        }
-        if exact > Decimal::ZERO {
-            self.depleted_sent = false;
-        }
-    }
-
-    /// Silences both until the next credit (a balance emptied or started at $0).
-    pub fn disarm(&mut self) {
-        *self = CrossingAlarm::DISARMED;
-    }
-}
 
 /// Why a wallet's balance goes back to the reseller balance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,7 +29,7 @@ impl WalletOwner {
     /// The re-arm rule of this kind of wallet.
     pub fn rearm(self) -> Rearm {
         match self {
-            WalletOwner::Sim(_) => Rearm::AtThreshold,
+            WalletOwner::Esim(_) => Rearm::AtThreshold,
             WalletOwner::Group(_) => Rearm::OnAnyFund,
         }
     }
@@ -118,21 +38,21 @@ impl WalletOwner {
 impl Engine {
     pub(crate) fn wallet(&self, owner: WalletOwner) -> &Wallet {
         match owner {
-            WalletOwner::Sim(sim) => &self.esims[sim].wallet,
+            WalletOwner::Esim(esim) => &self.esims[esim].wallet,
             WalletOwner::Group(group) => &self.groups[group].wallet,
         }
     }
 
     fn wallet_mut(&mut self, owner: WalletOwner) -> &mut Wallet {
         match owner {
-            WalletOwner::Sim(sim) => &mut self.esims[sim].wallet,
+            WalletOwner::Esim(esim) => &mut self.esims[esim].wallet,
             WalletOwner::Group(group) => &mut self.groups[group].wallet,
         }
     }
 
     fn wallet_account(&self, owner: WalletOwner) -> AccountIx {
         match owner {
-            WalletOwner::Sim(sim) => self.esims[sim].account,
+            WalletOwner::Esim(esim) => self.esims[esim].account,
             WalletOwner::Group(group) => self.groups[group].account,
         }
     }
@@ -140,7 +60,7 @@ impl Engine {
     /// The low threshold: $5 for an eSIM, the group's own for a group.
     fn low_threshold(&self, owner: WalletOwner) -> Decimal {
         match owner {
-            WalletOwner::Sim(_) => money::low_balance_threshold_usd(),
+            WalletOwner::Esim(_) => money::low_balance_threshold_usd(),
             WalletOwner::Group(group) => self.groups[group].low_balance_threshold,
         }
     }
@@ -149,7 +69,7 @@ impl Engine {
     /// (decisions 2 and 9). A group member's own wallet shows 0 (decision 28).
     pub(crate) fn shown_balance(&self, owner: WalletOwner) -> Decimal {
         let pending = match owner {
-            WalletOwner::Sim(sim) => match &self.esims[sim].funding {
+            WalletOwner::Esim(esim) => match &self.esims[esim].funding {
                 Funding::Member { .. } => return Decimal::ZERO,
                 Funding::Returning(pending) => pending.amount(),
                 Funding::NoWallet | Funding::Wallet => Decimal::ZERO,
@@ -172,7 +92,7 @@ impl Engine {
         let slots = self.accounts[account].slots;
         let wallet = self.wallet(owner).slots;
         let reason = match owner {
-            WalletOwner::Sim(_) => Reason::EsimFund,
+            WalletOwner::Esim(_) => Reason::EsimFund,
             WalletOwner::Group(_) => Reason::GroupFund,
         };
         self.ledger.transfer(slots.reseller, wallet.credit, credit, reason);
@@ -188,8 +108,8 @@ impl Engine {
         record.reporting_paused_until = pause_until;
         record.alarm.rearm(exact, threshold, owner.rearm());
         match owner {
-            WalletOwner::Sim(sim) => {
-                let funding = &mut self.esims[sim].funding;
+            WalletOwner::Esim(esim) => {
+                let funding = &mut self.esims[esim].funding;
                 assert!(funding.is_settled_standalone(), "only a standalone eSIM with nothing on its way is funded");
                 // Its first fund makes the upstream wallet (decision 10).
                 *funding = Funding::Wallet;
@@ -209,8 +129,8 @@ impl Engine {
             return Err(ApiError::new(ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved"));
         }
         match owner {
-            WalletOwner::Sim(sim) => {
-                assert!(matches!(self.esims[sim].funding, Funding::Wallet), "one return at a time, of a funded wallet")
+            WalletOwner::Esim(esim) => {
+                assert!(matches!(self.esims[esim].funding, Funding::Wallet), "one return at a time, of a funded wallet")
             }
             WalletOwner::Group(group) => assert!(self.groups[group].defund.is_none(), "one return at a time"),
         }
@@ -219,22 +139,23 @@ impl Engine {
         let returns = self.accounts[account].slots.returns_pending;
         let credit = self.wallet(owner).slots.credit;
         let amount = self.ledger.transfer_all(credit, returns, Reason::ReturnRequested);
+        assert!(self.ledger.balance(credit).is_zero(), "a return takes the wallet's whole credit");
         assert!(!money::displayed(amount).is_zero(), "a return carries at least a cent");
         // Data pauses while the return is on its way (`data_blocked`): the return's
         // record below says it.
         match (owner, why) {
-            (WalletOwner::Sim(sim), Return::Defund) => {
-                let esim = &mut self.esims[sim];
+            (WalletOwner::Esim(esim), Return::Defund) => {
+                let esim_record = &mut self.esims[esim];
                 // Emptied by the reseller's choice: no low or depleted event for it until
                 // a fund (decision 65).
-                esim.wallet.alarm.disarm();
-                esim.funding = Funding::Returning(PendingReturn::Defund { amount, settles_at });
-                self.schedule(settles_at, Timer::SettleReturn(sim));
+                esim_record.wallet.alarm.disarm();
+                esim_record.funding = Funding::Returning(PendingReturn::Defund { amount, settles_at });
+                self.schedule(settles_at, Timer::SettleReturn(esim));
             }
-            (WalletOwner::Sim(sim), Return::MoveInto(group)) => {
-                self.esims[sim].funding = Funding::Returning(PendingReturn::Move { group, amount, settles_at });
+            (WalletOwner::Esim(esim), Return::MoveInto(group)) => {
+                self.esims[esim].funding = Funding::Returning(PendingReturn::Move { group, amount, settles_at });
                 self.groups[group].incoming_moves += 1;
-                self.schedule(settles_at, Timer::SettleReturn(sim));
+                self.schedule(settles_at, Timer::SettleReturn(esim));
             }
             (WalletOwner::Group(group), Return::Defund) => {
                 let record = &mut self.groups[group];
@@ -249,30 +170,32 @@ impl Engine {
 
     /// A standalone eSIM joining a group with a balance that shows $0: the sub-cent
     /// credit goes to dust at once (decision 29).
-    pub(crate) fn drop_sub_cent_credit(&mut self, sim: EsimIx) {
-        let account = self.esims[sim].account;
+    pub(crate) fn drop_sub_cent_credit(&mut self, esim: EsimIx) {
+        let account = self.esims[esim].account;
         let dust = self.accounts[account].slots.dust;
-        let credit = self.esims[sim].wallet.slots.credit;
+        let credit = self.esims[esim].wallet.slots.credit;
         assert!(money::displayed(self.ledger.balance(credit)).is_zero(), "only a balance that shows $0");
         self.ledger.transfer_all(credit, dust, Reason::MoveDust);
     }
 
     /// A member leaves its group: its own wallet, at $0 since it joined, stays silent
     /// until it is funded.
-    pub(crate) fn wallet_standalone_again(&mut self, sim: EsimIx) {
-        let esim = &mut self.esims[sim];
-        assert!(esim.funding.is_settled_standalone(), "a standalone eSIM with nothing on its way");
-        assert!(self.ledger.balance(esim.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
-        esim.wallet.alarm.disarm();
+    pub(crate) fn wallet_standalone_again(&mut self, esim: EsimIx) {
+        let record = &mut self.esims[esim];
+        assert!(record.funding.is_settled_standalone(), "a standalone eSIM with nothing on its way");
+        assert!(self.ledger.balance(record.wallet.slots.credit).is_zero(), "members hold no wallet (decision 28)");
+        record.wallet.alarm.disarm();
     }
 
     /// Terminate: whatever the wallet still holds is forfeited (a pending return still
     /// completes, decision 60). Returns the exact amount forfeited.
-    pub(crate) fn forfeit_wallet(&mut self, sim: EsimIx) -> Decimal {
-        let account = self.esims[sim].account;
+    pub(crate) fn forfeit_wallet(&mut self, esim: EsimIx) -> Decimal {
+        let account = self.esims[esim].account;
         let forfeited = self.accounts[account].slots.forfeited;
-        let credit = self.esims[sim].wallet.slots.credit;
-        self.ledger.transfer_all(credit, forfeited, Reason::Forfeit)
+        let credit = self.esims[esim].wallet.slots.credit;
+        let amount = self.ledger.transfer_all(credit, forfeited, Reason::Forfeit);
+        assert!(self.ledger.balance(credit).is_zero(), "a terminated eSIM's wallet holds nothing");
+        amount
     }
 
     pub(crate) fn settles_in_minutes(&self) -> u64 {
@@ -284,24 +207,24 @@ impl Engine {
     /// move's join. An eSIM's return waits for its usage to report first (docs/architecture.md, rule 5).
     pub(crate) fn settle_return(&mut self, owner: WalletOwner) {
         let (amount, pending) = match owner {
-            WalletOwner::Sim(sim) => {
-                let esim = &self.esims[sim];
-                if esim.wallet.report_scheduled && esim.funding.pending().is_some() {
+            WalletOwner::Esim(esim) => {
+                let esim_record = &self.esims[esim];
+                if esim_record.wallet.report_scheduled && esim_record.funding.pending().is_some() {
                     // The report timer fires on this sync boundary; this one, scheduled
                     // after it, follows it.
                     let report_due = self.report_due(owner);
                     if let Funding::Returning(
                         PendingReturn::Defund { settles_at, .. } | PendingReturn::Move { settles_at, .. },
-                    ) = &mut self.esims[sim].funding
+                    ) = &mut self.esims[esim].funding
                     {
                         *settles_at = report_due;
                     }
-                    self.schedule(report_due, Timer::SettleReturn(sim));
+                    self.schedule(report_due, Timer::SettleReturn(esim));
                     return;
                 }
                 // One return at a time, and only its settlement timer ends it: the wallet
                 // is back to holding nothing on its way (and data resumes).
-                let Funding::Returning(pending) = std::mem::replace(&mut self.esims[sim].funding, Funding::Wallet)
+                let Funding::Returning(pending) = std::mem::replace(&mut self.esims[esim].funding, Funding::Wallet)
                 else {
                     panic!("a settle timer finds its return");
                 };
@@ -320,8 +243,8 @@ impl Engine {
         self.ledger.transfer(slots.returns_pending, slots.reseller, returned, Reason::ReturnSettled);
         self.ledger.transfer(slots.returns_pending, slots.dust, amount - returned, Reason::ReturnDust);
         #[cfg(feature = "test-switches")]
-        if matches!(owner, WalletOwner::Sim(_))
-            && self.injected_bug == Some(crate::engine::InjectedBug::SettlementPaysOneCentMore)
+        if matches!(owner, WalletOwner::Esim(_))
+            && self.injected_bug == Some(crate::config::InjectedBug::SettlementPaysOneCentMore)
         {
             // Deliberately broken rule, for the simulation's own tests only.
             let balance = self.ledger.balance(slots.reseller);
@@ -330,13 +253,14 @@ impl Engine {
         self.after_reseller_credit(account);
         let now = self.now;
         match (owner, pending) {
-            (WalletOwner::Sim(sim), Some(PendingReturn::Defund { .. })) => {
-                self.emit_esim(sim, EsimEvent::Defunded { returned_usd: returned });
+            (WalletOwner::Esim(esim), Some(PendingReturn::Defund { .. })) => {
+                self.emit_esim(esim, EsimEvent::Defunded { returned_usd: returned });
             }
-            (WalletOwner::Sim(sim), Some(PendingReturn::Move { group, .. })) => {
+            (WalletOwner::Esim(esim), Some(PendingReturn::Move { group, .. })) => {
+                assert!(self.groups[group].incoming_moves > 0, "a settling move was counted by its group");
                 self.groups[group].incoming_moves -= 1;
-                if self.esims[sim].status != EsimStatus::Terminated {
-                    self.join_group(sim, group, Some(returned));
+                if self.esims[esim].status != EsimStatus::Terminated {
+                    self.join_group(esim, group, Some(returned));
                 }
             }
             (WalletOwner::Group(group), _) => {
@@ -346,7 +270,7 @@ impl Engine {
                 record.updated_at = now;
                 self.emit_group(group, GroupEvent::Defunded { returned_usd: returned });
             }
-            (WalletOwner::Sim(_), None) => unreachable!("an eSIM settles its pending return"),
+            (WalletOwner::Esim(_), None) => unreachable!("an eSIM settles its pending return"),
         }
     }
 
@@ -396,29 +320,29 @@ impl Engine {
         }
         let slots = wallet.slots;
         self.ledger.transfer_all(slots.unreported, slots.reported, Reason::DataReport);
-        if let WalletOwner::Sim(sim) = owner {
-            self.check_esim_alarms(sim);
+        if let WalletOwner::Esim(esim) = owner {
+            self.check_esim_alarms(esim);
         }
     }
 
     /// esim.balance_low once per crossing below $5, esim.balance_depleted at $0, as the
     /// pipeline reports (decision 15); never for a member, a pending return or a
     /// terminated eSIM.
-    fn check_esim_alarms(&mut self, sim: EsimIx) {
-        let esim = &self.esims[sim];
-        if esim.status == EsimStatus::Terminated || !esim.funding.is_settled_standalone() {
+    fn check_esim_alarms(&mut self, esim: EsimIx) {
+        let record = &self.esims[esim];
+        if record.status == EsimStatus::Terminated || !record.funding.is_settled_standalone() {
             return;
         }
-        let owner = WalletOwner::Sim(sim);
-        let exact = self.ledger.balance(esim.wallet.slots.credit);
+        let owner = WalletOwner::Esim(esim);
+        let exact = self.ledger.balance(record.wallet.slots.credit);
         let shown = money::displayed(exact);
         let threshold = self.low_threshold(owner);
-        let alarms = self.esims[sim].wallet.alarm.observe(exact, threshold, owner.rearm());
+        let alarms = self.esims[esim].wallet.alarm.observe(exact, threshold, owner.rearm());
         if alarms.low {
-            self.emit_esim(sim, EsimEvent::BalanceLow { wallet_balance_usd: shown, threshold_usd: threshold });
+            self.emit_esim(esim, EsimEvent::BalanceLow { wallet_balance_usd: shown, threshold_usd: threshold });
         }
         if alarms.depleted {
-            self.emit_esim(sim, EsimEvent::BalanceDepleted { wallet_balance_usd: shown });
+            self.emit_esim(esim, EsimEvent::BalanceDepleted { wallet_balance_usd: shown });
         }
     }
 
@@ -449,47 +373,5 @@ impl Engine {
         if alarms.depleted {
             self.emit_group(group, GroupEvent::BalanceDepleted {});
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn d(cents: i64) -> Decimal {
-        Decimal::new(cents, 2)
-    }
-
-    #[test]
-    fn esim_alarm_fires_once_per_crossing_and_only_a_high_fund_rearms() {
-        let mut alarm = CrossingAlarm::UNARMED;
-        // Funded only below $5: never low (decision 56), depleted at 0.
-        alarm.rearm(d(300), d(500), Rearm::AtThreshold);
-        assert_eq!(alarm.observe(d(100), d(500), Rearm::AtThreshold), Alarms { low: false, depleted: false });
-        assert_eq!(alarm.observe(d(0), d(500), Rearm::AtThreshold), Alarms { low: false, depleted: true });
-        assert_eq!(alarm.observe(d(0), d(500), Rearm::AtThreshold), Alarms::default());
-        alarm.rearm(d(1000), d(500), Rearm::AtThreshold);
-        assert_eq!(alarm.observe(d(499), d(500), Rearm::AtThreshold), Alarms { low: true, depleted: false });
-        assert_eq!(alarm.observe(d(0), d(500), Rearm::AtThreshold), Alarms { low: false, depleted: true });
-        // A check above the threshold does not re-arm an eSIM wallet.
-        assert_eq!(alarm.observe(d(600), d(500), Rearm::AtThreshold), Alarms::default());
-        assert_eq!(alarm.observe(d(400), d(500), Rearm::AtThreshold), Alarms::default());
-    }
-
-    #[test]
-    fn group_alarm_rearms_on_any_fund_and_on_recovery() {
-        let mut alarm = CrossingAlarm::DISARMED;
-        alarm.rearm(d(100), d(1000), Rearm::OnAnyFund);
-        assert_eq!(alarm.observe(d(90), d(1000), Rearm::OnAnyFund), Alarms { low: true, depleted: false });
-        assert_eq!(alarm.observe(d(1000), d(1000), Rearm::OnAnyFund), Alarms::default());
-        assert_eq!(alarm.observe(d(0), d(1000), Rearm::OnAnyFund), Alarms { low: true, depleted: true });
-        alarm.disarm();
-        assert_eq!(alarm.observe(d(0), d(0), Rearm::OnAnyFund), Alarms::default());
-    }
-
-    #[test]
-    fn flattened_flags_keep_their_names() {
-        let text = serde_json::to_string(&CrossingAlarm::DISARMED).unwrap();
-        assert_eq!(text, r#"{"low_armed":false,"depleted_sent":true}"#);
     }
 }

@@ -5,15 +5,18 @@
 //! auto-disable at 10 are decided here, so they are journaled and simulated.
 
 use crate::command::DeliveryResult;
-use crate::engine::{limits, Delivery, Effect, Engine};
+use crate::effect::{Delivery, Effect};
+use crate::engine::Engine;
 use crate::error::{ApiError, ErrorCode};
 use crate::event::{Event, EventName};
 use crate::event_data::{EventData, TestData};
-use crate::ids::Purpose;
+use crate::limits;
+use crate::random::Purpose;
 use crate::reply::*;
 use crate::secret::SealedSecret;
 use crate::state::*;
 use crate::time::Millis;
+use crate::timer::Timer;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::BTreeSet;
@@ -283,8 +286,10 @@ impl Engine {
             deleted: false,
             delivery_log: Default::default(),
         });
-        self.webhook_index.insert(id, webhook);
+        let previous = self.webhook_index.insert(id, webhook);
+        assert!(previous.is_none(), "webhook ids are unique");
         self.accounts[account].webhooks.push(webhook);
+        assert!(self.accounts[account].webhooks.len() <= limits::MAX_WEBHOOKS, "an account holds at most its webhooks");
         // The shell, which drew the secret, shows it in the answer (once).
         Ok(Reply::WebhookCreated(WebhookCreated {
             webhook: self.webhook_record(webhook),
@@ -343,7 +348,7 @@ impl Engine {
         self.require_not_frozen(account)?;
         let event = Event {
             id: self.random_id(Purpose::EventId, "evt_", 12),
-            account: account.0,
+            account,
             name: EventName::Test,
             created_at: self.now,
             data: EventData::Test(TestData { message: "This is a test event.", webhook_id: webhook_id.to_string() }),
@@ -543,7 +548,7 @@ impl Engine {
         offset: Option<u64>,
     ) -> Response {
         let webhook = self.webhook_of(account, webhook_id)?;
-        let (limit, offset) = crate::esim::page(limit, offset)?;
+        let (limit, offset) = crate::limits::page(limit, offset)?;
         let now = self.now;
         let shown = self.webhooks[webhook].delivery_log.iter().rev().filter(|attempt| {
             now.0 - attempt.attempted_at.0 < limits::EVENT_RETENTION_MS

@@ -65,10 +65,16 @@ proptest! {
 fn a_corrupted_ledger_is_detected() {
     let mut world = World::new(1);
     world.apply(&Action::Provision { account: 0, group: None });
-    world.apply(&Action::Fund { sim: 0, cents: 1_000 });
+    world.apply(&Action::Fund { esim: 0, cents: 1_000 });
     assert!(world.h.engine.money_violations().is_empty());
-    let slot =
-        world.h.engine.ledger().slots().find(|(_, i, _)| i.kind == esim_engine::ledger::SlotKind::SimCredit).unwrap().0;
+    let slot = world
+        .h
+        .engine
+        .ledger()
+        .slots()
+        .find(|(_, i, _)| i.kind == esim_engine::ledger::SlotKind::EsimCredit)
+        .unwrap()
+        .0;
     world.h.engine.ledger_mut_for_test().corrupt_for_test(slot, rust_decimal::Decimal::new(1, 2));
     assert!(!world.h.engine.money_violations().is_empty());
     assert!(!world.h.engine.conservation_report(None).unwrap().conserved);

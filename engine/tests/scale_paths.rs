@@ -14,9 +14,9 @@ fn scanned(engine: &Engine, account: usize, status: Option<EsimStatus>, limit: u
     let matching: Vec<String> = engine.accounts()[account]
         .esims
         .iter()
-        .map(|sim| &engine.esims()[sim.0 as usize])
-        .filter(|esim| status.is_none_or(|s| esim.status == s))
-        .map(|esim| esim.iccid.to_string())
+        .map(|esim| &engine.esims()[esim.0 as usize])
+        .filter(|record| status.is_none_or(|s| record.status == s))
+        .map(|record| record.iccid.to_string())
         .collect();
     let page = matching.iter().skip(offset.min(usize::MAX as u64) as usize).take(limit as usize).cloned().collect();
     (page, matching.len() as u64)
@@ -68,17 +68,17 @@ fn counted_pages_and_active_counts_match_a_scan_before_and_after_a_snapshot() {
     let mut h = Harness::new();
     let big = h.reseller("10000");
     let small = h.reseller("100");
-    let mut sims = Vec::new();
+    let mut esims_of_account = Vec::new();
     for n in 0..160 {
         let iccid = if n % 9 == 4 { h.provision(&big) } else { h.provision_installed(&big) };
-        sims.push(iccid);
+        esims_of_account.push(iccid);
         if n % 40 == 0 {
             h.provision_installed(&small);
         }
     }
     // Every transition: disable, enable (back to active, or to pending if never
     // installed), terminate (from each status), install of a pending one.
-    for (n, iccid) in sims.iter().enumerate() {
+    for (n, iccid) in esims_of_account.iter().enumerate() {
         let iccid = iccid.clone();
         match n % 7 {
             0 | 3 => {
@@ -122,7 +122,7 @@ fn counted_pages_and_active_counts_match_a_scan_before_and_after_a_snapshot() {
         let mut h2 = Harness { engine: back, ..Harness::new() };
         h2.now = h2.engine.now();
         let fresh = h2.provision_installed(&big);
-        h2.call(&big, ResellerOp::Disable { iccid: sims[10].clone() }).unwrap();
+        h2.call(&big, ResellerOp::Disable { iccid: esims_of_account[10].clone() }).unwrap();
         h2.call(&big, ResellerOp::Terminate { iccid: fresh }).unwrap();
         h2.engine
     };

@@ -225,7 +225,7 @@ impl Checker for Display {
                 continue;
             }
             self.checked[index] = Some(exact);
-            if let Some(error) = display_error(exact, engine.esim_displayed_balance(index as u32)) {
+            if let Some(error) = display_error(exact, engine.esim_displayed_balance(EsimIx(index as u32))) {
                 return Err(format!("eSIM {}: {error}", esim.iccid));
             }
         }
@@ -272,7 +272,7 @@ pub struct ReturnsExact {
 impl ReturnsExact {
     fn shown_now(engine: &Engine, owner: WalletOwner) -> Option<Decimal> {
         match owner {
-            WalletOwner::Sim(sim) => sim_exact(engine, sim.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
+            WalletOwner::Esim(sim) => sim_exact(engine, sim.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed),
             WalletOwner::Group(group) => {
                 group_exact(engine, group.0).filter(|e| *e >= Decimal::ZERO).map(money::displayed)
             }
@@ -281,7 +281,7 @@ impl ReturnsExact {
 
     fn still_pending(engine: &Engine, owner: WalletOwner) -> bool {
         match owner {
-            WalletOwner::Sim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.funding.pending().is_some()),
+            WalletOwner::Esim(sim) => engine.esims().get(sim.0 as usize).is_some_and(|e| e.funding.pending().is_some()),
             WalletOwner::Group(group) => engine.groups().get(group.0 as usize).is_some_and(|g| g.defund.is_some()),
         }
     }
@@ -291,14 +291,14 @@ impl ReturnsExact {
         /// The eSIM or group a settlement event names, and what it says came back.
         fn returned(data: &EventData, owner: WalletOwner) -> Option<(&str, Option<Decimal>)> {
             match (data, owner) {
-                (EventData::EsimDefunded(d), WalletOwner::Sim(_)) => Some((d.iccid.as_str(), Some(d.returned_usd))),
-                (EventData::EsimGroupAssigned(d), WalletOwner::Sim(_)) => Some((d.iccid.as_str(), d.returned_usd)),
+                (EventData::EsimDefunded(d), WalletOwner::Esim(_)) => Some((d.iccid.as_str(), Some(d.returned_usd))),
+                (EventData::EsimGroupAssigned(d), WalletOwner::Esim(_)) => Some((d.iccid.as_str(), d.returned_usd)),
                 (EventData::GroupDefunded(d), WalletOwner::Group(_)) => Some((&d.group_id, Some(d.returned_usd))),
                 _ => None,
             }
         }
         let id: &str = match owner {
-            WalletOwner::Sim(sim) => &engine.esims().get(sim.0 as usize)?.iccid,
+            WalletOwner::Esim(sim) => &engine.esims().get(sim.0 as usize)?.iccid,
             WalletOwner::Group(group) => &engine.groups().get(group.0 as usize)?.id,
         };
         log.events.iter().filter_map(|e| returned(&e.data, owner)).filter(|&(of, _)| of == id).find_map(|(_, usd)| usd)
@@ -362,7 +362,7 @@ impl Checker for ReturnsExact {
         }
         for event in &ctx.log.events {
             let EventData::BalanceAutoRefillSucceeded(refill) = &event.data else { continue };
-            if let Some(expected) = self.expected.get_mut(event.account as usize) {
+            if let Some(expected) = self.expected.get_mut(event.account.index()) {
                 *expected += refill.amount_usd;
             }
         }
@@ -426,7 +426,7 @@ impl Checker for LifetimeCounters {
         }
         for event in &ctx.log.events {
             let EventData::BalanceAutoRefillSucceeded(refill) = &event.data else { continue };
-            if let Some(expected) = self.expected.get_mut(event.account as usize) {
+            if let Some(expected) = self.expected.get_mut(event.account.index()) {
                 expected.1 += refill.amount_usd;
             }
         }
@@ -748,7 +748,7 @@ impl Checker for EventDelivery {
                 .subscriptions
                 .iter()
                 .filter(|(w, (account, subscribed))| {
-                    *account == event.account
+                    *account == event.account.0
                         && active.get(**w as usize) == Some(&true)
                         && subscribed.covers(event.name)
                 })
@@ -1052,7 +1052,7 @@ impl Checker for LowBalanceOnce {
                 EventName::EsimBalanceLow | EventName::EsimBalanceDepleted => event.data.iccid(),
                 EventName::GroupBalanceLow | EventName::GroupBalanceDepleted => event.data.group_id(),
                 EventName::BalanceLow | EventName::BalanceDepleted => {
-                    let id = engine.accounts().get(event.account as usize).map(|a| a.id.clone());
+                    let id = engine.accounts().get(event.account.index()).map(|a| a.id.clone());
                     if !self.notified.insert((event.name, id.unwrap_or_default())) {
                         return Err(format!(
                             "a second {} for account {} without a credit in between",
@@ -1546,7 +1546,7 @@ mod tests {
         world
     }
 
-    fn credit_slot(world: &World, sim: usize) -> u32 {
+    fn credit_slot(world: &World, sim: usize) -> esim_engine::ledger::Slot {
         world.engine().esims()[sim].wallet.slots.credit
     }
 
@@ -1617,7 +1617,7 @@ mod tests {
         let slot = credit_slot(&world, 0);
         world.engine_mut().ledger_mut_for_test().corrupt_for_test(slot, Decimal::new(-1, 2));
         let error = check_with(&mut NoNegativeSlot, &world, world.log()).unwrap_err();
-        assert!(error.contains("SimCredit"), "{error}");
+        assert!(error.contains("EsimCredit"), "{error}");
     }
 
     #[test]

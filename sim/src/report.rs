@@ -68,7 +68,7 @@ fn add_lines(a: &mut AccountLines, b: &AccountLines) {
         move_dust_usd,
         forfeited_on_terminate_usd,
         reseller_balance_usd,
-        sim_wallets_usd,
+        esim_wallets_usd,
         group_balances_usd,
         returns_pending_usd,
         fees_earned_usd,

@@ -245,7 +245,7 @@ fn data_json(event: &esim_engine::Event) -> Value {
 /// Whether an event concerns `id` (an eSIM, group or account id).
 fn event_about(event: &esim_engine::Event, world: &World, id: &str) -> bool {
     [event.data.iccid(), event.data.group_id()].contains(&Some(id))
-        || world.engine().accounts().get(event.account as usize).is_some_and(|a| a.id == id)
+        || world.engine().accounts().get(event.account.index()).is_some_and(|a| a.id == id)
 }
 
 fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {

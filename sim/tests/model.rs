@@ -210,7 +210,7 @@ fn compare(world: &World, model: &Model) -> Result<(), String> {
     for (index, sim) in model.sims.iter().enumerate() {
         let esim = &engine.esims()[index];
         let expected = shown(sim.credit + sim.pending.map_or(Decimal::ZERO, |(amount, _)| amount));
-        let displayed = engine.esim_displayed_balance(index as u32);
+        let displayed = engine.esim_displayed_balance(esim_engine::state::EsimIx(index as u32));
         if displayed != expected {
             return Err(format!("s{index} displays {displayed}, model {expected} ({sim:?})"));
         }

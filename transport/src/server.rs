@@ -1367,7 +1367,7 @@ impl Owner {
                         if !span.is_disabled() {
                             let engine = self.service.engine();
                             if let Some(account) =
-                                engine.key_account(digest).and_then(|i| engine.accounts().get(i as usize))
+                                engine.key_account(digest).and_then(|i| engine.accounts().get(i.index()))
                             {
                                 span.record("account_id", account.id.as_str());
                             }

@@ -11,24 +11,24 @@ pub enum Action {
     NewAccount,
     TopUp { account: u8, dollars: u16 },
     Provision { account: u8, group: Option<u8> },
-    Install { sim: u8 },
-    Fund { sim: u8, cents: u32 },
-    Usage { sim: u8, mb: u32 },
-    Defund { sim: u8 },
-    Terminate { sim: u8 },
-    Disable { sim: u8 },
-    Enable { sim: u8 },
+    Install { esim: u8 },
+    Fund { esim: u8, cents: u32 },
+    Usage { esim: u8, mb: u32 },
+    Defund { esim: u8 },
+    Terminate { esim: u8 },
+    Disable { esim: u8 },
+    Enable { esim: u8 },
     CreateGroup { account: u8 },
     FundGroup { group: u8, cents: u32 },
     DefundGroup { group: u8 },
-    AddToGroup { group: u8, sim: u8 },
-    RemoveFromGroup { sim: u8 },
+    AddToGroup { group: u8, esim: u8 },
+    RemoveFromGroup { esim: u8 },
     AutoRefill { account: u8, card: u8 },
     Freeze { account: u8, frozen: bool },
     Webhook { account: u8 },
     DeliveryOutcome { pick: u8, status: u16 },
     Advance { seconds: u32 },
-    Read { sim: u8 },
+    Read { esim: u8 },
 }
 
 pub fn action() -> impl Strategy<Value = Action> {
@@ -36,24 +36,24 @@ pub fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::NewAccount),
         2 => (any::<u8>(), 10u16..200).prop_map(|(account, dollars)| Action::TopUp { account, dollars }),
         4 => (any::<u8>(), proptest::option::of(any::<u8>())).prop_map(|(account, group)| Action::Provision { account, group }),
-        3 => any::<u8>().prop_map(|sim| Action::Install { sim }),
-        5 => (any::<u8>(), 1u32..5_000).prop_map(|(sim, cents)| Action::Fund { sim, cents }),
-        6 => (any::<u8>(), 1u32..4_000).prop_map(|(sim, mb)| Action::Usage { sim, mb }),
-        2 => any::<u8>().prop_map(|sim| Action::Defund { sim }),
-        1 => any::<u8>().prop_map(|sim| Action::Terminate { sim }),
-        1 => any::<u8>().prop_map(|sim| Action::Disable { sim }),
-        1 => any::<u8>().prop_map(|sim| Action::Enable { sim }),
+        3 => any::<u8>().prop_map(|esim| Action::Install { esim }),
+        5 => (any::<u8>(), 1u32..5_000).prop_map(|(esim, cents)| Action::Fund { esim, cents }),
+        6 => (any::<u8>(), 1u32..4_000).prop_map(|(esim, mb)| Action::Usage { esim, mb }),
+        2 => any::<u8>().prop_map(|esim| Action::Defund { esim }),
+        1 => any::<u8>().prop_map(|esim| Action::Terminate { esim }),
+        1 => any::<u8>().prop_map(|esim| Action::Disable { esim }),
+        1 => any::<u8>().prop_map(|esim| Action::Enable { esim }),
         1 => any::<u8>().prop_map(|account| Action::CreateGroup { account }),
         2 => (any::<u8>(), 1u32..5_000).prop_map(|(group, cents)| Action::FundGroup { group, cents }),
         1 => any::<u8>().prop_map(|group| Action::DefundGroup { group }),
-        2 => (any::<u8>(), any::<u8>()).prop_map(|(group, sim)| Action::AddToGroup { group, sim }),
-        1 => any::<u8>().prop_map(|sim| Action::RemoveFromGroup { sim }),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(group, esim)| Action::AddToGroup { group, esim }),
+        1 => any::<u8>().prop_map(|esim| Action::RemoveFromGroup { esim }),
         1 => (any::<u8>(), 0u8..5).prop_map(|(account, card)| Action::AutoRefill { account, card }),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(account, frozen)| Action::Freeze { account, frozen }),
         1 => any::<u8>().prop_map(|account| Action::Webhook { account }),
         2 => (any::<u8>(), prop_oneof![Just(200u16), Just(500u16)]).prop_map(|(pick, status)| Action::DeliveryOutcome { pick, status }),
         3 => (1u32..3_600).prop_map(|seconds| Action::Advance { seconds }),
-        2 => any::<u8>().prop_map(|sim| Action::Read { sim }),
+        2 => any::<u8>().prop_map(|esim| Action::Read { esim }),
     ]
 }
 
@@ -61,7 +61,7 @@ pub fn action() -> impl Strategy<Value = Action> {
 pub struct World {
     pub h: Harness,
     pub accounts: Vec<Reseller>,
-    pub sims: Vec<(usize, String)>,
+    pub esims_of_account: Vec<(usize, String)>,
     pub groups: Vec<(usize, String)>,
     /// Every response, rendered (status and bytes), for determinism checks.
     pub transcript: Vec<(u16, Vec<u8>)>,
@@ -76,7 +76,7 @@ impl World {
         let mut h =
             Harness::with_config(EngineConfig { seed, allow_insecure_webhooks: true, ..EngineConfig::default() });
         let first = h.reseller("100");
-        World { h, accounts: vec![first], sims: vec![], groups: vec![], transcript: vec![] }
+        World { h, accounts: vec![first], esims_of_account: vec![], groups: vec![], transcript: vec![] }
     }
 
     fn record(&mut self, response: Response) -> Response {
@@ -94,7 +94,7 @@ impl World {
     pub fn apply(&mut self, action: &Action) {
         // Stay under the per-key rate limit: time moves a little with every action.
         self.h.advance_secs(1);
-        let sim = |w: &World, i: u8| pick(&w.sims, i).cloned();
+        let esim = |w: &World, i: u8| pick(&w.esims_of_account, i).cloned();
         match *action {
             Action::NewAccount => {
                 if self.accounts.len() < 8 {
@@ -116,22 +116,22 @@ impl World {
                 if let Ok(Reply::Provisioned(p)) =
                     self.reseller(account, ResellerOp::Provision { end_user_reference: None, label: None, group_id })
                 {
-                    self.sims.push((account, p.iccid));
+                    self.esims_of_account.push((account, p.iccid));
                 }
             }
-            Action::Install { sim: i } => {
-                if let Some((_, iccid)) = sim(self, i) {
+            Action::Install { esim: i } => {
+                if let Some((_, iccid)) = esim(self, i) {
                     let response = self.h.sandbox(SandboxOp::Install { iccid });
                     let _ = self.record(response);
                 }
             }
-            Action::Fund { sim: i, cents } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::Fund { esim: i, cents } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     let _ = self.reseller(a, ResellerOp::Fund { iccid, amount: Decimal::new(cents.into(), 2) });
                 }
             }
-            Action::Usage { sim: i, mb } => {
-                if let Some((_, iccid)) = sim(self, i) {
+            Action::Usage { esim: i, mb } => {
+                if let Some((_, iccid)) = esim(self, i) {
                     let response = self.h.sandbox(SandboxOp::Usage {
                         iccid,
                         mb: Decimal::from(mb),
@@ -141,23 +141,23 @@ impl World {
                     let _ = self.record(response);
                 }
             }
-            Action::Defund { sim: i } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::Defund { esim: i } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     let _ = self.reseller(a, ResellerOp::Defund { iccid });
                 }
             }
-            Action::Terminate { sim: i } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::Terminate { esim: i } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     let _ = self.reseller(a, ResellerOp::Terminate { iccid });
                 }
             }
-            Action::Disable { sim: i } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::Disable { esim: i } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     let _ = self.reseller(a, ResellerOp::Disable { iccid });
                 }
             }
-            Action::Enable { sim: i } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::Enable { esim: i } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     let _ = self.reseller(a, ResellerOp::Enable { iccid });
                 }
             }
@@ -182,13 +182,13 @@ impl World {
                     let _ = self.reseller(a, ResellerOp::DefundGroup { group_id: id });
                 }
             }
-            Action::AddToGroup { group, sim: i } => {
-                if let (Some((a, id)), Some((_, iccid))) = (pick(&self.groups, group).cloned(), sim(self, i)) {
+            Action::AddToGroup { group, esim: i } => {
+                if let (Some((a, id)), Some((_, iccid))) = (pick(&self.groups, group).cloned(), esim(self, i)) {
                     let _ = self.reseller(a, ResellerOp::AddGroupEsim { group_id: id, iccid });
                 }
             }
-            Action::RemoveFromGroup { sim: i } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::RemoveFromGroup { esim: i } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     if let Ok(Reply::Esim(detail)) = self.reseller(a, ResellerOp::GetEsim { iccid: iccid.clone() }) {
                         if let Some(group_id) = detail.item.group_id {
                             let _ = self.reseller(a, ResellerOp::RemoveGroupEsim { group_id, iccid });
@@ -235,8 +235,8 @@ impl World {
                 }
             }
             Action::Advance { seconds } => self.h.advance_secs(seconds.into()),
-            Action::Read { sim: i } => {
-                if let Some((a, iccid)) = sim(self, i) {
+            Action::Read { esim: i } => {
+                if let Some((a, iccid)) = esim(self, i) {
                     let _ = self.reseller(a, ResellerOp::GetEsim { iccid });
                 }
             }

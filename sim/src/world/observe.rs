@@ -284,7 +284,7 @@ impl World {
                 if let Some(estimate) = money("estimated_return_usd") {
                     self.log.facts.push(Fact::ReturnRequested {
                         account,
-                        owner: WalletOwner::Sim(EsimIx(sim)),
+                        owner: WalletOwner::Esim(EsimIx(sim)),
                         estimate,
                     });
                 }

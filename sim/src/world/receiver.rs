@@ -76,7 +76,7 @@ impl World {
         if self.recent_events.len() == RECENT_EVENTS {
             self.recent_events.remove(0);
         }
-        self.recent_events.push((event.account, event.name, event.id.clone()));
+        self.recent_events.push((event.account.0, event.name, event.id.clone()));
     }
 
     fn webhook_rec(&self, webhook_id: &str) -> Option<usize> {

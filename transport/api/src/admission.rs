@@ -217,7 +217,7 @@ impl Admission {
     pub fn reload_keys(&self, engine: &Engine) {
         let mut keys = KeyDirectory::default();
         for (digest, account) in engine.valid_keys() {
-            keys.insert(digest, account);
+            keys.insert(digest, account.0);
         }
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
     }
@@ -227,7 +227,7 @@ impl Admission {
         let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
         keys.remove(digest);
         if let Some(account) = engine.key_account(digest) {
-            keys.insert(*digest, account);
+            keys.insert(*digest, account.0);
         }
     }
 
