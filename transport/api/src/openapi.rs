@@ -375,7 +375,7 @@ struct DeliveryHeaders {
 
 /// The fields of a schema-only type (`schema`, an object) in declared order: each
 /// field's name, its schema, and its description taken out of it.
-fn fields(schema: Schema) -> Vec<(String, Value, Value)> {
+pub(crate) fn fields(schema: Schema) -> Vec<(String, Value, Value)> {
     let schema = schema.to_value();
     let names = schema["required"].as_array().expect("every field of a parameter type is listed in required");
     names

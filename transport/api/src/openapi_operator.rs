@@ -235,7 +235,29 @@ fn reply_schemas(api: Api) -> Map<String, Value> {
         generator.subschema_for::<esim_engine::reply::PendingTimers>();
     }
     generator.subschema_for::<ErrorBody>();
+    generator.subschema_for::<OperatorDocument>();
     generator.take_definitions(true)
+}
+
+/// This OpenAPI 3.1 document
+#[derive(JsonSchema)]
+#[schemars(rename = "OpenApiDocument")]
+#[allow(dead_code)] // only its schema is used: the document is built as JSON below
+struct OperatorDocument {
+    /// 3.1.0
+    openapi: String,
+    /// Title, version and description of the API
+    info: Map<String, Value>,
+    /// The base URL of the paths
+    servers: Vec<Map<String, Value>>,
+    /// The admin token, for every operation that does not say otherwise
+    security: Vec<Map<String, Value>>,
+    /// The groups of operations
+    tags: Vec<Map<String, Value>>,
+    /// The operations, by path
+    paths: Map<String, Value>,
+    /// The schemas and the security scheme
+    components: Map<String, Value>,
 }
 
 // ----- operations -----
@@ -267,19 +289,30 @@ fn described(api: Api) -> Described {
     }
 }
 
-/// The path parameters of an operator pattern.
-fn path_parameters(pattern: &str) -> Vec<Value> {
+/// The path parameters of the operator APIs (schema only: the router reads them).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct OperatorPathIds {
+    /// The account's id (acc_ followed by 16 hex characters)
+    account_id: String,
+    /// The API key itself (rsk_ and 64 hex digits)
+    api_key: String,
+    /// ICCID of the eSIM (19 digits)
+    iccid: String,
+}
+
+/// The path parameters of an operator pattern, described by [`OperatorPathIds`].
+fn path_parameters(pattern: &str, generator: &mut SchemaGenerator) -> Vec<Value> {
+    let ids = crate::openapi::fields(OperatorPathIds::json_schema(generator));
     pattern
         .split('/')
         .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
         .map(|name| {
-            let description = match name {
-                "account_id" => "The account's id (acc_ followed by 16 hex characters)",
-                "api_key" => "The API key itself (rsk_ and 64 hex digits)",
-                "iccid" => "ICCID of the eSIM (19 digits)",
-                other => unreachable!("no description of the path parameter {other}"),
-            };
-            json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" }, "description": description })
+            let (_, schema, description) = ids
+                .iter()
+                .find(|(id, _, _)| id == name)
+                .unwrap_or_else(|| unreachable!("no description of the path parameter {name}"));
+            json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description })
         })
         .collect()
 }
@@ -310,7 +343,7 @@ fn shared_errors(endpoint: Endpoint, op: &Operation) -> Vec<(ErrorCode, String)>
 }
 
 fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGenerator) -> Value {
-    let mut parameters = path_parameters(endpoint.pattern());
+    let mut parameters = path_parameters(endpoint.pattern(), requests);
     for schema_of in &op.query {
         parameters.extend(crate::openapi::parameters(schema_of(requests), "query", false));
     }
@@ -340,13 +373,15 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
 }
 
 /// The report's other formats, beside its JSON (`?format=`).
-fn report_formats(content: &mut Value) {
+fn report_formats(content: &mut Value, generator: &mut SchemaGenerator) {
     for (media_type, what) in [
         ("text/csv; charset=utf-8", "format=csv: the same figures as CSV"),
         ("text/markdown; charset=utf-8", "format=md: the same figures as Markdown"),
         ("text/html; charset=utf-8", "format=html: the same figures as a page"),
     ] {
-        content[media_type] = json!({ "schema": { "type": "string", "description": what } });
+        let mut text = generator.subschema_for::<String>();
+        text.insert("description".into(), what.into());
+        content[media_type] = json!({ "schema": text });
     }
 }
 
@@ -364,7 +399,7 @@ fn build(api: Api) -> Value {
         let method = endpoint.method().to_ascii_lowercase();
         item[&method] = build_operation(endpoint, op, &mut requests);
         if endpoint == Endpoint::ConservationReport {
-            report_formats(&mut item[&method]["responses"]["200"]["content"]);
+            report_formats(&mut item[&method]["responses"]["200"]["content"], &mut requests);
         }
     }
     let mut schemas = reply_schemas(api);
@@ -374,10 +409,6 @@ fn build(api: Api) -> Value {
         }
         schemas.insert(name, schema);
     }
-    schemas.insert(
-        "OpenApiDocument".into(),
-        json!({ "type": "object", "description": "This OpenAPI 3.1 document", "required": ["openapi", "info", "paths"] }),
-    );
     json!({
         "openapi": "3.1.0",
         "info": { "title": about.title, "version": "2.0", "description": about.description },

@@ -76,16 +76,19 @@ fn recover_shards(start: &Start, shards: u32) -> Result<Vec<(PathBuf, Recovery)>
         .collect()
 }
 
+/// One shard served in this process: its service and the journal it appends to.
+type LocalShard = (Service, Box<dyn JournalSink>);
+
 /// Each shard's service and journal, continued from what was recovered or new; and
 /// whether every shard is new.
 fn start_shards(
     start: &mut Start,
     shards: u32,
     recovered: Vec<(PathBuf, Recovery)>,
-) -> Result<(Vec<(Service, Box<dyn JournalSink>)>, bool), String> {
+) -> Result<(Vec<LocalShard>, bool), String> {
     let key = start.keys.key()?;
     let admin_token = admin_token(&start.options)?;
-    let mut parts: Vec<(Service, Box<dyn JournalSink>)> = Vec::with_capacity(shards as usize);
+    let mut parts: Vec<LocalShard> = Vec::with_capacity(shards as usize);
     let mut all_new = true;
     for (shard, (dir, recovery)) in (0..shards).zip(recovered) {
         let (engine, header, new) =

@@ -153,9 +153,12 @@ pub(crate) fn serve_store_shards(mut start: Start, shards: u32, listener: TcpLis
     })
 }
 
+/// A shard this node took: its number, its store and what was recovered from it.
+type TakenShard = (u32, PgStore, Recovery);
+
 /// Each shard the node owns, checked (with `--take-over`, before its lease is taken) and
 /// taken; and the entries read from snapshots and replayed, summed.
-fn take_owned(start: &Start, node: &Node) -> Result<(Vec<(u32, PgStore, Recovery)>, (u64, u64)), String> {
+fn take_owned(start: &Start, node: &Node) -> Result<(Vec<TakenShard>, (u64, u64)), String> {
     let mut taken = Vec::with_capacity(node.own.len());
     let mut replayed = (0, 0);
     for &shard in &node.own {
@@ -177,7 +180,7 @@ fn take_owned(start: &Start, node: &Node) -> Result<(Vec<(u32, PgStore, Recovery
 fn start_owned(
     start: &Start,
     node: &Node,
-    taken: Vec<(u32, PgStore, Recovery)>,
+    taken: Vec<TakenShard>,
     secrets: &(Arc<crate::secrets::SealingKey>, String),
 ) -> Result<(Vec<ShardPart>, Option<Demo>), String> {
     let (options, shards) = (&start.options, node.shards);
