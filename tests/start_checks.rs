@@ -244,10 +244,13 @@ fn a_busy_port_ends_the_start_before_the_data_dir_is_made() {
     assert!(stderr.contains(&format!("cannot listen on {address}")), "{stderr}");
     assert!(!data_dir.exists(), "a refused start made {}: {:?}", data_dir.display(), walk(&data_dir));
     assert!(!root.join("secret-key").exists(), "no key file either");
-    // Once the port is free, the same command starts and makes the data dir.
+    // Once the port is free, a start makes the data dir and shows the demo key.
     drop(taken);
-    let launch = Launch::new(&data_dir).arg("--demo=false");
-    launch.start(false).stop();
+    let launch = Launch::new(&data_dir);
+    let started = launch.start(true);
+    let key = started.demo_key.clone().expect("the demo key line");
+    assert!(key.starts_with("rsk_") && key.len() == 68, "{key}");
+    started.stop();
     assert!(data_dir.join("lock").exists());
     std::fs::remove_dir_all(&root).unwrap();
 }
