@@ -349,12 +349,53 @@ impl Generator {
         self.op(what, world)
     }
 
+    /// The next op: `what` steered to keep the world alive, then drawn by the part of the
+    /// interface it is about.
     fn op(&mut self, what: What, world: &World) -> Op {
         let account = self.account(world);
-        // Keep the world alive: calls about eSIMs, groups or webhooks that do not exist
-        // (or are all terminated) mostly create one instead.
+        let what = self.steer(what, world);
+        match what {
+            What::Advance | What::Malformed | What::Burst | What::Retry | What::Faults => {
+                self.world_op(what, world, account)
+            }
+            What::Usage
+            | What::Install
+            | What::Fund
+            | What::Provision
+            | What::Defund
+            | What::Toggle
+            | What::Terminate
+            | What::Throttle
+            | What::Read => self.esim_op(what, world, account),
+            What::CreateGroup
+            | What::FundGroup
+            | What::DefundGroup
+            | What::AddMember
+            | What::RemoveMember
+            | What::PatchGroup => self.group_op(what, world, account),
+            What::CreateWebhook
+            | What::PutWebhook
+            | What::DeleteWebhook
+            | What::TestWebhook
+            | What::RotateSecret
+            | What::Deliveries
+            | What::Resend
+            | What::ReceiverMode => self.webhook_op(what, world, account),
+            What::TopUp
+            | What::Freeze
+            | What::AutoRefill
+            | What::Limits
+            | What::Inventory
+            | What::Keys
+            | What::NewAccount => self.operator_op(what, world, account),
+        }
+    }
+
+    /// Keeps the world alive: calls about eSIMs, groups or webhooks that do not exist (or
+    /// are all terminated) mostly create one instead.
+    fn steer(&mut self, what: What, world: &World) -> What {
         let live = self.live_sims(world).len();
-        let what = match what {
+        match what {
             What::Usage | What::Install | What::Fund | What::Defund | What::Toggle | What::Throttle
                 if live == 0 && self.chance(80) =>
             {
@@ -378,9 +419,46 @@ impl Generator {
                 What::CreateWebhook
             }
             other => other,
-        };
+        }
+    }
+
+    /// The world around the calls: time, malformed requests, bursts, retries, faults.
+    fn world_op(&mut self, what: What, world: &World, account: String) -> Op {
         match what {
             What::Advance => Op::Advance { ms: self.duration_ms() },
+            What::Malformed => self.malformed(world, account),
+            What::Burst => Op::Burst { caller: account, count: self.range(20, 130) as u32 },
+            What::Retry => match self.last_idempotent.clone() {
+                Some(Op::Call { caller, call: Call::Fund { sim, amount }, idempotency_key }) if self.chance(25) => {
+                    // The same key with another amount: 409.
+                    let call = Call::Fund { sim, amount: amount + Decimal::ONE };
+                    Op::Call { caller, call, idempotency_key }
+                }
+                Some(op) => op,
+                None => self.read(world, account),
+            },
+            // A crash of the service: rebuilt from its journal, it must carry on as if
+            // nothing happened (the `crash_recovery` checker and the comparison test).
+            // One draw decides, as `chance(25)` did before the store's faults: a seed that
+            // draws none of them draws the same numbers as before (decision 167).
+            What::Faults if self.faults => match self.below(100) as u64 {
+                // Mostly a crash (rebuilt from the journal), sometimes a clean restart.
+                roll if roll < self.mix.crash_percent => Op::Restart { rebuild: !self.chance(15) },
+                roll if roll < self.mix.crash_percent + self.mix.store_percent => self.store_fault(world),
+                _ => {
+                    let on = !self.faults_active && self.chance(60);
+                    self.faults_active = on;
+                    Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
+                }
+            },
+            What::Faults => Op::Advance { ms: self.duration_ms() },
+            other => unreachable!("{other:?} is not a world call"),
+        }
+    }
+
+    /// A call about one eSIM (or a read, or a provisioning).
+    fn esim_op(&mut self, what: What, world: &World, account: String) -> Op {
+        match what {
             What::Usage => {
                 let (_, sim) = self.sim(world);
                 if self.chance(15) {
@@ -429,6 +507,13 @@ impl Generator {
                 self.call(caller, Call::Throttle { sim, speed }, false)
             }
             What::Read | What::Provision => self.read(world, account),
+            other => unreachable!("{other:?} is not a esim call"),
+        }
+    }
+
+    /// A call about a group and its members.
+    fn group_op(&mut self, what: What, world: &World, account: String) -> Op {
+        match what {
             What::CreateGroup => {
                 let bind = Some(format!("g{}", self.next_group));
                 let name = if self.chance(10) && self.next_group > 0 {
@@ -477,6 +562,13 @@ impl Generator {
                 let name = (threshold.is_none() || self.chance(30)).then(|| format!("renamed{}", self.below(5)));
                 self.call(caller, Call::UpdateGroup { group, name, threshold, refill: None }, false)
             }
+            other => unreachable!("{other:?} is not a group call"),
+        }
+    }
+
+    /// A call about a webhook, its deliveries, or the receiver behind it.
+    fn webhook_op(&mut self, what: What, world: &World, account: String) -> Op {
+        match what {
             What::CreateWebhook => {
                 let events = self.events();
                 self.webhook(&account, events)
@@ -523,6 +615,13 @@ impl Generator {
                 };
                 Op::Receiver { webhook, mode }
             }
+            other => unreachable!("{other:?} is not a webhook call"),
+        }
+    }
+
+    /// What the operator does: top-ups, freezes, auto-refill, limits, inventory, keys, accounts.
+    fn operator_op(&mut self, what: What, world: &World, account: String) -> Op {
+        match what {
             What::TopUp => {
                 let amount = if self.chance(90) {
                     Decimal::from(self.range(10, 200))
@@ -594,32 +693,7 @@ impl Generator {
                 Op::Account { name: format!("a{}", world.accounts().len()) }
             }
             What::NewAccount => Op::TopUp { account, amount: Decimal::from(self.range(10, 100)) },
-            What::Malformed => self.malformed(world, account),
-            What::Burst => Op::Burst { caller: account, count: self.range(20, 130) as u32 },
-            What::Retry => match self.last_idempotent.clone() {
-                Some(Op::Call { caller, call: Call::Fund { sim, amount }, idempotency_key }) if self.chance(25) => {
-                    // The same key with another amount: 409.
-                    let call = Call::Fund { sim, amount: amount + Decimal::ONE };
-                    Op::Call { caller, call, idempotency_key }
-                }
-                Some(op) => op,
-                None => self.read(world, account),
-            },
-            // A crash of the service: rebuilt from its journal, it must carry on as if
-            // nothing happened (the `crash_recovery` checker and the comparison test).
-            // One draw decides, as `chance(25)` did before the store's faults: a seed that
-            // draws none of them draws the same numbers as before (decision 167).
-            What::Faults if self.faults => match self.below(100) as u64 {
-                // Mostly a crash (rebuilt from the journal), sometimes a clean restart.
-                roll if roll < self.mix.crash_percent => Op::Restart { rebuild: !self.chance(15) },
-                roll if roll < self.mix.crash_percent + self.mix.store_percent => self.store_fault(world),
-                _ => {
-                    let on = !self.faults_active && self.chance(60);
-                    self.faults_active = on;
-                    Op::Faults { upstream_pause_fails: Some(on), network_read_fails: Some(on && self.chance(50)) }
-                }
-            },
-            What::Faults => Op::Advance { ms: self.duration_ms() },
+            other => unreachable!("{other:?} is not a operator call"),
         }
     }
 
