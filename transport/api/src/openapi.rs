@@ -197,6 +197,41 @@ pub(crate) struct Operation {
 }
 
 impl Operation {
+    /// The operation object of a document (any of the three): its `parameters`, the
+    /// successes and `errors` by status, the body, and no credential when `public`.
+    pub(crate) fn render(
+        &self,
+        parameters: Vec<Value>,
+        errors: &[(ErrorCode, String)],
+        public: bool,
+        requests: &mut SchemaGenerator,
+    ) -> Value {
+        let mut responses = Map::new();
+        for (status, schema, description) in &self.success {
+            let content = json_content(schema);
+            responses.insert(status.to_string(), json!({ "description": description, "content": content }));
+        }
+        responses.extend(error_responses(errors, requests));
+        let mut value = json!({
+            "operationId": self.id,
+            "tags": [self.tag],
+            "summary": self.summary,
+            "parameters": parameters,
+            "responses": responses,
+        });
+        if !self.description.is_empty() {
+            value["description"] = json!(self.description);
+        }
+        if let Some((schema_of, required)) = self.body {
+            let schema = schema_of(requests);
+            value["requestBody"] =
+                json!({ "required": required, "content": { "application/json": { "schema": schema } } });
+        }
+        if public {
+            value["security"] = json!([]);
+        }
+        value
+    }
     pub(crate) fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
         Operation {
             id,
@@ -746,12 +781,12 @@ fn path_parameters(pattern: &str, generator: &mut SchemaGenerator) -> Vec<Value>
         .collect()
 }
 
-pub(crate) fn json_content(schema: &str) -> Value {
+fn json_content(schema: &str) -> Value {
     json!({ "application/json": { "schema": schema_ref(schema) } })
 }
 
 /// The error responses of an operation, one per status, each listing its codes.
-pub(crate) fn error_responses(errors: &[(ErrorCode, String)], generator: &mut SchemaGenerator) -> Map<String, Value> {
+fn error_responses(errors: &[(ErrorCode, String)], generator: &mut SchemaGenerator) -> Map<String, Value> {
     let rate_limited: Map<String, Value> = fields(RateLimitedHeaders::json_schema(generator))
         .into_iter()
         .map(|(name, schema, description)| (name, json!({ "description": description, "schema": schema })))
@@ -813,29 +848,7 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
             "the change cannot be made durable now; nothing changed, retry".into(),
         ));
     }
-    let mut responses = Map::new();
-    for (status, schema, description) in &op.success {
-        responses.insert(status.to_string(), json!({ "description": description, "content": json_content(schema) }));
-    }
-    responses.extend(error_responses(&errors, requests));
-    let mut value = json!({
-        "operationId": op.id,
-        "tags": [op.tag],
-        "summary": op.summary,
-        "parameters": parameters,
-        "responses": responses,
-    });
-    if !op.description.is_empty() {
-        value["description"] = json!(op.description);
-    }
-    if let Some((schema_of, required)) = op.body {
-        let schema = schema_of(requests);
-        value["requestBody"] = json!({ "required": required, "content": { "application/json": { "schema": schema } } });
-    }
-    if !keyed {
-        value["security"] = json!([]);
-    }
-    value
+    op.render(parameters, &errors, !keyed, requests)
 }
 
 // ----- webhooks (the `webhooks` section: what receivers get) -----

@@ -10,7 +10,7 @@
 //! such an answer fails until it is documented. Error statuses come from
 //! [`ErrorCode::http_status`]; the error body is the reseller document's.
 
-use crate::openapi::{component_settings, error_responses, json_content, request_generator, ErrorBody, Operation};
+use crate::openapi::{component_settings, request_generator, ErrorBody, Operation};
 use crate::routes::{Api, Endpoint};
 use bytes::Bytes;
 use esim_engine::reply::schema::{Timestamp, Usd};
@@ -347,29 +347,7 @@ fn build_operation(endpoint: Endpoint, op: Operation, requests: &mut SchemaGener
     for schema_of in &op.query {
         parameters.extend(crate::openapi::parameters(schema_of(requests), "query", false));
     }
-    let mut responses = Map::new();
-    for (status, schema, description) in &op.success {
-        responses.insert(status.to_string(), json!({ "description": description, "content": json_content(schema) }));
-    }
-    responses.extend(error_responses(&shared_errors(endpoint, &op), requests));
-    let mut value = json!({
-        "operationId": op.id,
-        "tags": [op.tag],
-        "summary": op.summary,
-        "parameters": parameters,
-        "responses": responses,
-    });
-    if !op.description.is_empty() {
-        value["description"] = json!(op.description);
-    }
-    if let Some((schema_of, required)) = op.body {
-        let schema = schema_of(requests);
-        value["requestBody"] = json!({ "required": required, "content": { "application/json": { "schema": schema } } });
-    }
-    if endpoint.api() == Api::Public {
-        value["security"] = json!([]);
-    }
-    value
+    op.render(parameters, &shared_errors(endpoint, &op), endpoint.api() == Api::Public, requests)
 }
 
 /// The report's other formats, beside its JSON (`?format=`).
