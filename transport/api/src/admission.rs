@@ -3,16 +3,16 @@
 //! window (429); an admin or sandbox request needs the admin token (401). So a client
 //! without credentials never makes the service read, or hold, a body.
 //!
-//! The key directory is a read-only copy of the engine's valid key digests, kept in step
-//! by the owner of the engine after every command that changes keys; the engine still
-//! refuses a key revoked in between. The rate windows, per key and per account, live
-//! here, not in the engine: they are soft state (never journaled, not in the state
-//! digest, decision 53).
+//! The key directory is a copy of the engine's valid key digests, kept in step by the
+//! owner of the engine after every command that changes keys; the engine still refuses
+//! a key revoked in between. The rate windows, per key and per account, live here (in
+//! one table with the directory), not in the engine: they are soft state (never
+//! journaled, not in the state digest, decision 53).
 
 use crate::routes::{self, Api, Match};
 use esim_engine::{limits, ApiError, Engine, ErrorCode, KeyDigest, Millis};
 use std::collections::HashMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
 
 /// What a request may go on as, once its credentials were checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +57,15 @@ impl RateWindow {
         self
     }
 
+    /// The window in `slot` at `now`: a new one if there is none (counted in `windows`)
+    /// or it ended.
+    fn open<'a>(slot: &'a mut Option<RateWindow>, now: Millis, windows: &mut usize) -> &'a mut RateWindow {
+        if slot.is_none() {
+            *windows += 1;
+        }
+        slot.get_or_insert(RateWindow { started_at: now, requests: 0 }).renew(now)
+    }
+
     /// The 429 of a full window: whole seconds until it ends, at least 1.
     fn refusal(&self, now: Millis, limit: u32, whose: &str) -> ApiError {
         let retry_after = now.seconds_until_ceil(self.started_at.plus_ms(limits::RATE_WINDOW_MS)).max(1);
@@ -68,25 +77,114 @@ impl RateWindow {
     }
 }
 
-/// The rate windows: one per key and one per account (an account's keys share it).
+/// The valid keys and the rate windows, under one lock: a request's key, its account and
+/// both its windows are found with one lookup in `keys` and one index into `accounts`
+/// (where separate maps of keys, of accounts' key counts and of each kind of window,
+/// behind a read-write lock and a mutex, took four lookups, each a cache miss at
+/// thousands of keys: about twice the time per request).
 #[derive(Default)]
-struct Windows {
-    by_key: HashMap<KeyDigest, RateWindow, DigestHash>,
-    by_account: HashMap<u32, RateWindow>,
+struct Table {
+    /// Per key: its account while the key is valid (known, not revoked), and its window
+    /// while it has one. An entry with neither goes.
+    keys: HashMap<KeyDigest, KeyEntry, DigestHash>,
+    /// Per account, by its index (dense, made by the engine, never chosen by a client):
+    /// its valid keys and its window.
+    accounts: Vec<AccountEntry>,
+    /// Windows held, of keys and of accounts together.
+    windows: usize,
     /// How many windows may be held before the next sweep.
     sweep_at: usize,
 }
 
-impl Windows {
+/// A key's place in the [`Table`].
+#[derive(Default)]
+struct KeyEntry {
+    /// The key's account while the key is valid.
+    account: Option<u32>,
+    /// The key's rate window (kept when the key is revoked: decision 230).
+    window: Option<RateWindow>,
+}
+
+/// An account's place in the [`Table`].
+#[derive(Default)]
+struct AccountEntry {
+    /// Valid keys of the account (its share of the account window).
+    held: u32,
+    /// The window its keys share.
+    window: Option<RateWindow>,
+}
+
+impl Table {
+    /// A valid key of `account`.
+    fn insert_key(&mut self, digest: KeyDigest, account: u32) {
+        if self.keys.entry(digest).or_default().account.replace(account).is_none() {
+            let index = account as usize;
+            if self.accounts.len() <= index {
+                self.accounts.resize_with(index + 1, AccountEntry::default);
+            }
+            self.accounts[index].held += 1;
+        }
+    }
+
+    /// A key no longer valid; its window stays.
+    fn remove_key(&mut self, digest: &KeyDigest) {
+        let Some(entry) = self.keys.get_mut(digest) else { return };
+        let Some(account) = entry.account.take() else { return };
+        if entry.window.is_none() {
+            self.keys.remove(digest);
+        }
+        let held = &mut self.accounts.get_mut(account as usize).expect("a valid key's account is counted").held;
+        assert!(*held > 0, "an account holding a valid key counts it");
+        *held -= 1;
+    }
+
+    /// Every key no longer valid (before the engine's valid keys are inserted again);
+    /// the windows stay.
+    fn forget_keys(&mut self) {
+        self.keys.retain(|_, entry| {
+            entry.account = None;
+            entry.window.is_some()
+        });
+        self.accounts.iter_mut().for_each(|account| account.held = 0);
+    }
+
+    /// Every window forgotten (decision 53); the keys stay.
+    fn clear_windows(&mut self) {
+        self.keys.retain(|_, entry| {
+            entry.window = None;
+            entry.account.is_some()
+        });
+        self.accounts.iter_mut().for_each(|account| account.window = None);
+        self.windows = 0;
+        self.sweep_at = 0;
+    }
+
     /// Drops ended windows once there are many: an ended window and no window mean the
     /// same (the next request starts a new one), so this changes no answer.
     fn sweep_if_large(&mut self, now: Millis) {
-        if self.by_key.len() + self.by_account.len() <= self.sweep_at.max(WINDOWS_SWEEP_MIN) {
-            return;
+        if self.windows > self.sweep_at.max(WINDOWS_SWEEP_MIN) {
+            self.sweep(now);
         }
-        self.by_key.retain(|_, window| !window.ended(now));
-        self.by_account.retain(|_, window| !window.ended(now));
-        self.sweep_at = 2 * (self.by_key.len() + self.by_account.len());
+    }
+
+    /// Drops ended windows, and the entries of keys neither valid nor with a window (a
+    /// visit of every key and account, spread over as many new windows as were held
+    /// after the last sweep).
+    fn sweep(&mut self, now: Millis) {
+        let mut held = 0;
+        let mut sweep = |window: &mut Option<RateWindow>| {
+            if window.is_some_and(|window| window.ended(now)) {
+                *window = None;
+            }
+            held += usize::from(window.is_some());
+        };
+        self.keys.retain(|_, entry| {
+            sweep(&mut entry.window);
+            entry.account.is_some() || entry.window.is_some()
+        });
+        self.accounts.iter_mut().for_each(|account| sweep(&mut account.window));
+        self.windows = held;
+        self.sweep_at = 2 * held;
     }
 }
 
@@ -168,72 +266,42 @@ impl KeyMemo {
     }
 }
 
-/// The valid keys, and how many each account holds (its share of the account window).
-#[derive(Default)]
-struct KeyDirectory {
-    /// Valid (known, not revoked) key digests and their accounts.
-    accounts: HashMap<KeyDigest, u32, DigestHash>,
-    /// Valid keys per account; an account with none has no entry.
-    held: HashMap<u32, u32>,
-}
-
-impl KeyDirectory {
-    fn insert(&mut self, digest: KeyDigest, account: u32) {
-        if self.accounts.insert(digest, account).is_none() {
-            *self.held.entry(account).or_insert(0) += 1;
-        }
-    }
-
-    fn remove(&mut self, digest: &KeyDigest) {
-        let Some(account) = self.accounts.remove(digest) else { return };
-        let held = self.held.get_mut(&account).expect("a valid key's account is counted");
-        assert!(*held > 0, "an account holding a valid key counts it");
-        *held -= 1;
-        if *held == 0 {
-            self.held.remove(&account);
-        }
-    }
-}
-
 pub struct Admission {
-    keys: RwLock<KeyDirectory>,
-    windows: Mutex<Windows>,
+    table: Mutex<Table>,
     /// Per key (the spec's limit).
     limit_per_minute: u32,
 }
 
 impl Admission {
     pub fn new(engine: &Engine) -> Admission {
-        let admission = Admission {
-            keys: RwLock::new(KeyDirectory::default()),
-            windows: Mutex::new(Windows::default()),
-            limit_per_minute: engine.config().rate_limit_per_minute,
-        };
+        let admission =
+            Admission { table: Mutex::new(Table::default()), limit_per_minute: engine.config().rate_limit_per_minute };
         admission.reload_keys(engine);
         admission
     }
 
     /// Copies the engine's valid keys (at start, and after the engine was replaced).
     pub fn reload_keys(&self, engine: &Engine) {
-        let mut keys = KeyDirectory::default();
-        for (digest, account) in engine.valid_keys() {
-            keys.insert(digest, account.0);
+        let valid: Vec<_> = engine.valid_keys().collect();
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.forget_keys();
+        for (digest, account) in valid {
+            table.insert_key(digest, account.0);
         }
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = keys;
     }
 
     /// Brings one key in step with the engine (after a command created or revoked it).
     pub fn refresh_key(&self, engine: &Engine, digest: &KeyDigest) {
-        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
-        keys.remove(digest);
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.remove_key(digest);
         if let Some(account) = engine.key_account(digest) {
-            keys.insert(*digest, account.0);
+            table.insert_key(*digest, account.0);
         }
     }
 
     /// A restart forgets every rate window (decision 53).
     pub fn clear_windows(&self) {
-        *self.windows.lock().unwrap_or_else(|p| p.into_inner()) = Windows::default();
+        self.table.lock().unwrap_or_else(|p| p.into_inner()).clear_windows();
     }
 
     /// Checks a request's credentials from its method, path and headers, at service
@@ -298,24 +366,20 @@ impl Admission {
     /// a new key of the account starts its own window but shares the account's
     /// (decision 230).
     pub fn admit_key(&self, digest: &KeyDigest, now: Millis) -> Result<(), ApiError> {
-        let (account, held) = {
-            let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-            let Some(&account) = keys.accounts.get(digest) else {
-                return Err(ApiError::new(ErrorCode::InvalidApiKey, KEY_UNKNOWN));
-            };
-            (account, keys.held.get(&account).copied().unwrap_or(1))
-        };
         let limit = self.limit_per_minute;
-        let account_limit = limit.saturating_mul(held.max(ACCOUNT_BUDGET_IN_KEYS));
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        windows.sweep_if_large(now);
-        let Windows { by_key, by_account, .. } = &mut *windows;
-        let key_window = by_key.entry(*digest).or_insert(RateWindow { started_at: now, requests: 0 }).renew(now);
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.sweep_if_large(now);
+        let Table { keys, accounts, windows, .. } = &mut *table;
+        let Some(KeyEntry { account: Some(account), window: key_window }) = keys.get_mut(digest) else {
+            return Err(ApiError::new(ErrorCode::InvalidApiKey, KEY_UNKNOWN));
+        };
+        let account = &mut accounts[*account as usize];
+        let account_limit = limit.saturating_mul(account.held.max(ACCOUNT_BUDGET_IN_KEYS));
+        let key_window = RateWindow::open(key_window, now, windows);
         if key_window.requests >= limit {
             return Err(key_window.refusal(now, limit, ""));
         }
-        let account_window =
-            by_account.entry(account).or_insert(RateWindow { started_at: now, requests: 0 }).renew(now);
+        let account_window = RateWindow::open(&mut account.window, now, windows);
         if account_window.requests >= account_limit {
             return Err(account_window.refusal(now, account_limit, " for the account's keys together"));
         }
@@ -391,17 +455,17 @@ mod tests {
 
     #[test]
     fn the_key_directory_counts_each_accounts_valid_keys() {
-        let mut keys = KeyDirectory::default();
+        let mut keys = Table::default();
         let (a, b) = (KeyDigest::of("rsk_a"), KeyDigest::of("rsk_b"));
-        keys.insert(a, 7);
-        keys.insert(a, 7);
-        keys.insert(b, 7);
-        assert_eq!(keys.held.get(&7), Some(&2), "a key inserted twice counts once");
-        keys.remove(&a);
-        keys.remove(&a);
-        assert_eq!(keys.held.get(&7), Some(&1), "a key removed twice counts once");
-        keys.remove(&b);
-        assert!(keys.held.is_empty() && keys.accounts.is_empty());
+        keys.insert_key(a, 7);
+        keys.insert_key(a, 7);
+        keys.insert_key(b, 7);
+        assert_eq!(keys.accounts[7].held, 2, "a key inserted twice counts once");
+        keys.remove_key(&a);
+        keys.remove_key(&a);
+        assert_eq!(keys.accounts[7].held, 1, "a key removed twice counts once");
+        keys.remove_key(&b);
+        assert!(keys.accounts.iter().all(|account| account.held == 0) && keys.keys.is_empty());
     }
 
     #[test]
@@ -487,24 +551,190 @@ mod tests {
     fn only_ended_windows_are_swept_and_only_when_many() {
         let start = Millis::VIRTUAL_EPOCH;
         let window = |at: Millis, requests: u32| RateWindow { started_at: at, requests };
-        let mut windows = Windows::default();
+        let mut windows = Table::default();
+        let put = |windows: &mut Table, digest: KeyDigest, window: RateWindow| {
+            windows.keys.entry(digest).or_default().window = Some(window);
+            windows.windows += 1;
+        };
+        let key_windows = |windows: &Table| windows.keys.values().filter(|key| key.window.is_some()).count();
         for n in 0..WINDOWS_SWEEP_MIN {
-            windows.by_key.insert(KeyDigest::of(&format!("rsk_{n}")), window(start, 1));
+            put(&mut windows, KeyDigest::of(&format!("rsk_{n}")), window(start, 1));
         }
         let running = KeyDigest::of("rsk_running");
-        windows.by_key.insert(running, window(start.plus_ms(30_000), 100));
-        windows.by_account.insert(0, window(start, 2_000));
+        put(&mut windows, running, window(start.plus_ms(30_000), 100));
+        windows.accounts.push(AccountEntry { held: 0, window: Some(window(start, 2_000)) });
+        windows.windows += 1;
         windows.sweep_if_large(start.plus_ms(limits::RATE_WINDOW_MS - 1));
-        assert_eq!(windows.by_key.len(), WINDOWS_SWEEP_MIN + 1, "nothing has ended yet");
+        assert_eq!(key_windows(&windows), WINDOWS_SWEEP_MIN + 1, "nothing has ended yet");
         windows.sweep_at = 0; // as if the last sweep were long ago
         windows.sweep_if_large(start.plus_ms(limits::RATE_WINDOW_MS));
-        assert_eq!(windows.by_key.len(), 1, "the ended key windows went");
-        assert!(windows.by_account.is_empty(), "the ended account window went");
-        assert_eq!(windows.by_key[&running].requests, 100, "a running window stays, with its count");
+        assert_eq!(key_windows(&windows), 1, "the ended key windows went");
+        assert!(windows.accounts[0].window.is_none(), "the ended account window went");
+        assert_eq!(
+            windows.keys[&running].window.map(|w| w.requests),
+            Some(100),
+            "a running window stays, with its count"
+        );
+        assert_eq!((windows.keys.len(), windows.windows), (1, 1), "entries of neither a valid key nor a window went");
         // Few windows are never swept: the sweep's cost is spread over many requests.
-        windows.by_key.insert(KeyDigest::of("rsk_old"), window(start, 1));
+        put(&mut windows, KeyDigest::of("rsk_old"), window(start, 1));
         windows.sweep_if_large(start.plus_ms(10 * limits::RATE_WINDOW_MS));
-        assert_eq!(windows.by_key.len(), 2);
+        assert_eq!(key_windows(&windows), 2);
+    }
+
+    /// The admission rules as they were first written (a key directory and per-account
+    /// counts behind a read-write lock, key and account windows in two maps behind a
+    /// mutex), never swept: the answers the one table must give.
+    #[derive(Default)]
+    struct Reference {
+        accounts: HashMap<KeyDigest, u32>,
+        held: HashMap<u32, u32>,
+        by_key: HashMap<KeyDigest, RateWindow>,
+        by_account: HashMap<u32, RateWindow>,
+    }
+
+    impl Reference {
+        fn insert(&mut self, digest: KeyDigest, account: u32) {
+            if self.accounts.insert(digest, account).is_none() {
+                *self.held.entry(account).or_insert(0) += 1;
+            }
+        }
+
+        fn remove(&mut self, digest: &KeyDigest) {
+            let Some(account) = self.accounts.remove(digest) else { return };
+            let held = self.held.get_mut(&account).unwrap();
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(&account);
+            }
+        }
+
+        fn reload_keys(&mut self, engine: &Engine) {
+            self.accounts.clear();
+            self.held.clear();
+            for (digest, account) in engine.valid_keys() {
+                self.insert(digest, account.0);
+            }
+        }
+
+        fn refresh_key(&mut self, engine: &Engine, digest: &KeyDigest) {
+            self.remove(digest);
+            if let Some(account) = engine.key_account(digest) {
+                self.insert(*digest, account.0);
+            }
+        }
+
+        fn admit_key(&mut self, limit: u32, digest: &KeyDigest, now: Millis) -> Result<(), ApiError> {
+            let Some(&account) = self.accounts.get(digest) else {
+                return Err(ApiError::new(ErrorCode::InvalidApiKey, KEY_UNKNOWN));
+            };
+            let held = self.held.get(&account).copied().unwrap_or(1);
+            let account_limit = limit.saturating_mul(held.max(ACCOUNT_BUDGET_IN_KEYS));
+            let fresh = RateWindow { started_at: now, requests: 0 };
+            let key_window = self.by_key.entry(*digest).or_insert(fresh).renew(now);
+            if key_window.requests >= limit {
+                return Err(key_window.refusal(now, limit, ""));
+            }
+            let account_window = self.by_account.entry(account).or_insert(fresh).renew(now);
+            if account_window.requests >= account_limit {
+                return Err(account_window.refusal(now, account_limit, " for the account's keys together"));
+            }
+            key_window.requests += 1;
+            account_window.requests += 1;
+            Ok(())
+        }
+    }
+
+    /// The one table (keys, accounts and windows under one lock) answers as the
+    /// reference does, through long seeded runs of requests of valid, revoked and unknown
+    /// keys among key churn, new accounts, engines replaced by earlier copies (keys
+    /// revoked since valid again, keys made since unknown), restarts, and sweeps at any
+    /// time.
+    #[test]
+    fn the_one_table_answers_as_the_separate_maps_did() {
+        let limit = 2;
+        let config = EngineConfig { rate_limit_per_minute: limit, ..EngineConfig::default() };
+        let create_account = |engine: &mut Engine, digest: KeyDigest| {
+            let op = AdminOp::CreateAccount {
+                contact_email: "a@b.example".into(),
+                company_name: None,
+                api_key_digest: digest,
+                api_key_prefix: String::new(),
+            };
+            engine.handle(engine.now(), Command::Admin(op)).unwrap();
+        };
+        for seed in 1..=4u64 {
+            let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let mut draw = |below: usize| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % below as u64) as usize
+            };
+            let mut engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
+            let mut digests = vec![KeyDigest::of("rsk_first"), KeyDigest::of("rsk_second"), KeyDigest::of("rsk_none")];
+            create_account(&mut engine, digests[0]);
+            create_account(&mut engine, digests[1]);
+            let admission = Admission::new(&engine);
+            let mut reference = Reference::default();
+            reference.reload_keys(&engine);
+            let (mut now, mut copy) = (engine.now(), None);
+            let (mut admitted, mut limited, mut by_account) = (0, 0, 0);
+            for step in 0..20_000 {
+                now = now.plus_ms(draw(100) as i64);
+                // The first two accounts' valid keys (their windows fill) and any key.
+                let valid: Vec<_> =
+                    engine.valid_keys().filter(|(_, account)| account.0 < 2).map(|(digest, _)| digest).collect();
+                let any = digests[digests.len() - 1 - draw(digests.len()).min(draw(32))];
+                let some_valid = if valid.is_empty() || draw(8) == 0 { any } else { valid[draw(valid.len())] };
+                let mut refresh = |engine: &Engine, digest: &KeyDigest| {
+                    admission.refresh_key(engine, digest);
+                    reference.refresh_key(engine, digest);
+                };
+                match draw(1_000) {
+                    0..=699 => {
+                        let answer = admission.admit_key(&some_valid, now);
+                        assert_eq!(answer, reference.admit_key(limit, &some_valid, now), "seed {seed}, step {step}");
+                        admitted += usize::from(answer.is_ok());
+                        limited += usize::from(answer.as_ref().is_err_and(|e| e.code == ErrorCode::RateLimited));
+                        by_account += usize::from(answer.is_err_and(|e| e.message.contains("the account's keys")));
+                    }
+                    700..=799 => {
+                        let digest = KeyDigest::of(&format!("rsk_{step}"));
+                        let account_id = engine.accounts()[draw(2)].id.clone();
+                        let op =
+                            AdminOp::CreateKey { account_id, api_key_digest: digest, api_key_prefix: String::new() };
+                        engine.handle(now, Command::Admin(op)).unwrap();
+                        refresh(&engine, &digest);
+                        digests.push(digest);
+                    }
+                    800..=909 => {
+                        let _ = engine.handle(now, Command::Admin(AdminOp::RevokeKey { api_key_digest: some_valid }));
+                        refresh(&engine, &some_valid);
+                    }
+                    910..=919 => {
+                        let digest = KeyDigest::of(&format!("rsk_account_{step}"));
+                        create_account(&mut engine, digest);
+                        refresh(&engine, &digest);
+                        digests.push(digest);
+                    }
+                    920..=949 => copy = Some(engine.clone()),
+                    950..=954 if copy.is_some() => {
+                        engine = copy.take().unwrap();
+                        admission.reload_keys(&engine);
+                        reference.reload_keys(&engine);
+                    }
+                    955 => {
+                        admission.clear_windows();
+                        reference.by_key.clear();
+                        reference.by_account.clear();
+                    }
+                    _ => admission.table.lock().unwrap().sweep(now),
+                }
+            }
+            let reached = (admitted, limited, by_account);
+            assert!(admitted > 1_000 && limited > 1_000 && by_account > 100, "seed {seed}: {reached:?}");
+        }
     }
 
     #[test]
