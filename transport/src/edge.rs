@@ -419,7 +419,8 @@ pub struct Activity {
     responding: AtomicUsize,
     started: AtomicBool,
     born: Instant,
-    /// When the last request ended (or began), in microseconds after `born`.
+    /// When a request's handler or the writing of its answer last ended, or a piece of an
+    /// answer was last written, in microseconds after `born`.
     quiet_since_us: AtomicU64,
 }
 
@@ -437,43 +438,63 @@ impl Activity {
     /// A request begins: the connection is not idle until the returned guard is dropped
     /// (when its handler ends or is cancelled; its answer then goes on in an
     /// [`InFlightBody`]).
+    ///
+    /// The connection's quiet time is not moved here: it is read only while no request
+    /// is in flight, and this request's end moves it on (later) before that. (This runs
+    /// on the connection's task, as the [`IdleGuard`] does: hyper calls the service
+    /// there, for HTTP/2 streams too.)
     pub fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.started.store(true, Ordering::Release);
-        self.mark_quiet_now();
-        InFlight(self.clone())
+        InFlight(Some(self.clone()))
     }
 
+    // `#[inline]`: called from `IdleGuard<T>`'s and `InFlightBody<B>`'s code, compiled
+    // where they are used.
+    #[inline]
     fn mark_quiet_now(&self) {
         let since = Instant::now().saturating_duration_since(self.born).as_micros();
         self.quiet_since_us.fetch_max(u64::try_from(since).unwrap_or(u64::MAX), Ordering::AcqRel);
     }
 
+    /// A request's handler ended (or was cancelled).
+    #[inline]
+    fn end_request(&self) {
+        self.mark_quiet_now();
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    #[inline]
     fn busy(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) > 0
     }
 
+    #[inline]
     fn quiet_since(&self) -> Instant {
         self.born + Duration::from_micros(self.quiet_since_us.load(Ordering::Acquire))
     }
 }
 
-/// One request in flight on a connection (see [`Activity::begin`]).
+/// One request in flight on a connection (see [`Activity::begin`]); `None` once it
+/// became a [`Responding`] (which took its reference to the activity).
 #[derive(Debug)]
-pub struct InFlight(Arc<Activity>);
+pub struct InFlight(Option<Arc<Activity>>);
 
 impl InFlight {
     /// The handler answered: the answer is being written from now on.
-    fn into_responding(self) -> Responding {
-        self.0.responding.fetch_add(1, Ordering::AcqRel);
-        Responding(self.0.clone())
+    fn into_responding(mut self) -> Responding {
+        let activity = self.0.take().expect("a request in flight holds its connection's activity");
+        activity.responding.fetch_add(1, Ordering::AcqRel);
+        activity.end_request();
+        Responding(activity)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.mark_quiet_now();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(activity) = &self.0 {
+            activity.end_request();
+        }
     }
 }
 
@@ -482,6 +503,7 @@ impl Drop for InFlight {
 struct Responding(Arc<Activity>);
 
 impl Drop for Responding {
+    #[inline]
     fn drop(&mut self) {
         self.0.mark_quiet_now();
         self.0.responding.fetch_sub(1, Ordering::AcqRel);
