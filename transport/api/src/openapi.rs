@@ -460,7 +460,7 @@ const RETURN_PENDING: (ErrorCode, &str) =
 const MOVING: (ErrorCode, &str) = (ErrorCode::MovePending, "a move of this eSIM into a group is in progress");
 const UPSTREAM: (ErrorCode, &str) = (ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved");
 const AMOUNT: (ErrorCode, &str) =
-    (ErrorCode::ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+    (ErrorCode::ValidationError, "amount missing (sent as amount_usd, the admin API's name, the message says: did you mean `amount`?), not a number, outside 0.01 to 10000 or with more than 2 decimals");
 
 /// `/esim/...`; `None` for another endpoint.
 fn esim_operation(endpoint: Endpoint) -> Option<Operation> {

@@ -60,7 +60,7 @@ fn account_operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Credits the reseller balance by hand (a balance.topped_up event follows).")
             .ok(201, "ToppedUp", "The top-up and the new balance")
             .body::<TopUpRequest>(true)
-            .errors(&[(ValidationError, "amount_usd missing, below 10, above 1000000 or with more than 2 decimals"), NO_ACCOUNT]),
+            .errors(&[(ValidationError, "amount_usd missing (sent as amount, the reseller API's name, the message says: did you mean `amount_usd`?), not a number, below 10, above 1000000 or with more than 2 decimals"), NO_ACCOUNT]),
         E::Freeze => Operation::new("freezeAccount", "Accounts", "Freeze or unfreeze an account")
             .describe("A frozen account's changes answer ACCOUNT_SUSPENDED; its reads and key revocations still work.")
             .ok(200, "AccountFrozen", "The account's freeze as it now is")

@@ -71,8 +71,9 @@ struct AccountListed {
     company_name: Option<String>,
     /// The reseller's contact address
     contact_email: String,
-    /// When the account was made, in milliseconds since the Unix epoch (service time)
-    created_at: i64,
+    /// When the account was made (service time)
+    #[schemars(with = "Timestamp")]
+    created_at: String,
     /// true while the operator has frozen the account
     frozen: bool,
     /// USD. The reseller balance
