@@ -366,3 +366,14 @@ impl JournaledServer {
         task.await.unwrap().unwrap();
     }
 }
+
+/// Where a browser test writes its screenshots: `docs/screenshots/` with
+/// `ESIM_UPDATE_SCREENSHOTS=1` (the images the README and docs show), else `scratch` in
+/// the target's temporary dir.
+pub fn screenshot_dir(scratch: &str) -> std::path::PathBuf {
+    if std::env::var("ESIM_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
+    } else {
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(scratch)
+    }
+}
