@@ -486,7 +486,7 @@ async fn webhook_test_endpoint_answers_with_the_receivers_real_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_is_cut_off_by_the_header_read_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut options = esim_transport::server::ServerOptions::new(1, true);
+    let mut options = esim_http::server::ServerOptions::new(1, true);
     options.header_read_timeout = std::time::Duration::from_millis(300);
     let server = TestServer::start_with(options).await;
     let address = server.base.trim_start_matches("http://").to_string();
