@@ -432,7 +432,7 @@ async fn every_admin_and_sandbox_reply_writes_times_in_rfc3339() {
     assert!(pending.to_string().contains("webhook_retry") && pending.to_string().contains("esim_return"), "{pending}");
 
     let (mut walked, mut found) = (Vec::new(), Vec::new());
-    use esim_transport::routes::{Api, Endpoint};
+    use esim_http::routes::{Api, Endpoint};
     for &endpoint in Endpoint::ALL {
         if endpoint.method() != "GET" || !matches!(endpoint.documented_in(), Api::Admin | Api::Sandbox) {
             continue;
