@@ -232,6 +232,15 @@ impl Operation {
         }
         value
     }
+    /// The operation of an operator API's own document (`GET /openapi.json`).
+    pub(crate) fn document(id: &'static str) -> Operation {
+        Operation::new(id, "Meta", "This OpenAPI document").describe("Public: needs no token.").ok(
+            200,
+            "OpenApiDocument",
+            "The document",
+        )
+    }
+
     pub(crate) fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
         Operation {
             id,

@@ -1,5 +1,5 @@
 //! What the admin API's OpenAPI document says of each operation
-//! ([`crate::openapi_operator`] builds the document).
+//! (`openapi_operator.rs` builds the document from these).
 
 use crate::bodies::*;
 use crate::openapi::Operation;
@@ -108,7 +108,7 @@ fn other_operation(endpoint: Endpoint) -> Option<Operation> {
         E::State => Operation::new("getState", "Reports", "The state digest")
             .describe("A digest of the engine's whole state (equal digests, equal states: a restart or a replica must show the same), the service time, and whether changes are accepted now.")
             .ok(200, "StateDigest", "The digest"),
-        E::AdminOpenApi => crate::openapi_operator::document_operation("getAdminOpenApiDocument"),
+        E::AdminOpenApi => Operation::document("getAdminOpenApiDocument"),
         _ => return None,
     })
 }

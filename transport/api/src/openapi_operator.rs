@@ -408,14 +408,5 @@ fn build(api: Api) -> Value {
     })
 }
 
-/// The operation of an operator API's own document (`GET /openapi.json`).
-pub(crate) fn document_operation(id: &'static str) -> Operation {
-    Operation::new(id, "Meta", "This OpenAPI document").describe("Public: needs no token.").ok(
-        200,
-        "OpenApiDocument",
-        "The document",
-    )
-}
-
 #[cfg(test)]
 mod tests;
