@@ -42,9 +42,9 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use esim_engine::{
     AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, SandboxOp,
 };
-use esim_transport::admission::{Admission, KeyMemo};
-use esim_transport::secrets::Secrets;
-use esim_transport::{ClockMode, Service};
+use esim_http::admission::{Admission, KeyMemo};
+use esim_http::secrets::Secrets;
+use esim_http::{ClockMode, Service};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 use std::hint::black_box;

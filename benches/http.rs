@@ -27,10 +27,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest};
-use esim_transport::journal::{EncodedSnapshot, FileJournal, SegmentHeader, SnapshotPolicy};
-use esim_transport::server::{self, JournalSink, NoJournal, ServerOptions};
-use esim_transport::store_pg::PgStore;
-use esim_transport::{ClockMode, Service};
+use esim_http::journal::{EncodedSnapshot, FileJournal, SegmentHeader, SnapshotPolicy};
+use esim_http::server::{self, JournalSink, NoJournal, ServerOptions};
+use esim_http::store_pg::PgStore;
+use esim_http::{ClockMode, Service};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ struct Account {
 /// QR code of provisioning answers (the provisioning scenarios), as the real server does.
 fn service_with_accounts(engine: Engine, render_qr: bool) -> (Service, Vec<Account>) {
     let mut service =
-        Service::new(engine, "bench-admin".into(), ClockMode::Wall, esim_transport::secrets::Secrets::seeded(1));
+        Service::new(engine, "bench-admin".into(), ClockMode::Wall, esim_http::secrets::Secrets::seeded(1));
     service.set_render_qr(render_qr);
     let now = Millis(server::real_now_ms());
     let mut accounts = Vec::with_capacity(ACCOUNTS);
@@ -316,7 +316,7 @@ struct Timed {
 }
 
 impl JournalSink for Timed {
-    fn append(&mut self, entries: &[esim_transport::JournalEntry]) -> std::io::Result<()> {
+    fn append(&mut self, entries: &[esim_http::JournalEntry]) -> std::io::Result<()> {
         let started = Instant::now();
         let result = self.inner.append(entries);
         let ended = Instant::now();
@@ -589,7 +589,7 @@ fn main() {
         let mix_read_accounts = provision_accounts.split_off(ACCOUNTS / 2);
         let provisioning = start_esim(provision_service, Box::new(NoJournal)).await;
         let header = SegmentHeader {
-            version: esim_transport::journal::FORMAT_VERSION,
+            version: esim_http::journal::FORMAT_VERSION,
             config: durable_service.engine().config().clone(),
             clock: ClockMode::Wall,
             start: durable_service.engine().now(),

@@ -5,9 +5,9 @@
 //! Set `REPLAY_ENTRIES` to change the size (default 300,000).
 
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply, ResellerOp, ResellerRequest, SandboxOp};
-use esim_transport::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
-use esim_transport::server::JournalSink;
-use esim_transport::{ClockMode, Service};
+use esim_http::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
+use esim_http::server::JournalSink;
+use esim_http::{ClockMode, Service};
 use rust_decimal::Decimal;
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     let config = EngineConfig { seed: 1, ..EngineConfig::default() };
     let header = SegmentHeader {
-        version: esim_transport::journal::FORMAT_VERSION,
+        version: esim_http::journal::FORMAT_VERSION,
         config: config.clone(),
         clock: ClockMode::Virtual,
         start: Millis::VIRTUAL_EPOCH,
@@ -32,7 +32,7 @@ fn main() {
         Engine::new(config, Millis::VIRTUAL_EPOCH),
         "t".into(),
         ClockMode::Virtual,
-        esim_transport::secrets::Secrets::seeded(1),
+        esim_http::secrets::Secrets::seeded(1),
     );
     let mut now = Millis::VIRTUAL_EPOCH;
     // 200 accounts x 5 installed eSIMs, then a fund/usage mix; one append per 100 entries.
@@ -122,7 +122,7 @@ fn main() {
             let length = u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap()) as usize;
             let payload = &bytes[offset + 8..offset + 8 + length];
             if offset > 8 {
-                let _: esim_transport::JournalEntry = serde_json::from_slice(payload).unwrap();
+                let _: esim_http::JournalEntry = serde_json::from_slice(payload).unwrap();
                 decoded += 1;
             }
             offset += 8 + length;

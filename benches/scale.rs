@@ -10,7 +10,7 @@
 //! [`GROUP`] commands as the owner task drains them per group commit, events and effects
 //! drained after every command; the mix also hashes each bearer key and admits it
 //! through the transport's [`Admission`] as a connection task does. Snapshots and
-//! recovery go through `esim_transport::journal` ([`FileJournal`], [`recover`]) as
+//! recovery go through `esim_http::journal` ([`FileJournal`], [`recover`]) as
 //! `esim serve` and `esim replay` do.
 //!
 //! Growth: `SCALE_MAX_ESIMS / 100` accounts (10,000 at full scale), each topped up;
@@ -62,11 +62,11 @@
 use esim_engine::{
     AdminOp, Command, Engine, EngineConfig, KeyDigest, Millis, Reply, ResellerOp, ResellerRequest, Response, SandboxOp,
 };
-use esim_transport::admission::{Admission, KeyMemo};
-use esim_transport::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
-use esim_transport::secrets::Secrets;
-use esim_transport::server::JournalSink;
-use esim_transport::{ClockMode, JournalEntry, Service};
+use esim_http::admission::{Admission, KeyMemo};
+use esim_http::journal::{recover, FileJournal, RecoverOptions, SegmentHeader, SnapshotPolicy};
+use esim_http::secrets::Secrets;
+use esim_http::server::JournalSink;
+use esim_http::{ClockMode, JournalEntry, Service};
 use rust_decimal::Decimal;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -772,7 +772,7 @@ impl Scale {
         let _ = std::fs::remove_dir_all(&dir);
         self.drain_journal();
         let header = SegmentHeader {
-            version: esim_transport::journal::FORMAT_VERSION,
+            version: esim_http::journal::FORMAT_VERSION,
             config: self.engine().config().clone(),
             clock: ClockMode::Virtual,
             start: Millis::VIRTUAL_EPOCH,

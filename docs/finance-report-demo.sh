@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the data dir behind docs/finance-report.png: three resellers over a week of
+# Builds the data dir behind docs/screenshots/finance-report.png: three resellers over a week of
 # virtual time (top-ups, an auto-refill, eSIMs funded and used, a group, returns, a
 # terminate), then writes the HTML report of the week and takes the screenshot.
 #   docs/finance-report-demo.sh [ESIM_BINARY]    (needs curl; chromium for the screenshot)
@@ -74,7 +74,7 @@ advance 7200
 curl -sf -H "Authorization: Bearer $token" "$base/admin/v1/reports/conservation?format=html&from=2026-01-01&until=2026-01-08" \
   >"$dir/finance-report.html"
 if command -v chromium >/dev/null; then
-  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot=docs/finance-report.png \
-    --window-size=1200,2300 "file://$dir/finance-report.html" 2>/dev/null
+  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot=docs/screenshots/finance-report.png \
+    --window-size=1200,2760 "file://$dir/finance-report.html" 2>/dev/null
 fi
-echo "screenshot: docs/finance-report.png"
+echo "screenshot: docs/screenshots/finance-report.png"

@@ -1,7 +1,7 @@
 //! `esim`: the Reseller eSIM Connectivity Service.
 //!
 //! The command line only: each command's arguments are parsed here and handed, as plain
-//! options, to one library function (`esim_transport::deploy` for the service and its
+//! options, to one library function (`esim_http::deploy` for the service and its
 //! offline tools, `esim_sim` for the simulation). `esim --help` lists the commands.
 
 /// mimalloc instead of the system allocator: the HTTP bench measured reads and durable
@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod serve_args;
 
 use clap::{Args, Parser, Subcommand};
-use esim_transport::deploy::{self, LogFormat};
+use esim_http::deploy::{self, LogFormat};
 use serve_args::{serve_options, ServeArgs, SERVE_AFTER_HELP};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,14 +3,14 @@
 
 use crate::LogArgs;
 use clap::Args;
-use esim_transport::deploy::{self, logging::LOG_BUFFER_LINES_DEFAULT, ServeOptions};
-use esim_transport::{edge, pool, server, store_pg, ClockMode};
+use esim_http::deploy::{self, logging::LOG_BUFFER_LINES_DEFAULT, ServeOptions};
+use esim_http::{edge, pool, server, store_pg, ClockMode};
 use std::path::PathBuf;
 
 /// The end of `esim serve --help`: what the log lines carry, and the operator endpoints.
 pub const SERVE_AFTER_HELP: &str = "\
 Logs (stderr):
-  RUST_LOG   which lines, e.g. RUST_LOG=warn, RUST_LOG=info,esim_transport=debug (tracing's
+  RUST_LOG   which lines, e.g. RUST_LOG=warn, RUST_LOG=info,esim_http=debug (tracing's
              EnvFilter syntax; default info); --log-format text|json (ESIM_LOG_FORMAT) how.
   Each request's lines carry its request id (the client's X-Request-Id when it is 1-64
   characters of [A-Za-z0-9._-], else a new one; echoed in the X-Request-Id response header)

@@ -140,7 +140,7 @@ async fn key_churn_stays_within_the_accounts_rate_limit() {
     const CHURN_SECONDS: u64 = 20;
     const STEPS_PER_SECOND: usize = 5;
     let per_key = esim_engine::EngineConfig::default().rate_limit_per_minute;
-    let budget = (per_key * esim_transport::admission::ACCOUNT_BUDGET_IN_KEYS) as usize;
+    let budget = (per_key * esim_http::admission::ACCOUNT_BUDGET_IN_KEYS) as usize;
     let server = TestServer::start().await;
     let (_, mut key) = server.account(20.0).await;
     let (_, other) = server.account(0.0).await;

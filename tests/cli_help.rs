@@ -104,7 +104,7 @@ fn version_names_the_crate_and_the_interface() {
     let expected = format!(
         "esim {} (Reseller eSIM Connectivity Service, interface {})\n",
         env!("CARGO_PKG_VERSION"),
-        esim_transport::deploy::INTERFACE_VERSION
+        esim_http::deploy::INTERFACE_VERSION
     );
     assert_eq!(text, expected);
 }

@@ -9,7 +9,7 @@
 //! types), its 404 with the API's error body, and that the key the browser created and
 //! revoked answers 401.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -23,14 +23,6 @@ const PLAYWRIGHT: &str = "playwright==1.65.2";
 const CHROMIUM: &str = "/usr/bin/chromium";
 /// The whole browser run is killed and the test fails past this.
 const FLOWS_DEADLINE: Duration = Duration::from_secs(300);
-
-fn screenshot_dir() -> PathBuf {
-    if std::env::var("ESIM_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
-    } else {
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots")
-    }
-}
 
 async fn get(client: &HttpClient, url: &str) -> (http::StatusCode, http::HeaderMap, bytes::Bytes) {
     use http_body_util::BodyExt;
@@ -93,7 +85,7 @@ async fn the_dashboard_works_in_a_real_browser() {
     assert_eq!((status.as_u16(), headers["location"].to_str().unwrap()), (308, "/dashboard/"));
 
     // The flows in the browser.
-    let shots = screenshot_dir();
+    let shots = common::screenshot_dir("dashboard-screenshots");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-flows.json");
     let _ = std::fs::remove_file(&out);
     for name in ["reseller.png", "operator.png", "sandbox.png"] {

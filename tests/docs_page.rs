@@ -4,7 +4,8 @@
 //! (Debian's Chromium, driven by Playwright for Python as in tests/dashboard.rs:
 //! `tests/docs_page/render.py`) it renders every operation of each document with no
 //! console error, no CSP violation and no request off the service's origin. Screenshots
-//! of the landing page and the three references go to the target dir.
+//! of the landing page and the three references go to the target dir, or to
+//! `docs/screenshots/` with `ESIM_UPDATE_SCREENSHOTS=1`.
 
 use std::path::Path;
 use std::process::Command;
@@ -102,7 +103,7 @@ async fn the_landing_page_and_the_reference_work_in_a_real_browser() {
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
     check_over_http(&client, &base).await;
 
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-page-screenshots");
+    let shots = common::screenshot_dir("docs-page-screenshots");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-page-render.json");
     let _ = std::fs::remove_file(&out);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/docs_page/render.py");

@@ -248,11 +248,11 @@ async fn silent_connections_are_closed_and_a_stalled_body_gets_408() {
 
 /// An idle HTTP/2 connection (hyper has no idle timeout for HTTP/2) is closed after the
 /// idle timeout, here shortened on the in-process server (a request in flight is never
-/// idle: see the unit tests of `esim_transport::edge`).
+/// idle: see the unit tests of `esim_http::edge`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut options = esim_transport::server::ServerOptions::new(1, true);
+    let mut options = esim_http::server::ServerOptions::new(1, true);
     options.edge.idle_timeout = Duration::from_millis(500);
     options.edge.first_byte_timeout = Duration::from_millis(500);
     let server = common::TestServer::start_with(options).await;

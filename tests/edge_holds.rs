@@ -15,8 +15,8 @@
 
 use bytes::Bytes;
 use esim_engine::{Engine, EngineConfig, Millis};
-use esim_transport::server::{self, JournalSink, ServerOptions};
-use esim_transport::{ClockMode, JournalEntry, Service};
+use esim_http::server::{self, JournalSink, ServerOptions};
+use esim_http::{ClockMode, JournalEntry, Service};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde_json::json;
@@ -281,10 +281,8 @@ async fn a_thousand_pinging_http2_connections_do_not_lock_out_a_new_client() {
     );
     assert_eq!(unanswered, 0, "a new client was locked out: {probes:?}");
     assert!(slowest.unwrap() < Duration::from_secs(1), "{probes:?}");
-    let share = esim_transport::edge::address_share(
-        esim_transport::edge::CONNECTIONS_PER_ADDRESS_MAX,
-        esim_transport::edge::CONNECTIONS_MAX,
-    );
+    let share =
+        esim_http::edge::address_share(esim_http::edge::CONNECTIONS_PER_ADDRESS_MAX, esim_http::edge::CONNECTIONS_MAX);
     assert!(answered <= share, "one address held {answered} connections, its share is {share}");
     assert!(answered > 0, "the pinging clients were served at all");
     assert!(all_closed_after < idle + Duration::from_secs(6), "PINGs kept connections open: {all_closed_after:?}");
@@ -331,10 +329,10 @@ async fn a_connection_past_its_maximum_age_is_closed_gracefully() {
 async fn a_clients_forwarded_shard_header_is_not_trusted() {
     let _one = ONE_AT_A_TIME.lock().await;
     let (started, server, dir) = start_binary("forged-shard", &["--shards", "2", "--allow-insecure-webhooks"]);
-    let forged = esim_transport::nodes::FORWARDED_SHARD;
+    let forged = esim_http::nodes::FORWARDED_SHARD;
     // A key of the shard its account was placed on; the header names the other one.
     let (_, key) = server.account(10.0).await;
-    let key_shard = esim_transport::shards::shard_of_api_key(&key, 2);
+    let key_shard = esim_http::shards::shard_of_api_key(&key, 2);
     let other = (1 - key_shard).to_string();
     let path = "/api/v2/reseller/account";
     let steered = server.raw("GET", path, Some(&key), &[(forged, other.as_str())], Bytes::new()).await;
@@ -394,7 +392,7 @@ async fn a_refused_change_and_an_unready_service_say_when_to_retry() {
     let _one = ONE_AT_A_TIME.lock().await;
     let config = EngineConfig { seed: 3, ..EngineConfig::default() };
     let engine = Engine::new(config, Millis::VIRTUAL_EPOCH);
-    let secrets = esim_transport::secrets::Secrets::seeded(3);
+    let secrets = esim_http::secrets::Secrets::seeded(3);
     let sink = DeadDisk { durable: engine.clone() };
     let service = Service::new(engine, common::ADMIN.into(), ClockMode::Virtual, secrets);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

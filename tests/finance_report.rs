@@ -9,7 +9,7 @@
 
 use esim_engine::finance::Period;
 use esim_engine::EngineConfig;
-use esim_transport::journal::{self, RecoverOptions};
+use esim_http::journal::{self, RecoverOptions};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 
 mod common;
 use esim_engine::EngineConfig;
-use esim_transport::journal::{self, RecoverOptions};
+use esim_http::journal::{self, RecoverOptions};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

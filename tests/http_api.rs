@@ -4,7 +4,7 @@
 mod common;
 use bytes::Bytes;
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 async fn register(server: &TestServer, key: &str, receiver: &Receiver) -> String {
     let reply = server.api("POST", "/webhooks", key, Some(json!({"url": receiver.url, "events": ["*"]}))).await;
@@ -328,6 +328,135 @@ async fn bad_inputs_answer_the_right_4xx_and_change_nothing() {
     let field = server.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": "ten"}))).await;
     assert!(field.body["message"].as_str().unwrap().contains("amount"), "the message names the field");
     assert_eq!(server.digest().await, digest, "no bad input changed the state");
+    // The other API's name for the amount (issue 37): the same 400, with a hint.
+    let (account, _) = server.account(0.0).await;
+    let hinted = [
+        (server.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount_usd": 5}))).await, "amount"),
+        (server.api("POST", &format!("/groups/{gid}/fund"), &key, Some(json!({"amount_usd": 5}))).await, "amount"),
+        (
+            server.admin("POST", &format!("/admin/v1/accounts/{account}/topups"), Some(json!({"amount": 50}))).await,
+            "amount_usd",
+        ),
+    ];
+    for (reply, meant) in hinted {
+        assert_eq!((reply.status, &reply.body["code"]), (400, &json!("VALIDATION_ERROR")), "{}", reply.body);
+        let message = reply.body["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{meant} is required")), "{message}");
+        assert!(message.contains(&format!("did you mean `{meant}`?")), "{message}");
+    }
+    let top_up = server.admin("POST", &format!("/admin/v1/accounts/{account}/topups"), Some(json!({}))).await;
+    assert_eq!(top_up.body["message"], json!("amount_usd is required"), "no hint without the look-alike");
+    let balance = server.admin("GET", "/admin/v1/accounts", None).await.body["accounts"][1]["balance_usd"].clone();
+    assert_eq!(balance, json!(0), "no top-up was made");
+    server.stop().await;
+}
+
+/// Whether a JSON integer could be an instant in epoch milliseconds (2001 to 5138).
+fn looks_like_epoch_ms(value: &Value) -> bool {
+    value.as_i64().is_some_and(|n| (1_000_000_000_000..100_000_000_000_000).contains(&n))
+}
+
+/// The places in `value` where a time field (`*_at`, `now`, `due*`) holds an integer that
+/// looks like epoch milliseconds, or (`*_at`, `now`) anything but RFC 3339 text or null.
+fn ms_instants(value: &Value, at: &str, found: &mut Vec<String>) {
+    match value {
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                let here = format!("{at}.{name}");
+                let timed = name.ends_with("_at") || name == "now";
+                if (timed || name.starts_with("due")) && looks_like_epoch_ms(field) {
+                    found.push(format!("{here} = {field} (epoch milliseconds)"));
+                } else if timed && !field.is_null() && !field.is_object() {
+                    let text = field.as_str().unwrap_or_default();
+                    let rfc3339 =
+                        text.len() == 24 && text.ends_with('Z') && esim_engine::Millis::parse_rfc3339(text).is_some();
+                    if !rfc3339 {
+                        found.push(format!("{here} = {field} (not RFC 3339 UTC with milliseconds)"));
+                    }
+                }
+                ms_instants(field, &here, found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                ms_instants(item, &format!("{at}[{i}]"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Issue 37: every time in every admin and sandbox GET reply is RFC 3339, like the
+/// reseller API's. The GETs come from the endpoint table, so a new one is walked too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_and_sandbox_reply_writes_times_in_rfc3339() {
+    // The check can fail.
+    let mut caught = Vec::new();
+    ms_instants(&json!({"accounts": [{"created_at": 1_767_225_600_000_i64}], "now": "2026-01-01"}), "", &mut caught);
+    ms_instants(&json!({"timers": [{"due_at": 1_767_225_600_000_i64, "due_in_seconds": 60}]}), "", &mut caught);
+    assert_eq!(caught.len(), 3, "{caught:?}");
+
+    // Some of everything: accounts, keys, a funded eSIM with usage to report, a return on
+    // its way, a group, a webhook whose receiver fails (a retry waits), auto-refill.
+    let server = TestServer::start().await;
+    let (account, key) = server.account(100.0).await;
+    server.admin("POST", &format!("/admin/v1/accounts/{account}/keys"), None).await;
+    let refill = json!({"enabled": true, "amount_usd": 20, "card": "ok"});
+    server.admin("PUT", &format!("/admin/v1/accounts/{account}/auto-refill"), Some(refill)).await;
+    let failing =
+        server.api("POST", "/webhooks", &key, Some(json!({"url": "http://127.0.0.1:9/", "events": ["*"]}))).await;
+    assert_eq!(failing.status, 201, "{}", failing.body);
+    let (kept, returned) = (server.provision(&key, None).await, server.provision(&key, None).await);
+    for iccid in [&kept, &returned] {
+        server.admin("POST", &format!("/sandbox/v1/esims/{iccid}/install"), None).await;
+        let funded = server.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({"amount": 10}))).await;
+        assert_eq!(funded.status, 200, "{}", funded.body);
+        let usage = json!({"mb": 100, "country": "DE"});
+        server.admin("POST", &format!("/sandbox/v1/esims/{iccid}/usage"), Some(usage)).await;
+    }
+    assert_eq!(server.api("POST", &format!("/esim/{returned}/defund"), &key, None).await.status, 202);
+    let group = server.api("POST", "/groups", &key, Some(json!({"name": "G"}))).await;
+    assert_eq!(group.status, 201, "{}", group.body);
+    server.advance(30).await;
+    // The failed delivery's retry is set once the sender reports the failure.
+    let mut pending = Value::Null;
+    for _ in 0..100 {
+        pending = server.admin("GET", "/sandbox/v1/pending", None).await.body;
+        let kinds: Vec<&str> =
+            pending["timers"].as_array().unwrap().iter().filter_map(|t| t["kind"].as_str()).collect();
+        if ["usage_report", "esim_return", "webhook_retry"].iter().all(|kind| kinds.contains(kind)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(pending.to_string().contains("webhook_retry") && pending.to_string().contains("esim_return"), "{pending}");
+
+    let (mut walked, mut found) = (Vec::new(), Vec::new());
+    use esim_http::routes::{Api, Endpoint};
+    for &endpoint in Endpoint::ALL {
+        if endpoint.method() != "GET" || !matches!(endpoint.documented_in(), Api::Admin | Api::Sandbox) {
+            continue;
+        }
+        assert_eq!(endpoint.parameters().count(), 0, "{endpoint:?}: give its path parameters here");
+        let path = endpoint.full_pattern();
+        let queries = match endpoint {
+            Endpoint::ConservationReport => vec![String::new(), format!("?format=json&account_id={account}")],
+            _ => vec![String::new()],
+        };
+        for query in &queries {
+            let reply = server.admin("GET", &format!("{path}{query}"), None).await;
+            assert_eq!(reply.status, 200, "GET {path}{query}: {}", reply.body);
+            assert!(reply.body.is_object(), "GET {path}{query} answers JSON");
+            ms_instants(&reply.body, &format!("GET {path}{query}"), &mut found);
+            walked.push(format!("{path}{query}"));
+        }
+    }
+    assert!(found.is_empty(), "times not in RFC 3339:\n{}", found.join("\n"));
+    for expected in ["/admin/v1/accounts", "/admin/v1/state", "/sandbox/v1/clock", "/sandbox/v1/pending"] {
+        assert!(walked.iter().any(|path| path == expected), "{expected} walked: {walked:?}");
+    }
+    let accounts = server.admin("GET", "/admin/v1/accounts", None).await.body;
+    assert_eq!(accounts["accounts"][0]["created_at"], json!("2026-01-01T00:00:00.000Z"), "{accounts}");
     server.stop().await;
 }
 
@@ -357,7 +486,7 @@ async fn webhook_test_endpoint_answers_with_the_receivers_real_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_client_is_cut_off_by_the_header_read_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut options = esim_transport::server::ServerOptions::new(1, true);
+    let mut options = esim_http::server::ServerOptions::new(1, true);
     options.header_read_timeout = std::time::Duration::from_millis(300);
     let server = TestServer::start_with(options).await;
     let address = server.base.trim_start_matches("http://").to_string();

@@ -5,8 +5,8 @@
 mod common;
 use common::ADMIN;
 use esim_engine::{Engine, EngineConfig, Millis};
-use esim_transport::server::{self, JournalSink, ServerOptions};
-use esim_transport::{ClockMode, JournalEntry, Service};
+use esim_http::server::{self, JournalSink, ServerOptions};
+use esim_http::{ClockMode, JournalEntry, Service};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,7 +57,7 @@ async fn serve_on(
     engine: Engine,
     sink: FlakyDisk,
 ) -> (common::TestServer, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let secrets = esim_transport::secrets::Secrets::seeded(engine.config().seed);
+    let secrets = esim_http::secrets::Secrets::seeded(engine.config().seed);
     let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, secrets);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

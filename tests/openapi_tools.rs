@@ -1,10 +1,12 @@
-//! The OpenAPI document checked by real tools against the real `esim serve` binary
+//! The OpenAPI documents checked by real tools against the real `esim serve` binary
 //! (issue 14): `openapi-spec-validator` validates the document as served (and the admin
 //! and sandbox APIs' documents, issue 37), and
 //! `schemathesis` fuzzes every operation (examples, coverage, fuzzing, and the stateful
 //! phase that follows the document's links) and finds no 5xx, no status, content type or
-//! body outside the document. Both come from PyPI, pinned, in one venv this file makes
-//! once per target dir under `CARGO_TARGET_TMPDIR`.
+//! body outside the document; it runs on the admin and sandbox documents too (issue 37:
+//! no links there, so no stateful phase; the hook puts real ids into the paths instead).
+//! Both tools come from PyPI, pinned, in one venv this file makes once per target dir
+//! under `CARGO_TARGET_TMPDIR`.
 //!
 //! The rate limit (100 requests per minute per key, in service time) would turn a fuzzer's
 //! run into 429s, which are documented and so would hide everything else: the run uses a
@@ -34,6 +36,10 @@ const KEYS: usize = 50;
 const EXAMPLES_PER_OPERATION: u32 = 25;
 /// The whole schemathesis run is killed past this (a few minutes at most on 2 busy cores).
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
+/// The admin and sandbox APIs' runs: test cases per operation and phase, and each run's
+/// deadline (together they add about a minute and a half to CI).
+const OPERATOR_EXAMPLES_PER_OPERATION: u32 = 100;
+const OPERATOR_RUN_DEADLINE: Duration = Duration::from_secs(150);
 
 /// The venv's `bin` dir with both tools installed (made once per target dir).
 fn venv_bin() -> PathBuf {
@@ -72,10 +78,6 @@ impl Served {
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         let address = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}"));
         Served { base: address.to_string(), child, dir }
-    }
-
-    fn document_url(&self) -> String {
-        format!("{}/api/v2/reseller/openapi.json", self.base)
     }
 }
 
@@ -123,15 +125,18 @@ async fn the_served_document_validates_with_openapi_spec_validator() {
     assert!(!output.status.success(), "a broken document must not validate");
 }
 
-/// The schemathesis hook: rotates the pool's keys, makes each valid `Idempotency-Key`
-/// unique (a fuzzer repeats short values such as "0", which would answer
-/// IDEMPOTENCY_KEY_REUSED instead of running the operation; replays are covered by the
-/// service's own tests), and records every answer's status and error code.
+/// The schemathesis hook: rotates the pool's keys (or uses the admin token), makes each
+/// valid `Idempotency-Key` unique (a fuzzer repeats short values such as "0", which would
+/// answer IDEMPOTENCY_KEY_REUSED instead of running the operation; replays are covered by
+/// the service's own tests), puts real ids into the path on every other call (the
+/// operator APIs have no links to follow from a creation, and a random ICCID or account
+/// id only ever meets a 404), and records every answer's status and error code.
 const HOOKS: &str = r#"
-import itertools, os, threading
+import itertools, json, os, threading
 import schemathesis
 
 _KEYS = itertools.cycle(os.environ["ESIM_API_KEYS"].split(","))
+_IDS = json.loads(os.environ.get("ESIM_PATH_IDS", "{}"))
 _CALLS = itertools.count()
 _LOCK = threading.Lock()
 _TALLY = open(os.environ["ESIM_STATUS_TALLY"], "a", buffering=1)
@@ -147,6 +152,10 @@ def before_call(context, case, **kwargs):
     idempotency = case.headers.get("Idempotency-Key")
     if isinstance(idempotency, str) and 1 <= len(idempotency) <= 255:
         case.headers["Idempotency-Key"] = f"{idempotency[:240]}.{call}"
+    if case.path_parameters and call % 2 == 0:
+        for name, values in _IDS.items():
+            if name in case.path_parameters:
+                case.path_parameters[name] = values[(call // 2) % len(values)]
 
 
 @schemathesis.hook
@@ -164,6 +173,95 @@ def after_call(context, case, response):
 /// More steps per stateful scenario than the default 6, so chains of links
 /// (provision, fund, defund) are reached.
 const CONFIG: &str = "[phases.stateful]\nmax-steps = 12\n";
+
+/// One schemathesis run against a served document.
+struct Run<'a> {
+    /// Names the run's work dir.
+    name: &'a str,
+    /// The document's path on the server.
+    document: &'a str,
+    /// The bearer credentials, one per request in turn.
+    tokens: &'a [String],
+    /// Real values of path parameters (`{"iccid": [...]}`), put in on every other call.
+    ids: Value,
+    /// schemathesis `--phases`.
+    phases: &'a str,
+    /// Test cases per operation and phase (`--max-examples`).
+    examples: u32,
+    /// The run is killed past this.
+    deadline: Duration,
+}
+
+/// What a run printed, and every answer as (`METHOD path`, status, error code or `-`).
+struct Ran {
+    said: String,
+    answers: Vec<(String, u16, String)>,
+}
+
+impl Ran {
+    /// The operations that answered a success at least once.
+    fn succeeded(&self) -> BTreeSet<&str> {
+        self.answers.iter().filter(|(_, status, _)| (200..300).contains(status)).map(|(op, _, _)| op.as_str()).collect()
+    }
+}
+
+/// Runs schemathesis (every check of a response against the document) and fails the test
+/// on any failure or past the run's deadline.
+async fn schemathesis(bin: &std::path::Path, served: &Served, run: Run<'_>) -> Ran {
+    let work = served.dir.join(format!("schemathesis-{}", run.name));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("esim_hooks.py"), HOOKS).unwrap();
+    std::fs::write(work.join("schemathesis.toml"), CONFIG).unwrap();
+    let tally = work.join("tally");
+    let report = work.join("report.txt");
+    let mut child = Command::new(bin.join("st"))
+        .arg("--config-file")
+        .arg(work.join("schemathesis.toml"))
+        .args(["--no-color", "run", &format!("{}{}", served.base, run.document)])
+        .args(["--phases", run.phases])
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+        ])
+        .args(["--max-examples", &run.examples.to_string(), "--workers", "1", "--seed", "1"])
+        .args(["--request-timeout", "10"])
+        .current_dir(&work)
+        .env("SCHEMATHESIS_HOOKS", "esim_hooks")
+        .env("PYTHONPATH", &work)
+        .env("ESIM_API_KEYS", run.tokens.join(","))
+        .env("ESIM_PATH_IDS", run.ids.to_string())
+        .env("ESIM_STATUS_TALLY", &tally)
+        .stdout(std::fs::File::create(&report).unwrap())
+        .stderr(Stdio::from(std::fs::File::options().append(true).open(&report).unwrap()))
+        .spawn()
+        .expect("schemathesis runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > run.deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let said = std::fs::read_to_string(&report).unwrap_or_default();
+    let document = run.document;
+    let status = status.unwrap_or_else(|| panic!("schemathesis on {document} ran past {:?}:\n{said}", run.deadline));
+    assert!(status.success(), "schemathesis found failures on {document} ({status}):\n{said}");
+    let answers = std::fs::read_to_string(&tally)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            (format!("{} {}", fields[0], fields[1]), fields[2].parse().unwrap(), fields[3].to_string())
+        })
+        .collect();
+    eprintln!("schemathesis on {document}: {:.0?}", started.elapsed());
+    Ran { said, answers }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
@@ -183,64 +281,94 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
         keys.push(made.body["api_key"].as_str().unwrap().to_string());
     }
 
-    let work = served.dir.join("schemathesis");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(work.join("esim_hooks.py"), HOOKS).unwrap();
-    std::fs::write(work.join("schemathesis.toml"), CONFIG).unwrap();
-    let tally = work.join("tally");
-    let report = work.join("report.txt");
-    let mut run = Command::new(bin.join("st"))
-        .arg("--config-file")
-        .arg(work.join("schemathesis.toml"))
-        .args(["--no-color", "run", &served.document_url()])
-        .args(["--phases", "examples,coverage,fuzzing,stateful"])
-        .args([
-            "--checks",
-            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
-        ])
-        .args(["--max-examples", &EXAMPLES_PER_OPERATION.to_string(), "--workers", "1", "--seed", "1"])
-        .args(["--request-timeout", "10"])
-        .current_dir(&work)
-        .env("SCHEMATHESIS_HOOKS", "esim_hooks")
-        .env("PYTHONPATH", &work)
-        .env("ESIM_API_KEYS", keys.join(","))
-        .env("ESIM_STATUS_TALLY", &tally)
-        .stdout(std::fs::File::create(&report).unwrap())
-        .stderr(Stdio::from(std::fs::File::options().append(true).open(&report).unwrap()))
-        .spawn()
-        .expect("schemathesis runs");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > RUN_DEADLINE {
-            let _ = run.kill();
-            let _ = run.wait();
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let said = std::fs::read_to_string(&report).unwrap_or_default();
-    let status = status.unwrap_or_else(|| panic!("schemathesis ran past {RUN_DEADLINE:?}:\n{said}"));
-    assert!(status.success(), "schemathesis found failures ({status}):\n{said}");
+    let ran = schemathesis(
+        &bin,
+        &served,
+        Run {
+            name: "reseller",
+            document: "/api/v2/reseller/openapi.json",
+            tokens: &keys,
+            ids: json!({}),
+            phases: "examples,coverage,fuzzing,stateful",
+            examples: EXAMPLES_PER_OPERATION,
+            deadline: RUN_DEADLINE,
+        },
+    )
+    .await;
+    let said = &ran.said;
     assert!(said.contains("Stateful") && said.contains("passed"), "the stateful phase ran:\n{said}");
 
     // Most calls were real: few rate-limited, many operations reached a success.
-    let answers: Vec<(String, u16, String)> = std::fs::read_to_string(&tally)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            (format!("{} {}", fields[0], fields[1]), fields[2].parse().unwrap(), fields[3].to_string())
-        })
-        .collect();
-    let calls = answers.len();
-    let limited = answers.iter().filter(|(_, _, code)| code == "RATE_LIMITED").count();
+    let calls = ran.answers.len();
+    let limited = ran.answers.iter().filter(|(_, _, code)| code == "RATE_LIMITED").count();
     assert!(calls > 500 && calls < KEYS * REQUESTS_PER_KEY, "{calls} calls for a pool of {KEYS} keys");
     assert!(limited * 50 <= calls, "{limited} of {calls} calls were rate-limited:\n{said}");
-    let succeeded: BTreeSet<&str> =
-        answers.iter().filter(|(_, status, _)| (200..300).contains(status)).map(|(op, _, _)| op.as_str()).collect();
+    let succeeded = ran.succeeded();
     assert!(succeeded.len() >= 20, "only {} operations answered a success: {succeeded:?}", succeeded.len());
     eprintln!("schemathesis: {calls} calls, {limited} rate-limited, {} operations succeeded\n{said}", succeeded.len());
+}
+
+/// Issue 37: the admin and sandbox documents pass schemathesis too, against one server
+/// with data in it (an account, its keys, an installed and funded eSIM), whose ids the
+/// hook puts into the paths, so that the operations on an account, a key or an eSIM
+/// answer their successes and not only 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_on_the_admin_and_sandbox_documents_finds_no_failure() {
+    let bin = venv_bin();
+    let served = Served::start("operator");
+    let client = TestServer::attach(served.base.clone());
+    let (account, key) = client.account(1_000.0).await;
+    let mut spare_keys = Vec::new();
+    for _ in 0..3 {
+        let made = client.admin("POST", &format!("/admin/v1/accounts/{account}/keys"), None).await;
+        assert_eq!(made.status, 201, "{}", made.body);
+        spare_keys.push(made.body["api_key"].as_str().unwrap().to_string());
+    }
+    let mut iccids = Vec::new();
+    for _ in 0..2 {
+        let iccid = client.provision(&key, None).await;
+        assert_eq!(client.admin("POST", &format!("/sandbox/v1/esims/{iccid}/install"), None).await.status, 200);
+        let funded = client.api("POST", &format!("/esim/{iccid}/fund"), &key, Some(json!({ "amount": 100 }))).await;
+        assert_eq!(funded.status, 200, "{}", funded.body);
+        iccids.push(iccid);
+    }
+    let admin = [ADMIN.to_string()];
+    let ids = json!({ "account_id": [account], "api_key": spare_keys, "iccid": iccids });
+
+    for (api, document, least) in [("admin", "/admin/v1/openapi.json", 10), ("sandbox", "/sandbox/v1/openapi.json", 6)]
+    {
+        let ran = schemathesis(
+            &bin,
+            &served,
+            Run {
+                name: api,
+                document,
+                tokens: &admin,
+                ids: ids.clone(),
+                // No stateful phase: these documents have no links to follow.
+                phases: "examples,coverage,fuzzing",
+                examples: OPERATOR_EXAMPLES_PER_OPERATION,
+                deadline: OPERATOR_RUN_DEADLINE,
+            },
+        )
+        .await;
+        let succeeded = ran.succeeded();
+        let calls = ran.answers.len();
+        assert!(
+            succeeded.len() >= least,
+            "{api}: only {} operations answered a success: {succeeded:?}",
+            succeeded.len()
+        );
+        let mut tally = std::collections::BTreeMap::<String, usize>::new();
+        for (op, status, code) in &ran.answers {
+            *tally.entry(format!("{op} {status} {code}")).or_default() += 1;
+        }
+        let tally: Vec<String> = tally.into_iter().map(|(answer, count)| format!("{count:6} {answer}")).collect();
+        eprintln!(
+            "schemathesis on {document}: {calls} calls, {} operations succeeded\n{}\n{}",
+            succeeded.len(),
+            tally.join("\n"),
+            ran.said
+        );
+    }
 }

@@ -9,7 +9,7 @@ mod common;
 mod process;
 
 use common::TestServer;
-use esim_transport::shards::shard_of_account_id;
+use esim_http::shards::shard_of_account_id;
 use process::{remove_data_dir, unsafe_free_sigterm, Launch, Started};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;

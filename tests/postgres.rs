@@ -5,10 +5,10 @@
 //! reason (Debian's `postgresql` package provides it).
 
 use esim_engine::{AdminOp, Command as EngineCommand, Engine, EngineConfig, Millis};
-use esim_transport::journal::{SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
-use esim_transport::server::JournalSink;
-use esim_transport::store_pg::{self, PgStore};
-use esim_transport::{ClockMode, JournalEntry};
+use esim_http::journal::{SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
+use esim_http::server::JournalSink;
+use esim_http::store_pg::{self, PgStore};
+use esim_http::{ClockMode, JournalEntry};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

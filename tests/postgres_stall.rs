@@ -396,8 +396,8 @@ struct FrozenDisk {
     frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl esim_transport::server::JournalSink for FrozenDisk {
-    fn append(&mut self, entries: &[esim_transport::JournalEntry]) -> std::io::Result<()> {
+impl esim_http::server::JournalSink for FrozenDisk {
+    fn append(&mut self, entries: &[esim_http::JournalEntry]) -> std::io::Result<()> {
         while self.frozen.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -424,15 +424,14 @@ async fn a_frozen_disk_costs_a_request_its_deadline_never_a_hang() {
     let frozen = std::sync::Arc::new(AtomicBool::new(false));
     let sink =
         FrozenDisk { durable: std::sync::Arc::new(std::sync::Mutex::new(engine.clone())), frozen: frozen.clone() };
-    let secrets = esim_transport::secrets::Secrets::seeded(3);
-    let service =
-        esim_transport::Service::new(engine, common::ADMIN.into(), esim_transport::ClockMode::Virtual, secrets);
+    let secrets = esim_http::secrets::Secrets::seeded(3);
+    let service = esim_http::Service::new(engine, common::ADMIN.into(), esim_http::ClockMode::Virtual, secrets);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = common::TestServer::attach(format!("http://{}", listener.local_addr().unwrap()));
-    let mut options = esim_transport::server::ServerOptions::new(1, true);
+    let mut options = esim_http::server::ServerOptions::new(1, true);
     options.append_deadline = Duration::from_millis(DEADLINE_MS);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(esim_transport::server::serve(listener, service, Box::new(sink), options, async {
+    let task = tokio::spawn(esim_http::server::serve(listener, service, Box::new(sink), options, async {
         let _ = stopped.await;
     }));
     let (key, iccid, fee) = account_with_esim(&server).await;

@@ -150,8 +150,8 @@ async fn repair_reports_without_changing_a_byte_then_cuts_exactly_what_it_printe
 #[test]
 fn a_damaged_snapshot_cannot_be_repaired_here_and_a_live_dir_is_refused() {
     use esim_engine::{Engine, EngineConfig, Millis};
-    use esim_transport::journal::{FileJournal, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
-    use esim_transport::{ClockMode, JournalEntry};
+    use esim_http::journal::{FileJournal, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
+    use esim_http::{ClockMode, JournalEntry};
     let dir = std::env::temp_dir().join(format!("esim-repair-snapshot-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = EngineConfig { seed: 4, ..EngineConfig::default() };
@@ -174,7 +174,7 @@ fn a_damaged_snapshot_cannot_be_repaired_here_and_a_live_dir_is_refused() {
     drop(journal);
 
     // A live data dir (its lock held) is refused, naming the holder.
-    let lock = esim_transport::lock::DataDirLock::acquire(&dir).unwrap();
+    let lock = esim_http::lock::DataDirLock::acquire(&dir).unwrap();
     for args in [&["repair"][..], &["repair", "--cut-at-damage"][..]] {
         let refused = esim(args, &dir);
         let stderr = String::from_utf8_lossy(&refused.stderr);

@@ -225,7 +225,7 @@ async fn no_key_or_secret_reaches_the_data_dir_or_the_log_and_every_mode_is_priv
     // A snapshot of exactly this state (the binary snapshots only every 100,000 entries
     // or 64 MiB of journal, so it is written here through the journal's own code).
     {
-        use esim_transport::journal::{self, FileJournal, RecoverOptions, SnapshotPolicy};
+        use esim_http::journal::{self, FileJournal, RecoverOptions, SnapshotPolicy};
         let recovery = journal::recover(&dir, &RecoverOptions { repair: false, until: None }).unwrap();
         let mut header = recovery.header.unwrap();
         header.first_index = recovery.next_index;
@@ -447,12 +447,12 @@ fn segment_with_header(header: &Value) -> Vec<u8> {
 #[test]
 fn a_version_1_journal_is_refused_naming_both_versions() {
     use esim_engine::{EngineConfig, Millis};
-    use esim_transport::journal::{SegmentHeader, FORMAT_VERSION};
+    use esim_http::journal::{SegmentHeader, FORMAT_VERSION};
     let root = test_root("version");
     let full = serde_json::to_value(SegmentHeader {
         version: 1,
         config: EngineConfig::default(),
-        clock: esim_transport::ClockMode::Virtual,
+        clock: esim_http::ClockMode::Virtual,
         start: Millis::VIRTUAL_EPOCH,
         first_index: 0,
     })

@@ -9,7 +9,7 @@ mod common;
 mod process;
 
 use common::{verify_signature, Receiver, TestServer};
-use esim_transport::shards::{
+use esim_http::shards::{
     shard_of_account_id, shard_of_api_key, shard_of_event_id, shard_of_iccid, shard_of_uuid, shard_of_webhook_id,
 };
 use process::{remove_data_dir, unsafe_free_sigterm, Launch, Started};

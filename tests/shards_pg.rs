@@ -12,8 +12,8 @@ mod pg;
 mod process;
 
 use common::{verify_signature, Receiver, TestServer};
-use esim_transport::nodes::{LinkKey, FORWARDED_SHARD, NODE_PROOF, NOT_OWNER};
-use esim_transport::shards::{
+use esim_http::nodes::{LinkKey, FORWARDED_SHARD, NODE_PROOF, NOT_OWNER};
+use esim_http::shards::{
     shard_of_account_id, shard_of_api_key, shard_of_event_id, shard_of_iccid, shard_of_uuid, shard_of_webhook_id,
 };
 use pg::{assert_replay_matches, dec, esim_cli, launch, work_dir, Cluster};
@@ -364,8 +364,8 @@ async fn four_shards_over_two_nodes_serve_every_flow_through_either_node() {
 /// without the row gets an empty one.
 #[test]
 fn concurrent_takes_from_two_connections_never_grant_more_than_the_pool_held() {
-    use esim_transport::pool::InventoryPool;
-    use esim_transport::store_pg::{prepare_shards, PgPool};
+    use esim_http::pool::InventoryPool;
+    use esim_http::store_pg::{prepare_shards, PgPool};
     let cluster = Cluster::start("pool-takes");
     let url = cluster.url();
     assert_eq!(prepare_shards(&url, Some(4), 100).unwrap(), 4);

@@ -101,7 +101,7 @@ async fn a_standby_node_takes_over_the_shards_of_a_killed_node_and_loses_nothing
     let mut fee = Decimal::ZERO;
     while accounts.len() < SHARDS {
         let (account_id, key) = through_c.account(1_000_000.0).await;
-        let shard = esim_transport::shards::shard_of_account_id(&account_id, SHARDS);
+        let shard = esim_http::shards::shard_of_account_id(&account_id, SHARDS);
         if accounts.iter().any(|(placed, _, _)| *placed == shard) {
             continue;
         }
@@ -311,7 +311,7 @@ async fn a_standby_that_cannot_open_its_shards_secrets_neither_starts_nor_takes_
     // A webhook of an account of shard 1: its signing secret sealed with the nodes' key.
     let key = loop {
         let (account_id, key) = a.account(10.0).await;
-        if esim_transport::shards::shard_of_account_id(&account_id, 2) == 1 {
+        if esim_http::shards::shard_of_account_id(&account_id, 2) == 1 {
             break key;
         }
     };

@@ -7,8 +7,8 @@
 mod common;
 use base64::Engine as _;
 use common::*;
-use esim_transport::server::ServerOptions;
-use esim_transport::ClockMode;
+use esim_http::server::ServerOptions;
+use esim_http::ClockMode;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;

@@ -51,7 +51,7 @@ async fn a_test_call_answers_before_a_ten_second_client_gives_up() {
     assert_eq!(tested.status, 200, "{}", tested.body);
     assert_eq!((tested.body["success"].clone(), tested.body["status"].clone()), (json!(false), json!(0)));
     assert_eq!(tested.body["error"], json!("timeout"));
-    let limit = esim_transport::sender::TEST_CALL_TIMEOUT;
+    let limit = esim_http::sender::TEST_CALL_TIMEOUT;
     assert!(took >= limit && took < limit + Duration::from_secs(2), "answered after {took:?}");
 }
 

@@ -99,8 +99,8 @@ impl Engine {
     fn set_limits(&mut self, account_id: String, max_groups: Option<u32>, max_group_size: Option<u32>) -> Response {
         let account = self.account_by_id(&account_id)?;
         for (name, value) in [("max_groups", max_groups), ("max_group_size", max_group_size)] {
-            if value.is_some_and(|v| !(1..=100_000).contains(&v)) {
-                return Err(ApiError::validation(format!("{name} must be 1 to 100000")));
+            if value.is_some_and(|v| !(1..=limits::OPERATOR_LIMIT_MAX).contains(&v)) {
+                return Err(ApiError::validation(format!("{name} must be 1 to {}", limits::OPERATOR_LIMIT_MAX)));
             }
         }
         let record = &mut self.accounts[account];

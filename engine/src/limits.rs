@@ -12,6 +12,9 @@ pub const PAGE_MAX: u64 = 100;
 pub const MAX_GROUPS: u32 = 10;
 /// eSIMs per group, pending moves included (spec Limits).
 pub const MAX_GROUP_SIZE: u32 = 500;
+/// The largest group limit (`max_groups`, `max_group_size`) the operator may set; the
+/// smallest is 1.
+pub const OPERATOR_LIMIT_MAX: u32 = 100_000;
 /// Webhooks per account: the sixth answers 429 (decision 35).
 pub const MAX_WEBHOOKS: usize = 5;
 /// Consecutive failed attempts after which a webhook turns inactive (decision 38).

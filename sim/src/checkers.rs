@@ -727,21 +727,50 @@ impl Checker for EventDelivery {
         "event_delivery"
     }
 
+    /// The step's first attempts against the subscriptions at emission, its retries
+    /// against what is owed; then the reseller's changes and the engine's active flags
+    /// are taken in, and what is still owed must still be held by the engine.
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
-        let engine = ctx.engine;
-        let log = ctx.log;
+        let (engine, log) = (ctx.engine, ctx.log);
         // After a restart, what is handed out is what was in flight, handed out again:
         // judged like retries (only where owed), whatever their attempt number.
         let restarted = log.facts.iter().any(|f| matches!(f, Fact::Restarted { .. }));
-        // First attempts of this step's events, by event.
-        let mut first: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-        for delivery in log.deliveries.iter().filter(|d| automatic(d) && d.handed_out && d.attempt == 1 && !restarted) {
-            let Some(webhook) = delivery.webhook else { continue };
-            if !first.entry(delivery.event_id.as_str()).or_default().insert(webhook) {
-                return Err(format!("event {} handed to webhook {webhook} twice at once", delivery.event_id));
+        let mut first = first_attempts(log, restarted)?;
+        self.judge_emitted(log, &mut first)?;
+        self.judge_retries(log, restarted)?;
+        if let Some((event_id, _)) =
+            first.into_iter().find(|(_, hooks)| hooks.iter().any(|w| self.subscriptions.contains_key(w)))
+        {
+            return Err(format!("first delivery of event {event_id}, which was not emitted in this step"));
+        }
+        for delivery in log.deliveries.iter().filter(|d| automatic(d)) {
+            if let (Some(webhook), Some(answer)) = (delivery.webhook, &delivery.answer) {
+                if answer.is_success() {
+                    self.owed.remove(&(delivery.event_id.clone(), webhook));
+                }
             }
         }
-        // Each event goes to exactly the webhooks subscribed and active when it was emitted.
+        self.follow_webhooks(engine, log);
+        self.judge_liveness(engine, log)
+    }
+}
+
+/// The first attempts handed out in a step, by event (none are first after a restart).
+fn first_attempts(log: &StepLog, restarted: bool) -> Result<BTreeMap<&str, BTreeSet<u32>>, String> {
+    let mut first: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    for delivery in log.deliveries.iter().filter(|d| automatic(d) && d.handed_out && d.attempt == 1 && !restarted) {
+        let Some(webhook) = delivery.webhook else { continue };
+        if !first.entry(delivery.event_id.as_str()).or_default().insert(webhook) {
+            return Err(format!("event {} handed to webhook {webhook} twice at once", delivery.event_id));
+        }
+    }
+    Ok(first)
+}
+
+impl EventDelivery {
+    /// Each event goes to exactly the webhooks subscribed and active when it was emitted
+    /// (its first attempts are taken out of `first`); each of those is owed it from now.
+    fn judge_emitted(&mut self, log: &StepLog, first: &mut BTreeMap<&str, BTreeSet<u32>>) -> Result<(), String> {
         for (index, event) in log.events.iter().enumerate() {
             let active = log.active_at(index).unwrap_or(&self.active);
             let expected: BTreeSet<u32> = self
@@ -770,7 +799,11 @@ impl Checker for EventDelivery {
                     .insert((event.id.clone(), webhook), Owed { emitted_at: event.created_at, last_attempt: 1, epoch });
             }
         }
-        // Retries go only where a delivery is owed.
+        Ok(())
+    }
+
+    /// Retries (and, after a restart, every attempt) go only where a delivery is owed.
+    fn judge_retries(&mut self, log: &StepLog, restarted: bool) -> Result<(), String> {
         for delivery in log.deliveries.iter().filter(|d| automatic(d) && d.handed_out && (d.attempt > 1 || restarted)) {
             let Some(webhook) = delivery.webhook else { continue };
             match self.owed.get_mut(&(delivery.event_id.clone(), webhook)) {
@@ -785,19 +818,12 @@ impl Checker for EventDelivery {
                 }
             }
         }
-        if let Some((event_id, _)) =
-            first.into_iter().find(|(_, hooks)| hooks.iter().any(|w| self.subscriptions.contains_key(w)))
-        {
-            return Err(format!("first delivery of event {event_id}, which was not emitted in this step"));
-        }
-        for delivery in log.deliveries.iter().filter(|d| automatic(d)) {
-            if let (Some(webhook), Some(answer)) = (delivery.webhook, &delivery.answer) {
-                if answer.is_success() {
-                    self.owed.remove(&(delivery.event_id.clone(), webhook));
-                }
-            }
-        }
-        // The reseller's changes of this step, then the engine's active flags.
+        Ok(())
+    }
+
+    /// The reseller's changes of this step, then the engine's active flags: a webhook
+    /// seen inactive starts a new epoch, which excuses what it was owed before.
+    fn follow_webhooks(&mut self, engine: &Engine, log: &StepLog) {
         apply_webhook_facts(log, |webhook, account, events, _, deleted| {
             if deleted {
                 self.subscriptions.remove(&webhook);
@@ -814,24 +840,29 @@ impl Checker for EventDelivery {
             }
             self.active[index] = active;
         }
-        // Liveness: an owed delivery is still held by the engine unless excused.
+    }
+
+    /// Liveness: an owed delivery is still held by the engine unless excused (its
+    /// webhook went inactive since, or its retry window closes before the next attempt).
+    fn judge_liveness(&mut self, engine: &Engine, log: &StepLog) -> Result<(), String> {
         let held = engine.pending_deliveries().len();
         let changed = held != self.engine_held || !log.deliveries.is_empty();
         self.engine_held = held;
-        if changed && !self.owed.is_empty() {
-            let owes = Self::engine_owes(engine);
-            let now = log.now;
-            for ((event_id, webhook), owed) in &self.owed {
-                let excused = self.epochs.get(*webhook as usize).copied().unwrap_or(0) != owed.epoch
-                    || now.0 + esim_engine::webhook::retry_wait_ms(owed.last_attempt) - owed.emitted_at.0
-                        > esim_engine::limits::RETRY_WINDOW_MS;
-                if !excused && !owes.contains(&(event_id.as_str(), *webhook)) {
-                    return Err(format!("the delivery of event {event_id} to webhook {webhook} was dropped"));
-                }
-            }
-            // Excused or not, what the engine no longer holds is no longer owed.
-            self.owed.retain(|(event_id, webhook), _| owes.contains(&(event_id.as_str(), *webhook)));
+        if !changed || self.owed.is_empty() {
+            return Ok(());
         }
+        let owes = Self::engine_owes(engine);
+        let now = log.now;
+        for ((event_id, webhook), owed) in &self.owed {
+            let excused = self.epochs.get(*webhook as usize).copied().unwrap_or(0) != owed.epoch
+                || now.0 + esim_engine::webhook::retry_wait_ms(owed.last_attempt) - owed.emitted_at.0
+                    > esim_engine::limits::RETRY_WINDOW_MS;
+            if !excused && !owes.contains(&(event_id.as_str(), *webhook)) {
+                return Err(format!("the delivery of event {event_id} to webhook {webhook} was dropped"));
+            }
+        }
+        // Excused or not, what the engine no longer holds is no longer owed.
+        self.owed.retain(|(event_id, webhook), _| owes.contains(&(event_id.as_str(), *webhook)));
         Ok(())
     }
 }
@@ -863,6 +894,7 @@ impl Checker for DeliveryLog {
         "delivery_log"
     }
 
+    /// The logs' bound, then each of the three rules of the type's docs in turn.
     fn check(&mut self, ctx: &Ctx) -> Result<(), String> {
         let (engine, log) = (ctx.engine, ctx.log);
         for event in &log.events {
@@ -875,40 +907,56 @@ impl Checker for DeliveryLog {
                 return Err(format!("webhook {} logs {} attempts", webhook.id, webhook.delivery_log.len()));
             }
         }
-        // Answered attempts are logged.
-        for delivery in &log.deliveries {
-            let (Some(index), Some(answer)) = (delivery.webhook, &delivery.answer) else { continue };
-            let webhook = &webhooks[index as usize];
-            let full = webhook.delivery_log.len() == esim_engine::limits::DELIVERY_LOG_PER_WEBHOOK_MAX;
-            if webhook.deleted || full {
-                continue;
-            }
-            let logged = webhook
-                .delivery_log
-                .iter()
-                .rev()
-                .find(|a| a.delivery_id == delivery.delivery_id && a.attempt == delivery.attempt);
-            match logged {
-                None => {
-                    return Err(format!(
-                        "attempt {} of delivery {} ({}) to webhook {} is missing from its delivery log",
-                        delivery.attempt, delivery.delivery_id, delivery.event_id, webhook.id
-                    ))
-                }
-                Some(attempt)
-                    if attempt.event_id != delivery.event_id
-                        || attempt.manual != delivery.manual
-                        || (&attempt.result != answer && !matches!(answer, esim_engine::DeliveryResult::Failed(_))) =>
-                {
-                    return Err(format!(
-                        "the delivery log of webhook {} shows {attempt:?} for an attempt answered {answer:?}",
-                        webhook.id
-                    ))
-                }
-                Some(_) => {}
-            }
+        answered_attempts_logged(webhooks, log)?;
+        self.resends_answered(log)?;
+        self.manual_counts_nothing(webhooks, log)?;
+        self.health = webhooks.iter().map(|w| (w.failure_count, w.active)).collect();
+        Ok(())
+    }
+}
+
+/// Every attempt answered in the step shows in its webhook's log with its result
+/// (unless the webhook is deleted, or its log is full and the attempt may have left it).
+fn answered_attempts_logged(webhooks: &[esim_engine::state::Webhook], log: &StepLog) -> Result<(), String> {
+    for delivery in &log.deliveries {
+        let (Some(index), Some(answer)) = (delivery.webhook, &delivery.answer) else { continue };
+        let webhook = &webhooks[index as usize];
+        let full = webhook.delivery_log.len() == esim_engine::limits::DELIVERY_LOG_PER_WEBHOOK_MAX;
+        if webhook.deleted || full {
+            continue;
         }
-        // Manual deliveries answer accepted resends, one for one.
+        let logged = webhook
+            .delivery_log
+            .iter()
+            .rev()
+            .find(|a| a.delivery_id == delivery.delivery_id && a.attempt == delivery.attempt);
+        match logged {
+            None => {
+                return Err(format!(
+                    "attempt {} of delivery {} ({}) to webhook {} is missing from its delivery log",
+                    delivery.attempt, delivery.delivery_id, delivery.event_id, webhook.id
+                ))
+            }
+            Some(attempt)
+                if attempt.event_id != delivery.event_id
+                    || attempt.manual != delivery.manual
+                    || (&attempt.result != answer && !matches!(answer, esim_engine::DeliveryResult::Failed(_))) =>
+            {
+                return Err(format!(
+                    "the delivery log of webhook {} shows {attempt:?} for an attempt answered {answer:?}",
+                    webhook.id
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+impl DeliveryLog {
+    /// Manual deliveries answer accepted resends, one for one: a first and only attempt
+    /// whose body is the event's envelope, byte for byte.
+    fn resends_answered(&self, log: &StepLog) -> Result<(), String> {
         let mut resent: Vec<(&str, u32)> = log
             .facts
             .iter()
@@ -942,10 +990,18 @@ impl Checker for DeliveryLog {
                 }
             }
         }
-        if let Some((event, webhook)) = resent.first() {
-            return Err(format!("a resend of {event} to webhook {webhook} was accepted but nothing was handed out"));
+        match resent.first() {
+            Some((event, webhook)) => {
+                Err(format!("a resend of {event} to webhook {webhook} was accepted but nothing was handed out"))
+            }
+            None => Ok(()),
         }
-        // Manual and test attempts count nothing.
+    }
+
+    /// Manual and test attempts count nothing: a webhook whose only answered attempts
+    /// of the step were such keeps its `failure_count` and `active` (unless the reseller
+    /// changed it in the step).
+    fn manual_counts_nothing(&self, webhooks: &[esim_engine::state::Webhook], log: &StepLog) -> Result<(), String> {
         let reset: BTreeSet<u32> = log
             .facts
             .iter()
@@ -971,7 +1027,6 @@ impl Checker for DeliveryLog {
                 ));
             }
         }
-        self.health = webhooks.iter().map(|w| (w.failure_count, w.active)).collect();
         Ok(())
     }
 }

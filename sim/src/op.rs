@@ -690,6 +690,16 @@ impl<'a> Args<'a> {
         Decimal::from_str(text).map_err(|_| format!("bad {what}: {text:?}"))
     }
 
+    /// `as NAME` right after the caller: the name a creation binds, if given.
+    fn bind(&mut self, what: &str) -> Result<Option<String>, String> {
+        assert_eq!(self.at, 2, "`as NAME` is read right after the verb and the caller");
+        if self.tokens.get(self.at).is_none_or(|t| t != "as") {
+            return Ok(None);
+        }
+        self.next("as")?;
+        Ok(Some(self.string(what)?))
+    }
+
     /// The remaining `key value` pairs; each key at most once, from `allowed`.
     fn options(&mut self, allowed: &[&str]) -> Result<Options, String> {
         let mut options = Options(Vec::new());
@@ -844,6 +854,9 @@ fn parse_raw(line: &str) -> Result<Op, String> {
     Ok(Op::Raw { caller, method, path, body: rest.trim().to_string() })
 }
 
+/// `VERB CALLER ARGS... [idem KEY]`: a reseller's call. Each part of the interface reads
+/// its own verbs (and answers `None` for the rest, reading nothing); a verb that no part
+/// knows is an unknown step.
 fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
     // A trailing `idem KEY` applies to every call.
     let (tokens, idempotency_key) = match tokens {
@@ -852,7 +865,20 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
     };
     let mut args = Args { tokens, at: 1 };
     let caller = args.string("caller")?;
-    let call = match verb {
+    let mut call = None;
+    for part in [esim_call, group_call, webhook_call, account_call] {
+        if call.is_none() {
+            call = part(verb, &mut args)?;
+        }
+    }
+    let call = call.ok_or_else(|| format!("unknown step {verb:?}"))?;
+    args.done()?;
+    Ok(Op::Call { caller, call, idempotency_key })
+}
+
+/// The eSIM verbs: `provision`, `list`, `get`, the state changes, `fund`, `defund`.
+fn esim_call(verb: &str, args: &mut Args) -> Result<Option<Call>, String> {
+    Ok(Some(match verb {
         "provision" => {
             let o = args.options(&["as", "group", "label", "ref"])?;
             Call::Provision {
@@ -873,14 +899,16 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
         "defund" => Call::Defund { sim: args.string("eSIM")? },
         "throttle" => Call::Throttle { sim: args.string("eSIM")?, speed: args.string("speed")? },
         "fund" => Call::Fund { sim: args.string("eSIM")?, amount: args.decimal("amount")? },
+        _ => return Ok(None),
+    }))
+}
+
+/// The group verbs: `groups`, `group [as NAME]`, reads and changes, money, members.
+fn group_call(verb: &str, args: &mut Args) -> Result<Option<Call>, String> {
+    Ok(Some(match verb {
         "groups" => Call::Groups,
         "group" => {
-            let bind = if tokens.get(2).is_some_and(|t| t == "as") {
-                args.next("as")?;
-                Some(args.string("group name to bind")?)
-            } else {
-                None
-            };
+            let bind = args.bind("group name to bind")?;
             let name = args.string("group name")?;
             let o = args.options(&["threshold", "refill"])?;
             Call::CreateGroup { bind, name, threshold: o.decimal("threshold")?, refill: o.decimal("refill")? }
@@ -889,12 +917,8 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
         "patchgroup" => {
             let group = args.string("group")?;
             let o = args.options(&["name", "threshold", "refill"])?;
-            Call::UpdateGroup {
-                group,
-                name: o.text("name"),
-                threshold: o.decimal("threshold")?,
-                refill: o.decimal("refill")?,
-            }
+            let (threshold, refill) = (o.decimal("threshold")?, o.decimal("refill")?);
+            Call::UpdateGroup { group, name: o.text("name"), threshold, refill }
         }
         "fundgroup" => Call::FundGroup { group: args.string("group")?, amount: args.decimal("amount")? },
         "defundgroup" => Call::DefundGroup { group: args.string("group")? },
@@ -905,20 +929,17 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
         }
         "add" => Call::Add { group: args.string("group")?, sim: args.string("eSIM")? },
         "remove" => Call::Remove { group: args.string("group")?, sim: args.string("eSIM")? },
-        "wallet" => Call::Wallet,
-        "rates" => {
-            let o = args.options(&["country", "continent"])?;
-            Call::Rates { country: o.text("country"), continent: o.text("continent") }
-        }
-        "accountinfo" => Call::AccountInfo,
+        _ => return Ok(None),
+    }))
+}
+
+/// The webhook verbs: `webhooks`, `webhook [as NAME] EVENTS`, reads and changes, the
+/// test, the secret's rotation, the delivery log and a resend.
+fn webhook_call(verb: &str, args: &mut Args) -> Result<Option<Call>, String> {
+    Ok(Some(match verb {
         "webhooks" => Call::Webhooks,
         "webhook" => {
-            let bind = if tokens.get(2).is_some_and(|t| t == "as") {
-                args.next("as")?;
-                Some(args.string("webhook name to bind")?)
-            } else {
-                None
-            };
+            let bind = args.bind("webhook name to bind")?;
             let events = events_list(args.next("events")?);
             let o = args.options(&["url"])?;
             Call::CreateWebhook { bind, events, url: o.text("url") }
@@ -927,18 +948,27 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
         "putwebhook" => {
             let webhook = args.string("webhook")?;
             let o = args.options(&["events", "active", "url"])?;
-            Call::UpdateWebhook {
-                webhook,
-                events: o.text("events").map(|e| events_list(&e)),
-                active: o.switch("active")?,
-                url: o.text("url"),
-            }
+            let events = o.text("events").map(|e| events_list(&e));
+            Call::UpdateWebhook { webhook, events, active: o.switch("active")?, url: o.text("url") }
         }
         "deletewebhook" => Call::DeleteWebhook { webhook: args.string("webhook")? },
         "testwebhook" => Call::TestWebhook { webhook: args.string("webhook")? },
         "rotate" => Call::RotateSecret { webhook: args.string("webhook")? },
         "deliveries" => Call::Deliveries { webhook: args.string("webhook")? },
         "resend" => Call::Resend { event: args.string("event")?, webhook: args.string("webhook")? },
+        _ => return Ok(None),
+    }))
+}
+
+/// The account's own verbs: the wallet, rates, the account, API keys, auto-refill.
+fn account_call(verb: &str, args: &mut Args) -> Result<Option<Call>, String> {
+    Ok(Some(match verb {
+        "wallet" => Call::Wallet,
+        "rates" => {
+            let o = args.options(&["country", "continent"])?;
+            Call::Rates { country: o.text("country"), continent: o.text("continent") }
+        }
+        "accountinfo" => Call::AccountInfo,
         "keys" => Call::Keys,
         "makekey" => Call::MakeKey,
         "revokekey" => Call::RevokeOwnKey,
@@ -947,10 +977,8 @@ fn parse_call(verb: &str, tokens: &[String]) -> Result<Op, String> {
             let o = args.options(&["enabled", "amount"])?;
             Call::SetRefill { enabled: o.switch("enabled")?, amount: o.decimal("amount")? }
         }
-        other => return Err(format!("unknown step {other:?}")),
-    };
-    args.done()?;
-    Ok(Op::Call { caller, call, idempotency_key })
+        _ => return Ok(None),
+    }))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use crate::coverage::Coverage;
 use crate::runner::{SeedOutcome, Violation};
 use crate::SimOptions;
 use esim_engine::finance::FinanceReport;
+use esim_engine::finance_render::count;
 use esim_engine::report::{AccountLines, ConservationReport};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -205,11 +206,11 @@ impl SimSummary {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Simulation of seeds {}..{}: {} steps each, {} account(s), faults {}",
+            "Simulation of seeds {}..{}: {} steps each, {}, faults {}",
             self.seeds.start,
             self.seeds.end,
             self.steps_per_seed,
-            self.accounts,
+            count(self.accounts, "account", "accounts"),
             if self.faults { "on" } else { "off" }
         );
         let row = |out: &mut String, name: &str, value: String| {
@@ -267,9 +268,9 @@ impl SimSummary {
         FinanceReport::combine(
             format!("the end of each seed's run (seeds {}..{})", self.seeds.start, self.seeds.end),
             format!(
-                "one row per seed ({} seeds): each seed's {} account(s) summed over its whole run; the per-day table sums every seed's day by date (every seed starts on the same virtual day)",
-                self.finance.len(),
-                self.accounts
+                "one row per seed ({}): each seed's {} summed over its whole run; the per-day table sums every seed's day by date (every seed starts on the same virtual day)",
+                count(self.finance.len(), "seed", "seeds"),
+                count(self.accounts, "account", "accounts")
             ),
             parts,
         )

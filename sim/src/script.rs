@@ -248,34 +248,41 @@ fn event_about(event: &esim_engine::Event, world: &World, id: &str) -> bool {
         || world.engine().accounts().get(event.account.index()).is_some_and(|a| a.id == id)
 }
 
+/// Judges one `expect` line against the last op: its response, the state now, its
+/// events or its deliveries, each in a function of its own.
 fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
-    let log = world.log();
     match expect {
-        Expect::Status(want) => {
-            let (status, body, _) = last_response(log)?;
-            if status != *want {
-                return Err(format!("expected status {want}, got {status} {body}"));
-            }
+        Expect::Status(_) | Expect::Code(_) | Expect::RetryAfter(_) | Expect::Body { .. } => {
+            expect_response(world.log(), expect)
         }
-        Expect::Code(want) => {
-            let (status, body, _) = last_response(log)?;
-            if body.get("code").and_then(Value::as_str) != Some(want.as_str()) {
-                return Err(format!("expected code {want}, got {status} {body}"));
-            }
-        }
-        Expect::RetryAfter(want) => {
-            let (_, _, retry_after) = last_response(log)?;
-            if retry_after.as_deref() != Some(want.as_str()) {
-                return Err(format!("expected Retry-After {want}, got {retry_after:?}"));
-            }
-        }
+        Expect::Read { .. } | Expect::Report { .. } | Expect::Conserved => expect_state(world, expect),
+        Expect::Event { .. } | Expect::NoEvent { .. } | Expect::Events { .. } => expect_events(world, expect),
+        Expect::Delivered { .. } | Expect::NoDelivery { .. } => expect_deliveries(world, expect),
+    }
+}
+
+/// `status`, `code`, `retry-after` and `body.PATH`: the last response of the last op.
+fn expect_response(log: &StepLog, expect: &Expect) -> Result<(), String> {
+    let (status, body, retry_after) = last_response(log)?;
+    let failure = match expect {
+        Expect::Status(want) => (status != *want).then(|| format!("expected status {want}, got {status} {body}")),
+        Expect::Code(want) => (body.get("code").and_then(Value::as_str) != Some(want.as_str()))
+            .then(|| format!("expected code {want}, got {status} {body}")),
+        Expect::RetryAfter(want) => (retry_after.as_deref() != Some(want.as_str()))
+            .then(|| format!("expected Retry-After {want}, got {retry_after:?}")),
         Expect::Body { path, value } => {
-            let (_, body, _) = last_response(log)?;
             let actual = lookup(&body, path);
-            if !matches(actual, value) {
-                return Err(format!("expected body.{path} = {value}, got {} in {body}", show(actual)));
-            }
+            (!matches(actual, value)).then(|| format!("expected body.{path} = {value}, got {} in {body}", show(actual)))
         }
+        other => unreachable!("{other:?} is no expectation of the response"),
+    };
+    failure.map_or(Ok(()), Err)
+}
+
+/// `NAME.PATH`, `report.ACCOUNT.LINE` and `conserved`: the state as it is now, read
+/// through the engine.
+fn expect_state(world: &mut World, expect: &Expect) -> Result<(), String> {
+    match expect {
         Expect::Read { name, path, value } => {
             let record = world.read(name)?;
             let actual = lookup(&record, path);
@@ -298,6 +305,21 @@ fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
                 return Err(format!("expected report.{account}.{line} = {value}, got {}", show(actual)));
             }
         }
+        Expect::Conserved => {
+            let report = world.engine().conservation_report(None).ok_or("no report")?;
+            if !report.conserved {
+                return Err(format!("not conserved:\n{}", report.to_markdown()));
+            }
+        }
+        other => unreachable!("{other:?} is no expectation of the state"),
+    }
+    Ok(())
+}
+
+/// `event`, `no-event` and `events`: what the last op emitted.
+fn expect_events(world: &World, expect: &Expect) -> Result<(), String> {
+    let log = world.log();
+    match expect {
         Expect::Event { name, subject, fields } => {
             let id = event_subject_id(world, subject);
             let found = log.events.iter().find(|e| {
@@ -327,6 +349,15 @@ fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
                 return Err(format!("expected {count} {name} events, got {got}"));
             }
         }
+        other => unreachable!("{other:?} is no expectation of events"),
+    }
+    Ok(())
+}
+
+/// `delivered` and `no-delivery`: what the last op handed out to receivers.
+fn expect_deliveries(world: &World, expect: &Expect) -> Result<(), String> {
+    let log = world.log();
+    match expect {
         Expect::Delivered { webhook, event, attempt } => {
             let id = world.id_of(webhook);
             let hit = log.deliveries.iter().any(|d| {
@@ -350,12 +381,7 @@ fn check_expect(world: &mut World, expect: &Expect) -> Result<(), String> {
                 return Err(format!("expected no delivery to {webhook}, got {} #{}", d.event.as_str(), d.attempt));
             }
         }
-        Expect::Conserved => {
-            let report = world.engine().conservation_report(None).ok_or("no report")?;
-            if !report.conserved {
-                return Err(format!("not conserved:\n{}", report.to_markdown()));
-            }
-        }
+        other => unreachable!("{other:?} is no expectation of deliveries"),
     }
     Ok(())
 }

@@ -10,15 +10,18 @@
 //!
 //! This file holds the world's state and its stepping (an op, the clock); the rest is in
 //! parts of one purpose each, children of this module so that they share the [`World`]'s
-//! private fields: `request` (the requests an op sends), `oracle` (what an
-//! Idempotency-Key should do), `observe` (the step log and the facts read from
-//! responses), `receiver` (events, deliveries and how receivers answer), `crash` (a
+//! private fields: `log` (the step log and its facts, which every other part writes
+//! into and which imports none of them), `request` (the requests an op sends), `oracle`
+//! (what an Idempotency-Key should do), `observe` (the names bound and the facts read
+//! from responses), `receiver` (events, deliveries and how receivers answer), `crash` (a
 //! restart, and the rebuild from the journal), `store` (the journal in the in-memory
-//! store: owner, standby, zombie, and their faults) and `json` (request bodies).
+//! store: owner, standby, zombie, and their faults) and `json` (request bodies, and
+//! amounts read back).
 
 mod compare;
 mod crash;
 mod json;
+mod log;
 mod observe;
 mod oracle;
 mod receiver;
@@ -26,7 +29,8 @@ mod request;
 mod store;
 
 pub use compare::{compare, Compared};
-pub use observe::{decimal, DeliveryRecord, Exchange, Fact, StepLog};
+pub use json::decimal;
+pub use log::{DeliveryRecord, Exchange, Fact, StepLog};
 pub use oracle::Idempotency;
 pub use receiver::Mode;
 pub use request::reached_by;

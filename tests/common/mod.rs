@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use esim_engine::{Engine, EngineConfig, Millis};
-use esim_transport::server::{self, NoJournal, ServerOptions};
-use esim_transport::{ClockMode, Service};
+use esim_http::server::{self, NoJournal, ServerOptions};
+use esim_http::{ClockMode, Service};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -45,7 +45,7 @@ impl TestServer {
     /// The real server on the given clock (service time starts at the virtual epoch).
     pub async fn start_on(options: ServerOptions, clock: ClockMode) -> TestServer {
         let config = EngineConfig { seed: 5, allow_insecure_webhooks: true, ..EngineConfig::default() };
-        let secrets = esim_transport::secrets::Secrets::seeded(5);
+        let secrets = esim_http::secrets::Secrets::seeded(5);
         let service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), clock, secrets);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -333,10 +333,10 @@ pub struct JournaledServer {
 
 impl JournaledServer {
     pub async fn start(dir: &std::path::Path, config: EngineConfig) -> JournaledServer {
-        use esim_transport::journal::{FileJournal, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
+        use esim_http::journal::{FileJournal, SegmentHeader, SnapshotPolicy, FORMAT_VERSION};
         let _ = std::fs::remove_dir_all(dir);
         let engine = Engine::new(config.clone(), Millis::VIRTUAL_EPOCH);
-        let secrets = esim_transport::secrets::Secrets::seeded(config.seed);
+        let secrets = esim_http::secrets::Secrets::seeded(config.seed);
         let header = SegmentHeader {
             version: FORMAT_VERSION,
             config,
@@ -364,5 +364,16 @@ impl JournaledServer {
         drop(server);
         let _ = stop.send(());
         task.await.unwrap().unwrap();
+    }
+}
+
+/// Where a browser test writes its screenshots: `docs/screenshots/` with
+/// `ESIM_UPDATE_SCREENSHOTS=1` (the images the README and docs show), else `scratch` in
+/// the target's temporary dir.
+pub fn screenshot_dir(scratch: &str) -> std::path::PathBuf {
+    if std::env::var("ESIM_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
+    } else {
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(scratch)
     }
 }

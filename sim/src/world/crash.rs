@@ -2,7 +2,7 @@
 //! connections, and a crash rebuilds the engine from the journal's bytes alone.
 
 use super::compare::compare;
-use super::observe::Fact;
+use super::log::Fact;
 use super::World;
 use esim_api::ClockMode;
 use esim_engine::Millis;

@@ -1,7 +1,10 @@
-//! The JSON bodies of the world's requests, written by hand so that every amount keeps
-//! the exact decimal digits the op holds.
+//! The JSON the world writes and reads: the bodies of its requests, written by hand so
+//! that every amount keeps the exact decimal digits the op holds, and amounts read back
+//! from responses with their digits.
 
 use rust_decimal::Decimal;
+use serde_json::Value;
+use std::str::FromStr;
 
 /// A small JSON object writer: numbers are written with their exact decimal digits.
 pub(super) struct Json(String);
@@ -83,4 +86,14 @@ impl Json {
             self.finish()
         }
     }
+}
+
+/// A JSON number or string as a decimal (exact: numbers keep their digits).
+pub fn decimal(value: &Value) -> Option<Decimal> {
+    let text = match value {
+        Value::Number(number) => number.to_string(),
+        Value::String(text) => text.clone(),
+        _ => return None,
+    };
+    Decimal::from_str(&text).or_else(|_| Decimal::from_scientific(&text)).ok()
 }

@@ -1,7 +1,7 @@
 //! The webhook receivers: events and deliveries drained from the service after every
 //! step, each delivery answered (or held) the way its receiver's [`Mode`] says.
 
-use super::observe::DeliveryRecord;
+use super::log::DeliveryRecord;
 use super::{Entity, World};
 use crate::op::Receiver;
 use bytes::Bytes;

@@ -3,7 +3,7 @@
 //! through the [`Service`](esim_api::Service) and recorded with what it taught.
 
 use super::json::Json;
-use super::observe::Exchange;
+use super::log::Exchange;
 use super::oracle::{self, Idempotency};
 use super::{Entity, World, ADMIN_TOKEN};
 use crate::op::{Call, Op};
@@ -77,10 +77,86 @@ pub(super) enum Kind {
     Other,
 }
 
+/// A request of the endpoint table before it is sent: the endpoint, its path
+/// parameters, its query (`?...` or empty), its body, and what its response teaches.
+struct Planned {
+    endpoint: Endpoint,
+    params: Vec<String>,
+    query: String,
+    body: String,
+    kind: Kind,
+}
+
+impl Planned {
+    fn new(endpoint: Endpoint, params: Vec<String>, kind: Kind) -> Planned {
+        Planned { endpoint, params, query: String::new(), body: String::new(), kind }
+    }
+
+    fn query(self, query: String) -> Planned {
+        Planned { query, ..self }
+    }
+
+    fn body(self, body: String) -> Planned {
+        Planned { body, ..self }
+    }
+}
+
 impl World {
     /// Sends the requests of an op of the operator, a reseller, a device or the network
     /// (every op but the clock, the receivers and restarts, which [`World::apply`] does).
     pub(super) fn send_op(&mut self, op: &Op) {
+        match op {
+            Op::Account { .. }
+            | Op::TopUp { .. }
+            | Op::Freeze { .. }
+            | Op::AutoRefill { .. }
+            | Op::Limits { .. }
+            | Op::Inventory { .. }
+            | Op::NewKey { .. }
+            | Op::Revoke { .. } => self.send_operator_op(op),
+            Op::Call { caller, call, idempotency_key } => self.call(caller, call, idempotency_key.as_deref()),
+            Op::Raw { caller, method, path, body } => self.raw(caller, method, path, body),
+            Op::Burst { caller, count } => {
+                let who = self.who(caller);
+                for _ in 0..*count {
+                    self.send_to(who, Endpoint::WalletBalance, &[], "", String::new(), None, Kind::Wallet);
+                }
+            }
+            Op::Install { sim } => {
+                let iccid = self.id_of(sim);
+                self.send_to(Who::Admin, Endpoint::Install, &[&iccid], "", String::new(), None, Kind::Other);
+            }
+            Op::Usage { sim, mb, country, operator } => {
+                let body = Json::new()
+                    .number("mb", mb)
+                    .string("country", country)
+                    .optional("operator", operator.as_deref())
+                    .finish();
+                let iccid = self.id_of(sim);
+                self.send_to(Who::Admin, Endpoint::Usage, &[&iccid], "", body, None, Kind::Other);
+            }
+            Op::Faults { upstream_pause_fails, network_read_fails } => {
+                let body = Json::new()
+                    .optional("upstream_pause_fails", upstream_pause_fails.as_ref())
+                    .optional("network_read_fails", network_read_fails.as_ref());
+                self.send_to(Who::Admin, Endpoint::SetFaults, &[], "", body.finish(), None, Kind::Other);
+            }
+            Op::Advance { .. }
+            | Op::Receiver { .. }
+            | Op::Restart { .. }
+            | Op::Failover
+            | Op::Zombie
+            | Op::LostCommit
+            | Op::StandbyLag { .. }
+            | Op::Snapshot { .. }
+            | Op::Stall { .. }
+            | Op::Grant { .. } => {}
+        }
+    }
+
+    /// Sends an op of the operator, through the admin API: accounts and their money,
+    /// switches and limits, the inventory, keys.
+    fn send_operator_op(&mut self, op: &Op) {
         match op {
             Op::Account { name } => {
                 let body = Json::new()
@@ -133,43 +209,7 @@ impl World {
                 let kind = Kind::Revoke { key: key.clone() };
                 self.send_to(Who::Admin, Endpoint::RevokeKey, &[&key], "", String::new(), None, kind);
             }
-            Op::Call { caller, call, idempotency_key } => self.call(caller, call, idempotency_key.as_deref()),
-            Op::Raw { caller, method, path, body } => self.raw(caller, method, path, body),
-            Op::Burst { caller, count } => {
-                let who = self.who(caller);
-                for _ in 0..*count {
-                    self.send_to(who, Endpoint::WalletBalance, &[], "", String::new(), None, Kind::Wallet);
-                }
-            }
-            Op::Install { sim } => {
-                let iccid = self.id_of(sim);
-                self.send_to(Who::Admin, Endpoint::Install, &[&iccid], "", String::new(), None, Kind::Other);
-            }
-            Op::Usage { sim, mb, country, operator } => {
-                let body = Json::new()
-                    .number("mb", mb)
-                    .string("country", country)
-                    .optional("operator", operator.as_deref())
-                    .finish();
-                let iccid = self.id_of(sim);
-                self.send_to(Who::Admin, Endpoint::Usage, &[&iccid], "", body, None, Kind::Other);
-            }
-            Op::Faults { upstream_pause_fails, network_read_fails } => {
-                let body = Json::new()
-                    .optional("upstream_pause_fails", upstream_pause_fails.as_ref())
-                    .optional("network_read_fails", network_read_fails.as_ref());
-                self.send_to(Who::Admin, Endpoint::SetFaults, &[], "", body.finish(), None, Kind::Other);
-            }
-            Op::Advance { .. }
-            | Op::Receiver { .. }
-            | Op::Restart { .. }
-            | Op::Failover
-            | Op::Zombie
-            | Op::LostCommit
-            | Op::StandbyLag { .. }
-            | Op::Snapshot { .. }
-            | Op::Stall { .. }
-            | Op::Grant { .. } => {}
+            other => unreachable!("{other:?} is no operator's op"),
         }
     }
 
@@ -190,131 +230,207 @@ impl World {
         }
     }
 
+    /// Sends a reseller's call. Each part of the interface says, in its own function,
+    /// which endpoint a [`Call`] is and what its response teaches ([`Planned`]).
     fn call(&mut self, caller: &str, call: &Call, idempotency_key: Option<&str>) {
         let who = self.who(caller);
+        let planned = match call {
+            Call::Provision { .. }
+            | Call::List { .. }
+            | Call::Get { .. }
+            | Call::Enable { .. }
+            | Call::Disable { .. }
+            | Call::Terminate { .. }
+            | Call::Throttle { .. }
+            | Call::Fund { .. }
+            | Call::Defund { .. } => self.esim_call(call),
+            Call::Groups
+            | Call::CreateGroup { .. }
+            | Call::GetGroup { .. }
+            | Call::UpdateGroup { .. }
+            | Call::FundGroup { .. }
+            | Call::DefundGroup { .. }
+            | Call::Members { .. }
+            | Call::Add { .. }
+            | Call::Remove { .. } => self.group_call(call),
+            Call::Webhooks
+            | Call::CreateWebhook { .. }
+            | Call::GetWebhook { .. }
+            | Call::UpdateWebhook { .. }
+            | Call::DeleteWebhook { .. }
+            | Call::TestWebhook { .. }
+            | Call::RotateSecret { .. }
+            | Call::Deliveries { .. }
+            | Call::Resend { .. } => self.webhook_call(call),
+            Call::Wallet
+            | Call::Rates { .. }
+            | Call::AccountInfo
+            | Call::Keys
+            | Call::MakeKey
+            | Call::RevokeOwnKey
+            | Call::GetRefill
+            | Call::SetRefill { .. } => self.account_call(who, call),
+        };
+        let Planned { endpoint, params, query, body, kind } = planned;
+        let params: Vec<&str> = params.iter().map(String::as_str).collect();
+        self.send_to(who, endpoint, &params, &query, body, idempotency_key, kind);
+    }
+
+    /// The eSIM endpoints: provision, list, read, the state changes, fund and defund.
+    fn esim_call(&self, call: &Call) -> Planned {
         let id = |name: &String| self.id_of(name);
         use Endpoint as E;
-        let none = String::new;
-        // (endpoint, path parameters, query, body, facts to read)
-        let (endpoint, params, query, body, kind) = match call {
+        match call {
             Call::Provision { bind, group, label, reference } => {
                 let body = Json::new()
                     .optional("end_user_reference", reference.as_deref())
                     .optional("label", label.as_deref())
                     .optional("group_id", group.as_ref().map(id).as_deref());
-                (E::ProvisionEsim, vec![], none(), body.finish_or_empty(), Kind::Provision { bind: bind.clone() })
+                let kind = Kind::Provision { bind: bind.clone() };
+                Planned::new(E::ProvisionEsim, vec![], kind).body(body.finish_or_empty())
             }
             Call::List { status, limit, offset } => {
                 let query = query(&[("status", status.clone()), ("limit", num(limit)), ("offset", num(offset))]);
-                (E::ListEsims, vec![], query, none(), Kind::Other)
+                Planned::new(E::ListEsims, vec![], Kind::Other).query(query)
             }
-            Call::Get { sim } => (E::GetEsim, vec![id(sim)], none(), none(), Kind::ShowEsim),
-            Call::Enable { sim } => (E::EnableEsim, vec![id(sim)], none(), none(), Kind::Other),
-            Call::Disable { sim } => (E::DisableEsim, vec![id(sim)], none(), none(), Kind::Other),
-            Call::Terminate { sim } => (E::TerminateEsim, vec![id(sim)], none(), none(), Kind::Other),
+            Call::Get { sim } => Planned::new(E::GetEsim, vec![id(sim)], Kind::ShowEsim),
+            Call::Enable { sim } => Planned::new(E::EnableEsim, vec![id(sim)], Kind::Other),
+            Call::Disable { sim } => Planned::new(E::DisableEsim, vec![id(sim)], Kind::Other),
+            Call::Terminate { sim } => Planned::new(E::TerminateEsim, vec![id(sim)], Kind::Other),
             Call::Throttle { sim, speed } => {
                 let body = Json::new().string("speed", speed).finish();
-                (E::ThrottleEsim, vec![id(sim)], none(), body, Kind::Other)
+                Planned::new(E::ThrottleEsim, vec![id(sim)], Kind::Other).body(body)
             }
             Call::Fund { sim, amount } => {
                 let body = Json::new().number("amount", amount).finish();
-                (E::FundEsim, vec![id(sim)], none(), body, Kind::Fund)
+                Planned::new(E::FundEsim, vec![id(sim)], Kind::Fund).body(body)
             }
-            Call::Defund { sim } => (E::DefundEsim, vec![id(sim)], none(), none(), Kind::Defund),
-            Call::Groups => (E::ListGroups, vec![], none(), none(), Kind::Other),
+            Call::Defund { sim } => Planned::new(E::DefundEsim, vec![id(sim)], Kind::Defund),
+            other => unreachable!("{other:?} is no eSIM call"),
+        }
+    }
+
+    /// The group endpoints: create, read, change, fund and defund, and membership.
+    fn group_call(&self, call: &Call) -> Planned {
+        let id = |name: &String| self.id_of(name);
+        use Endpoint as E;
+        match call {
+            Call::Groups => Planned::new(E::ListGroups, vec![], Kind::Other),
             Call::CreateGroup { bind, name, threshold, refill } => {
                 let body = Json::new()
                     .string("name", name)
                     .optional("low_balance_threshold_usd", threshold.as_ref())
                     .optional("refill_amount_usd", refill.as_ref());
-                (E::CreateGroup, vec![], none(), body.finish(), Kind::CreateGroup { bind: bind.clone() })
+                Planned::new(E::CreateGroup, vec![], Kind::CreateGroup { bind: bind.clone() }).body(body.finish())
             }
-            Call::GetGroup { group } => (E::GetGroup, vec![id(group)], none(), none(), Kind::ShowGroup),
+            Call::GetGroup { group } => Planned::new(E::GetGroup, vec![id(group)], Kind::ShowGroup),
             Call::UpdateGroup { group, name, threshold, refill } => {
                 let body = Json::new()
                     .optional("name", name.as_deref())
                     .optional("low_balance_threshold_usd", threshold.as_ref())
                     .optional("refill_amount_usd", refill.as_ref());
-                (E::UpdateGroup, vec![id(group)], none(), body.finish(), Kind::ShowGroup)
+                Planned::new(E::UpdateGroup, vec![id(group)], Kind::ShowGroup).body(body.finish())
             }
             Call::FundGroup { group, amount } => {
                 let body = Json::new().number("amount", amount).finish();
-                (E::FundGroup, vec![id(group)], none(), body, Kind::FundGroup)
+                Planned::new(E::FundGroup, vec![id(group)], Kind::FundGroup).body(body)
             }
-            Call::DefundGroup { group } => (E::DefundGroup, vec![id(group)], none(), none(), Kind::DefundGroup),
+            Call::DefundGroup { group } => Planned::new(E::DefundGroup, vec![id(group)], Kind::DefundGroup),
             Call::Members { group, limit, offset } => {
                 let query = query(&[("limit", num(limit)), ("offset", num(offset))]);
-                (E::ListGroupEsims, vec![id(group)], query, none(), Kind::Other)
+                Planned::new(E::ListGroupEsims, vec![id(group)], Kind::Other).query(query)
             }
             Call::Add { group, sim } => {
                 let body = Json::new().string("iccid", &id(sim)).finish();
-                (E::AddGroupEsim, vec![id(group)], none(), body, Kind::Add)
+                Planned::new(E::AddGroupEsim, vec![id(group)], Kind::Add).body(body)
             }
-            Call::Remove { group, sim } => (E::RemoveGroupEsim, vec![id(group), id(sim)], none(), none(), Kind::Other),
-            Call::Wallet => (E::WalletBalance, vec![], none(), none(), Kind::Wallet),
-            Call::Rates { country, continent } => {
-                let query = query(&[("country", country.clone()), ("continent", continent.clone())]);
-                (E::Rates, vec![], query, none(), Kind::Other)
-            }
-            Call::AccountInfo => (E::Account, vec![], none(), none(), Kind::Other),
-            Call::Webhooks => (E::ListWebhooks, vec![], none(), none(), Kind::Other),
+            Call::Remove { group, sim } => Planned::new(E::RemoveGroupEsim, vec![id(group), id(sim)], Kind::Other),
+            other => unreachable!("{other:?} is no group call"),
+        }
+    }
+
+    /// The webhook endpoints: create, read, change, delete, test, rotate the secret, the
+    /// delivery log and a resend.
+    fn webhook_call(&self, call: &Call) -> Planned {
+        let id = |name: &String| self.id_of(name);
+        use Endpoint as E;
+        match call {
+            Call::Webhooks => Planned::new(E::ListWebhooks, vec![], Kind::Other),
             Call::CreateWebhook { bind, events, url } => {
                 let default_url = format!("https://hooks.example.com/{}", bind.as_deref().unwrap_or("hook"));
                 let body = Json::new()
                     .string("url", url.as_deref().unwrap_or(&default_url))
                     .raw("events", &serde_json::to_string(events).unwrap_or_default())
                     .finish();
-                (E::CreateWebhook, vec![], none(), body, Kind::CreateWebhook { bind: bind.clone() })
+                Planned::new(E::CreateWebhook, vec![], Kind::CreateWebhook { bind: bind.clone() }).body(body)
             }
-            Call::GetWebhook { webhook } => (E::GetWebhook, vec![id(webhook)], none(), none(), Kind::Other),
+            Call::GetWebhook { webhook } => Planned::new(E::GetWebhook, vec![id(webhook)], Kind::Other),
             Call::UpdateWebhook { webhook, events, active, url } => {
                 let body = Json::new()
                     .optional("url", url.as_deref())
                     .optional("events", events.as_ref())
                     .optional("active", active.as_ref());
                 let kind = Kind::UpdateWebhook { events: events.clone(), active: *active };
-                (E::UpdateWebhook, vec![id(webhook)], none(), body.finish(), kind)
+                Planned::new(E::UpdateWebhook, vec![id(webhook)], kind).body(body.finish())
             }
             Call::DeleteWebhook { webhook } => {
                 let kind = Kind::DeleteWebhook { id: id(webhook) };
-                (E::DeleteWebhook, vec![id(webhook)], none(), none(), kind)
+                Planned::new(E::DeleteWebhook, vec![id(webhook)], kind)
             }
-            Call::TestWebhook { webhook } => (E::TestWebhook, vec![id(webhook)], none(), none(), Kind::TestWebhook),
+            Call::TestWebhook { webhook } => Planned::new(E::TestWebhook, vec![id(webhook)], Kind::TestWebhook),
             Call::RotateSecret { webhook } => {
-                (E::RotateWebhookSecret, vec![id(webhook)], none(), none(), Kind::RotateSecret)
+                Planned::new(E::RotateWebhookSecret, vec![id(webhook)], Kind::RotateSecret)
             }
-            Call::Deliveries { webhook } => (E::ListDeliveries, vec![id(webhook)], none(), none(), Kind::Deliveries),
+            Call::Deliveries { webhook } => Planned::new(E::ListDeliveries, vec![id(webhook)], Kind::Deliveries),
             Call::Resend { event, webhook } => {
                 let body = Json::new().string("webhook_id", &id(webhook)).finish();
-                // An event name stands for the newest event of that name the world saw.
-                let event = match esim_engine::EventName::parse(event) {
-                    Some(name) => self
-                        .recent_events
-                        .iter()
-                        .rev()
-                        .find(|(_, seen, _)| *seen == name)
-                        .map_or_else(|| event.clone(), |(_, _, id)| id.clone()),
-                    None => id(event),
-                };
-                (E::ResendEvent, vec![event], none(), body, Kind::Resend)
+                Planned::new(E::ResendEvent, vec![self.event_id(event)], Kind::Resend).body(body)
             }
-            Call::Keys => (E::ListApiKeys, vec![], none(), none(), Kind::Other),
-            Call::MakeKey => (E::CreateApiKey, vec![], none(), none(), Kind::MadeKey),
+            other => unreachable!("{other:?} is no webhook call"),
+        }
+    }
+
+    /// The id a resend names: an event name stands for the newest event of that name the
+    /// world saw, anything else for the id it is bound to (or itself).
+    fn event_id(&self, event: &str) -> String {
+        match esim_engine::EventName::parse(event) {
+            Some(name) => self
+                .recent_events
+                .iter()
+                .rev()
+                .find(|(_, seen, _)| *seen == name)
+                .map_or_else(|| event.to_string(), |(_, _, id)| id.clone()),
+            None => self.id_of(event),
+        }
+    }
+
+    /// The account's own endpoints: the wallet, rates, the account, API keys and
+    /// auto-refill.
+    fn account_call(&self, who: Who, call: &Call) -> Planned {
+        use Endpoint as E;
+        match call {
+            Call::Wallet => Planned::new(E::WalletBalance, vec![], Kind::Wallet),
+            Call::Rates { country, continent } => {
+                let query = query(&[("country", country.clone()), ("continent", continent.clone())]);
+                Planned::new(E::Rates, vec![], Kind::Other).query(query)
+            }
+            Call::AccountInfo => Planned::new(E::Account, vec![], Kind::Other),
+            Call::Keys => Planned::new(E::ListApiKeys, vec![], Kind::Other),
+            Call::MakeKey => Planned::new(E::CreateApiKey, vec![], Kind::MadeKey),
             Call::RevokeOwnKey => {
                 let key_id = match who {
                     Who::Account(i) => esim_engine::KeyDigest::of(&self.keys[self.accounts[i].key as usize]).key_id(),
                     _ => "key_none".to_string(),
                 };
-                (E::RevokeApiKey, vec![key_id], none(), none(), Kind::RevokedOwnKey)
+                Planned::new(E::RevokeApiKey, vec![key_id], Kind::RevokedOwnKey)
             }
-            Call::GetRefill => (E::GetAutoRefill, vec![], none(), none(), Kind::Other),
+            Call::GetRefill => Planned::new(E::GetAutoRefill, vec![], Kind::Other),
             Call::SetRefill { enabled, amount } => {
                 let body = Json::new().optional("enabled", enabled.as_ref()).optional("amount_usd", amount.as_ref());
-                (E::UpdateAutoRefill, vec![], none(), body.finish_or_empty(), Kind::Other)
+                Planned::new(E::UpdateAutoRefill, vec![], Kind::Other).body(body.finish_or_empty())
             }
-        };
-        let params: Vec<&str> = params.iter().map(String::as_str).collect();
-        self.send_to(who, endpoint, &params, &query, body, idempotency_key, kind);
+            other => unreachable!("{other:?} is no account call"),
+        }
     }
 
     /// Sends a request of `endpoint` with these path parameters (percent-encoded by the
@@ -356,7 +472,9 @@ impl World {
         self.send(who, method, full, body.to_string(), None, Kind::Raw);
     }
 
-    /// Sends one request and records the exchange (and its facts).
+    /// Sends one request and records the exchange (and its facts): the request as a
+    /// client builds it, what the idempotency oracle expects of it, the service's answer
+    /// (as a stalled append makes it), and what the answer teaches the world.
     fn send(
         &mut self,
         who: Who,
@@ -366,12 +484,64 @@ impl World {
         idempotency_key: Option<&str>,
         kind: Kind,
     ) {
-        let body = Bytes::from(body);
         let (key, key_valid) = match who {
             Who::Account(i) => (Some(self.accounts[i].key), !self.accounts[i].revoked),
             _ => (None, false),
         };
-        let mut builder = http::Request::builder().method(method.clone()).uri(path.as_str());
+        let now = self.now;
+        let mut exchange = Exchange::unanswered(method, path, Bytes::from(body), key, key_valid, now);
+        let request = match self.request_of(who, &exchange, idempotency_key) {
+            Ok(request) => request,
+            Err(error) => {
+                // Not even a valid HTTP request (a script's bad path): nothing was sent.
+                exchange.body = Bytes::from(format!("not sent: {error}"));
+                self.log.exchanges.push(exchange);
+                return;
+            }
+        };
+        // Raw requests are classified by the router; the world's own are well-formed.
+        let (engine_bound, read, kind) = match kind {
+            Kind::Raw => classify(&request),
+            kind => (exchange.path.starts_with(RESELLER_BASE), exchange.method == http::Method::GET, kind),
+        };
+        (exchange.engine_bound, exchange.read) = (engine_bound, read);
+        let account = match who {
+            Who::Account(i) => Some(self.accounts[i].engine),
+            _ => None,
+        };
+        exchange.idempotency = self.expect_replay(&exchange, &request, idempotency_key, account);
+        let response = self.respond(now, &request);
+        // What a stalled append makes of the answer the client sees (the world reads the
+        // engine's own answer back, as a retry with the same Idempotency-Key would).
+        let (seen, waited_ms) = self.stall_answer();
+        assert!(waited_ms >= 0, "a client waits forward in time");
+        exchange.status = response.status().as_u16();
+        exchange.retry_after = retry_after(&response);
+        exchange.rate_limited = exchange.status == 429 && exchange.retry_after.is_some();
+        exchange.body = response.into_body();
+        self.learn(who, &kind, &exchange, idempotency_key, account);
+        if let Some(late) = seen {
+            // A 503 is no stored answer: a replay answered so is not judged as one.
+            (exchange.status, exchange.body, exchange.retry_after) = (late.status, late.body, late.retry_after);
+            exchange.idempotency = Idempotency::None;
+        }
+        exchange.answered = now.plus_ms(waited_ms);
+        self.log.exchanges.push(exchange);
+        self.now = self.service.now(Millis(0));
+        // The client waited: the world's clock moves on by that much.
+        self.advance_clock(waited_ms);
+    }
+
+    /// The request as a client sends it: the caller's key (or the admin token), a JSON
+    /// content type when there is a body, and the Idempotency-Key. An error is a request
+    /// no client could send (a script's bad path).
+    fn request_of(
+        &self,
+        who: Who,
+        exchange: &Exchange,
+        idempotency_key: Option<&str>,
+    ) -> Result<http::Request<Bytes>, http::Error> {
+        let mut builder = http::Request::builder().method(exchange.method.clone()).uri(exchange.path.as_str());
         match who {
             Who::Account(i) => {
                 builder =
@@ -380,108 +550,81 @@ impl World {
             Who::Admin => builder = builder.header("authorization", format!("Bearer {ADMIN_TOKEN}")),
             Who::Anonymous => {}
         }
-        if !body.is_empty() {
+        if !exchange.request_body.is_empty() {
             builder = builder.header("content-type", "application/json");
         }
         if let Some(key) = idempotency_key {
             builder = builder.header("idempotency-key", key);
         }
-        let now = self.now;
-        let request = match builder.body(body.clone()) {
-            Ok(request) => request,
-            Err(error) => {
-                // Not even a valid HTTP request (a script's bad path): nothing was sent.
-                self.log.exchanges.push(Exchange {
-                    method,
-                    path,
-                    request_body: body,
-                    key,
-                    key_valid,
-                    engine_bound: false,
-                    read: true,
-                    idempotency: Idempotency::None,
-                    status: 0,
-                    rate_limited: false,
-                    body: Bytes::from(format!("not sent: {error}")),
-                    retry_after: None,
-                    at: now,
-                    answered: now,
-                });
-                return;
-            }
-        };
-        // Raw requests are classified by the router; the world's own are well-formed.
-        let (engine_bound, read, kind) = match kind {
-            Kind::Raw => classify(&request),
-            kind => (path.starts_with(RESELLER_BASE), method == http::Method::GET, kind),
-        };
-        let account = match who {
-            Who::Account(i) => Some(self.accounts[i].engine),
-            _ => None,
-        };
+        builder.body(exchange.request_body.clone())
+    }
+
+    /// What the idempotency oracle expects of a request with an Idempotency-Key: only a
+    /// valid key's change that reaches the engine is stored, so only it can be replayed.
+    fn expect_replay(
+        &mut self,
+        exchange: &Exchange,
+        request: &http::Request<Bytes>,
+        idempotency_key: Option<&str>,
+        account: Option<u32>,
+    ) -> Idempotency {
         // A request the router refuses (its shape: JSON, a missing field, an amount with
         // more than 2 decimals) never reaches the engine's idempotency store.
         let reaches_engine =
-            idempotency_key.is_some() && matches!(esim_api::api::route(&request, ADMIN_TOKEN, None), Routed::Engine(_));
-        let idempotency = match (idempotency_key, account) {
-            (Some(idem), Some(account)) if key_valid && engine_bound && reaches_engine && !read => {
-                self.idempotency.expect(account, idem, &(method.clone(), path.clone(), body.clone()), now)
+            idempotency_key.is_some() && matches!(esim_api::api::route(request, ADMIN_TOKEN, None), Routed::Engine(_));
+        match (idempotency_key, account) {
+            (Some(idem), Some(account))
+                if exchange.key_valid && exchange.engine_bound && reaches_engine && !exchange.read =>
+            {
+                let fingerprint = (exchange.method.clone(), exchange.path.clone(), exchange.request_body.clone());
+                self.idempotency.expect(account, idem, &fingerprint, exchange.at)
             }
             _ => Idempotency::None,
-        };
-        let response = match self.service.handle(now, &request) {
+        }
+    }
+
+    /// The service's answer; a test delivery's is the receiver's, fetched at once.
+    fn respond(&mut self, now: Millis, request: &http::Request<Bytes>) -> http::Response<Bytes> {
+        match self.service.handle(now, request) {
             Outcome::Respond(response) => response,
             Outcome::AwaitDelivery(delivery_id) => self
                 .process_effects(Some(delivery_id))
                 .unwrap_or_else(|| esim_api::api::json_response(500, "{\"error\":\"the test delivery never came\"}")),
-        };
-        // What a stalled append makes of the answer the client sees (the world reads the
-        // engine's own answer back, as a retry with the same Idempotency-Key would).
-        let (seen, waited_ms) = self.stall_answer();
-        let status = response.status().as_u16();
-        let retry_after =
-            response.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let response_body = response.into_body();
-        let rate_limited = status == 429 && retry_after.is_some();
+        }
+    }
+
+    /// What a fresh answer teaches: the run's counts, the answer an Idempotency-Key
+    /// replays from now on (once it is final), and the facts of a success.
+    fn learn(
+        &mut self,
+        who: Who,
+        kind: &Kind,
+        exchange: &Exchange,
+        idempotency_key: Option<&str>,
+        account: Option<u32>,
+    ) {
+        let judged = exchange.idempotency != Idempotency::None;
+        assert!(!judged || (account.is_some() && idempotency_key.is_some()), "only a reseller's key is judged");
         self.stats.requests += 1;
-        if rate_limited {
+        if exchange.rate_limited {
             self.stats.rate_limited += 1;
         }
-        if let (Idempotency::Fresh, Some(account), Some(idem)) = (&idempotency, account, idempotency_key) {
-            if oracle::is_final(status, rate_limited, matches!(kind, Kind::TestWebhook)) {
-                let request = (method.clone(), path.clone(), body.clone());
-                self.idempotency.store(account, idem, request, status, response_body.clone(), now);
+        if let (Idempotency::Fresh, Some(account), Some(idem)) = (&exchange.idempotency, account, idempotency_key) {
+            if oracle::is_final(exchange.status, exchange.rate_limited, matches!(kind, Kind::TestWebhook)) {
+                let request = (exchange.method.clone(), exchange.path.clone(), exchange.request_body.clone());
+                self.idempotency.store(account, idem, request, exchange.status, exchange.body.clone(), exchange.at);
             }
         }
-        let fresh = matches!(idempotency, Idempotency::None | Idempotency::Fresh);
-        if fresh && (200..300).contains(&status) {
-            self.observe(who, &kind, &response_body);
+        let fresh = matches!(exchange.idempotency, Idempotency::None | Idempotency::Fresh);
+        if fresh && (200..300).contains(&exchange.status) {
+            self.observe(who, kind, &exchange.body);
         }
-        let (status, response_body, retry_after, idempotency) = match seen {
-            // A 503 is no stored answer: a replay answered so is not judged as one.
-            Some(late) => (late.status, late.body, late.retry_after, Idempotency::None),
-            None => (status, response_body, retry_after, idempotency),
-        };
-        self.log.exchanges.push(Exchange {
-            method,
-            path,
-            request_body: body,
-            key,
-            key_valid,
-            engine_bound,
-            read,
-            idempotency,
-            status,
-            rate_limited,
-            body: response_body,
-            retry_after,
-            at: now,
-            answered: now.plus_ms(waited_ms),
-        });
-        self.now = self.service.now(Millis(0));
-        // The client waited: the world's clock moves on by that much.
-        self.advance_clock(waited_ms);
     }
+}
+
+/// A response's Retry-After header, as text.
+fn retry_after(response: &http::Response<Bytes>) -> Option<String> {
+    response.headers().get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
 /// The script verb whose requests reach each endpoint, or `None` (with the reason) for

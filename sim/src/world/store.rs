@@ -10,7 +10,7 @@
 //! every append must be acknowledged: a refusal is a loss (`no_acknowledged_loss`).
 
 use super::compare::{compare, Compared};
-use super::observe::Fact;
+use super::log::Fact;
 use super::World;
 use crate::InjectedBug;
 use esim_api::service::JOURNAL_RETRY_AFTER_S;

@@ -55,19 +55,19 @@ pub struct ThrottleRequest {
     pub speed: String,
 }
 
-/// Amount to move from the reseller balance into the eSIM wallet
+/// Amount to move from the reseller balance into the eSIM wallet, in the field `amount` (the admin API's top-up and auto-refill bodies call theirs `amount_usd`)
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct FundRequest {
-    /// USD, 0.01 to 10000, at most 2 decimals; taken from the reseller balance
+    /// US dollars as a JSON number (20 or 20.5; not a string), 0.01 to 10000, at most 2 decimals; taken from the reseller balance. This body's field is `amount`, not `amount_usd` (the name in the admin API's top-up and auto-refill)
     #[serde(deserialize_with = "field::money")]
     #[schemars(with = "Usd", range(min = 0.01, max = 10000), extend("multipleOf" = 0.01))]
     pub amount: Decimal,
 }
 
-/// Amount to move from the reseller balance into the group balance
+/// Amount to move from the reseller balance into the group balance, in the field `amount` (the admin API's top-up and auto-refill bodies call theirs `amount_usd`)
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct GroupFundRequest {
-    /// USD, 0.01 to 10000, at most 2 decimals; taken from the reseller balance
+    /// US dollars as a JSON number (20 or 20.5; not a string), 0.01 to 10000, at most 2 decimals; taken from the reseller balance. This body's field is `amount`, not `amount_usd` (the name in the admin API's top-up and auto-refill)
     #[serde(deserialize_with = "field::money")]
     #[schemars(with = "Usd", range(min = 0.01, max = 10000), extend("multipleOf" = 0.01))]
     pub amount: Decimal,
@@ -159,7 +159,7 @@ pub struct AutoRefillUpdateRequest {
     /// true charges the saved card when real spend leaves the balance low
     #[serde(deserialize_with = "field::boolean")]
     pub enabled: Option<bool>,
-    /// USD charged to the card per refill, at most 2 decimals
+    /// US dollars charged to the card per refill, as a JSON number (not a string), 10 to 1000000, at most 2 decimals. This body's field is `amount_usd` (the fund bodies call theirs `amount`)
     #[serde(deserialize_with = "field::money")]
     #[schemars(with = "Option<Usd>", range(min = 10, max = 1000000), extend("multipleOf" = 0.01))]
     pub amount_usd: Option<Decimal>,
@@ -180,10 +180,10 @@ pub struct AccountCreateRequest {
     pub company_name: Option<String>,
 }
 
-/// A manual top-up of the reseller balance
+/// A manual top-up of the reseller balance, in the field `amount_usd` (the reseller API's fund bodies call theirs `amount`)
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct TopUpRequest {
-    /// USD added to the reseller balance, at most 2 decimals
+    /// US dollars added to the reseller balance, as a JSON number (50 or 50.25; not a string), 10 to 1000000, at most 2 decimals. This body's field is `amount_usd`, not `amount` (the name in the reseller API's fund bodies)
     #[serde(deserialize_with = "field::money")]
     #[schemars(with = "Usd", range(min = 10, max = 1000000), extend("multipleOf" = 0.01))]
     pub amount_usd: Decimal,
@@ -197,7 +197,7 @@ pub struct FreezeRequest {
     pub frozen: bool,
 }
 
-/// An account's auto-refill, with the saved card's behaviour (at least one field)
+/// An account's auto-refill, with the saved card's behaviour (at least one field); its amount is the field `amount_usd` (the reseller API's fund bodies call theirs `amount`)
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct AdminAutoRefillRequest {
     // Declared first: checked before the other fields, as it always was.
@@ -208,7 +208,7 @@ pub struct AdminAutoRefillRequest {
     /// true charges the saved card when real spend leaves the balance low
     #[serde(deserialize_with = "field::boolean")]
     pub enabled: Option<bool>,
-    /// USD charged to the card per refill, at most 2 decimals
+    /// US dollars charged to the card per refill, as a JSON number (not a string), 10 to 1000000, at most 2 decimals. This body's field is `amount_usd`, not `amount` (the name in the reseller API's fund bodies)
     #[serde(deserialize_with = "field::money")]
     #[schemars(with = "Option<Usd>", range(min = 10, max = 1000000), extend("multipleOf" = 0.01))]
     pub amount_usd: Option<Decimal>,
@@ -217,15 +217,19 @@ pub struct AdminAutoRefillRequest {
 /// An account's limits (absent fields keep their value)
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct LimitsRequest {
+    // Read as any u32; the engine refuses what is outside 1 to OPERATOR_LIMIT_MAX.
     /// Groups the account may have
     #[serde(deserialize_with = "field::integer::<COUNT_MAX, _, _>")]
-    #[schemars(range(max = COUNT_MAX))]
+    #[schemars(range(min = 1, max = OPERATOR_LIMIT_MAX))]
     pub max_groups: Option<u64>,
     /// eSIMs a group of the account may hold
     #[serde(deserialize_with = "field::integer::<COUNT_MAX, _, _>")]
-    #[schemars(range(max = COUNT_MAX))]
+    #[schemars(range(min = 1, max = OPERATOR_LIMIT_MAX))]
     pub max_group_size: Option<u64>,
 }
+
+/// The largest group limit the engine takes.
+const OPERATOR_LIMIT_MAX: u32 = esim_engine::limits::OPERATOR_LIMIT_MAX;
 
 /// The largest limit: a `u32`.
 pub const COUNT_MAX: u64 = u32::MAX as u64;
@@ -248,20 +252,33 @@ pub const INVENTORY_MAX: u64 = 1_000_000_000;
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct ClockAdvanceRequest {
     /// Seconds, above 0 and at most a leap year; fractions are kept to the millisecond
+    // multipleOf: what is kept. A number with more digits than a Decimal holds (1e-300)
+    // is refused, so the document offers only what is kept (schemathesis found it).
     #[serde(deserialize_with = "field::number")]
-    #[schemars(with = "Usd", range(max = CLOCK_ADVANCE_MAX_SECONDS), extend("exclusiveMinimum" = 0))]
+    #[schemars(
+        with = "Usd",
+        range(max = CLOCK_ADVANCE_MAX_SECONDS),
+        extend("exclusiveMinimum" = 0, "multipleOf" = 0.001)
+    )]
     pub seconds: Decimal,
 }
 
 /// A simulated data session of an installed eSIM
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 pub struct UsageRequest {
-    /// Megabytes used, above 0
+    /// Megabytes used in this session, above 0 and at most 1000000, at most 6 decimals
+    // A number with more digits than a Decimal holds (1e-300) is refused: the document
+    // offers a millionth of a MB (a byte) at the finest (schemathesis found it).
     #[serde(deserialize_with = "field::number")]
-    #[schemars(with = "Usd", extend("exclusiveMinimum" = 0))]
+    #[schemars(
+        with = "Usd",
+        range(max = esim_engine::limits::MAX_USAGE_MB),
+        extend("exclusiveMinimum" = 0, "multipleOf" = 0.000001)
+    )]
     pub mb: Decimal,
-    /// ISO2 code of the visited country (a country of the rates table)
+    /// ISO2 code of the visited country, one of the rates table's (GET /api/v2/reseller/rates); lower case is accepted too
     #[serde(deserialize_with = "field::string")]
+    #[schemars(with = "CountryCode")]
     pub country: String,
     /// The visited network's operator; the country's first when absent
     #[serde(deserialize_with = "field::string")]
@@ -317,6 +334,24 @@ impl JsonSchema for CardName {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         let names: Vec<String> = CardBehavior::ALL.iter().map(CardBehavior::to_string).collect();
         json_schema!({ "type": "string", "enum": names })
+    }
+}
+
+/// The ISO2 code of a country of the rates table (what a usage names).
+pub struct CountryCode;
+
+impl JsonSchema for CountryCode {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> Cow<'static, str> {
+        "CountryCode".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let mut codes: Vec<&str> =
+            esim_engine::rates::RateTable::builtin().countries().iter().map(|country| country.iso2.as_str()).collect();
+        codes.sort_unstable();
+        json_schema!({ "type": "string", "enum": codes })
     }
 }
 
@@ -381,7 +416,10 @@ impl<'de> Deserializer<'de> for Declared<'de> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Refused> {
-        visitor.visit_map(InOrder { body: self.0, fields: fields.iter(), current: "" })
+        let body = self.0;
+        visitor
+            .visit_map(InOrder { body, fields: fields.iter(), current: "" })
+            .map_err(|Refused(message)| Refused(with_hint(body, fields, message)))
     }
 
     fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Refused> {
@@ -418,6 +456,28 @@ impl<'de> MapAccess<'de> for InOrder<'de> {
         let value = self.body.get(name).filter(|value| !value.is_null());
         seed.deserialize(Given(value)).map_err(|Refused(message)| Refused(named(name, message)))
     }
+}
+
+/// Field names that one API spells one way and another API the other (issue 37): the
+/// reseller API's fund bodies take `amount`, the admin API's top-up and auto-refill
+/// `amount_usd`. (declared, look-alike, where each is used.)
+const LOOK_ALIKES: &[(&str, &str, &str)] = &[
+    ("amount_usd", "amount", "the admin top-up and auto-refill take `amount_usd`, the reseller fund bodies `amount`"),
+    ("amount", "amount_usd", "the reseller fund bodies take `amount`, the admin top-up and auto-refill `amount_usd`"),
+];
+
+/// A refusal of a missing field, when the body holds its look-alike instead (`amount`
+/// sent to the top-up), gains a hint: "did you mean `amount_usd`?". Any other message is
+/// kept as it is.
+fn with_hint(body: &Map<String, Value>, fields: &[&str], message: String) -> String {
+    let given = |name: &str| body.get(name).is_some_and(|value| !value.is_null());
+    for &(declared, other, where_used) in LOOK_ALIKES {
+        let missing = message == format!("{declared} {}", field::REQUIRED);
+        if missing && fields.contains(&declared) && !fields.contains(&other) && given(other) {
+            return format!("{message}: the body has `{other}`; did you mean `{declared}`? ({where_used})");
+        }
+    }
+    message
 }
 
 /// The message names the field: its name in front, unless it starts with it already.
@@ -789,6 +849,33 @@ mod tests {
         assert_eq!(read(r#"{"url": 1, "url": "u", "events": []}"#).unwrap().url, "u");
         let card = Fields::parse(br#"{"card": "gold"}"#).unwrap().read::<AdminAutoRefillRequest>().unwrap_err();
         assert_eq!(card.message, "card must be one of ok, declined, requires_action, expired");
+    }
+
+    #[test]
+    fn an_amount_under_the_other_apis_name_is_refused_with_a_hint() {
+        let message = |text: &str, read: fn(&Fields) -> Result<(), ApiError>| {
+            read(&Fields::parse(text.as_bytes()).unwrap()).unwrap_err().message
+        };
+        let top_up = |fields: &Fields| fields.read::<TopUpRequest>().map(drop);
+        let fund = |fields: &Fields| fields.read::<FundRequest>().map(drop);
+        let group_fund = |fields: &Fields| fields.read::<GroupFundRequest>().map(drop);
+        assert_eq!(
+            message(r#"{"amount": 50}"#, top_up),
+            "amount_usd is required: the body has `amount`; did you mean `amount_usd`? (the admin top-up and \
+             auto-refill take `amount_usd`, the reseller fund bodies `amount`)"
+        );
+        for read in [fund, group_fund] {
+            assert_eq!(
+                message(r#"{"amount_usd": 20}"#, read),
+                "amount is required: the body has `amount_usd`; did you mean `amount`? (the reseller fund bodies \
+                 take `amount`, the admin top-up and auto-refill `amount_usd`)"
+            );
+        }
+        // No hint without the look-alike, with a null one, or for another refusal.
+        assert_eq!(message("{}", top_up), "amount_usd is required");
+        assert_eq!(message(r#"{"amount": null}"#, top_up), "amount_usd is required");
+        assert_eq!(message(r#"{"amount": 50, "amount_usd": "50"}"#, top_up), "amount_usd must be a number");
+        assert_eq!(message(r#"{"amount_usd": 1, "amount": 1.001}"#, fund), "amount must have at most 2 decimal places");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! # esim-api: the pure API layer
 //!
 //! Everything between an HTTP request and an engine command that needs no IO: no runtime,
-//! no sockets, no store. The HTTP shell (`esim-transport`) and the simulation drive the
+//! no sockets, no store. The HTTP shell (`esim-http`) and the simulation drive the
 //! same code, so a simulation exercises the parsing, validation and JSON production runs.
 //!
 //! - [`routes`]: the one typed endpoint table (`Endpoint`: API, method, path pattern, the

@@ -232,6 +232,15 @@ impl Operation {
         }
         value
     }
+    /// The operation of an operator API's own document (`GET /openapi.json`).
+    pub(crate) fn document(id: &'static str) -> Operation {
+        Operation::new(id, "Meta", "This OpenAPI document").describe("Public: needs no token.").ok(
+            200,
+            "OpenApiDocument",
+            "The document",
+        )
+    }
+
     pub(crate) fn new(id: &'static str, tag: &'static str, summary: &'static str) -> Operation {
         Operation {
             id,
@@ -460,7 +469,7 @@ const RETURN_PENDING: (ErrorCode, &str) =
 const MOVING: (ErrorCode, &str) = (ErrorCode::MovePending, "a move of this eSIM into a group is in progress");
 const UPSTREAM: (ErrorCode, &str) = (ErrorCode::UpstreamError, "data could not be paused upstream; nothing moved");
 const AMOUNT: (ErrorCode, &str) =
-    (ErrorCode::ValidationError, "amount missing, not a number, outside 0.01 to 10000 or with more than 2 decimals");
+    (ErrorCode::ValidationError, "amount missing (sent as amount_usd, the admin API's name, the message says: did you mean `amount`?), not a number, outside 0.01 to 10000 or with more than 2 decimals");
 
 /// `/esim/...`; `None` for another endpoint.
 fn esim_operation(endpoint: Endpoint) -> Option<Operation> {

@@ -1,5 +1,5 @@
 //! What the admin API's OpenAPI document says of each operation
-//! ([`crate::openapi_operator`] builds the document).
+//! (`openapi_operator.rs` builds the document from these).
 
 use crate::bodies::*;
 use crate::openapi::Operation;
@@ -60,7 +60,7 @@ fn account_operation(endpoint: Endpoint) -> Option<Operation> {
             .describe("Credits the reseller balance by hand (a balance.topped_up event follows).")
             .ok(201, "ToppedUp", "The top-up and the new balance")
             .body::<TopUpRequest>(true)
-            .errors(&[(ValidationError, "amount_usd missing, below 10, above 1000000 or with more than 2 decimals"), NO_ACCOUNT]),
+            .errors(&[(ValidationError, "amount_usd missing (sent as amount, the reseller API's name, the message says: did you mean `amount_usd`?), not a number, below 10, above 1000000 or with more than 2 decimals"), NO_ACCOUNT]),
         E::Freeze => Operation::new("freezeAccount", "Accounts", "Freeze or unfreeze an account")
             .describe("A frozen account's changes answer ACCOUNT_SUSPENDED; its reads and key revocations still work.")
             .ok(200, "AccountFrozen", "The account's freeze as it now is")
@@ -108,7 +108,7 @@ fn other_operation(endpoint: Endpoint) -> Option<Operation> {
         E::State => Operation::new("getState", "Reports", "The state digest")
             .describe("A digest of the engine's whole state (equal digests, equal states: a restart or a replica must show the same), the service time, and whether changes are accepted now.")
             .ok(200, "StateDigest", "The digest"),
-        E::AdminOpenApi => crate::openapi_operator::document_operation("getAdminOpenApiDocument"),
+        E::AdminOpenApi => Operation::document("getAdminOpenApiDocument"),
         _ => return None,
     })
 }

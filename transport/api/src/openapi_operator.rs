@@ -71,8 +71,9 @@ struct AccountListed {
     company_name: Option<String>,
     /// The reseller's contact address
     contact_email: String,
-    /// When the account was made, in milliseconds since the Unix epoch (service time)
-    created_at: i64,
+    /// When the account was made (service time)
+    #[schemars(with = "Timestamp")]
+    created_at: String,
     /// true while the operator has frozen the account
     frozen: bool,
     /// USD. The reseller balance
@@ -405,15 +406,6 @@ fn build(api: Api) -> Value {
             "schemas": schemas,
         },
     })
-}
-
-/// The operation of an operator API's own document (`GET /openapi.json`).
-pub(crate) fn document_operation(id: &'static str) -> Operation {
-    Operation::new(id, "Meta", "This OpenAPI document").describe("Public: needs no token.").ok(
-        200,
-        "OpenApiDocument",
-        "The document",
-    )
 }
 
 #[cfg(test)]

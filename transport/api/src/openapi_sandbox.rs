@@ -1,5 +1,5 @@
 //! What the sandbox API's OpenAPI document says of each operation
-//! ([`crate::openapi_operator`] builds the document).
+//! (`openapi_operator.rs` builds the document from these).
 
 use crate::bodies::*;
 use crate::openapi::Operation;
@@ -64,7 +64,7 @@ pub(crate) fn operation(endpoint: Endpoint) -> Option<Operation> {
             .ok(200, "PendingTimers", "The pending timers")
             .query::<PendingQuery>()
             .errors(&[(ValidationError, "limit is not a whole number of at least 1")]),
-        E::SandboxOpenApi => crate::openapi_operator::document_operation("getSandboxOpenApiDocument"),
+        E::SandboxOpenApi => Operation::document("getSandboxOpenApiDocument"),
         _ => return None,
     })
 }

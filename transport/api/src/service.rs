@@ -498,6 +498,8 @@ impl Service {
             account_id: &'a str,
             company_name: Option<&'a str>,
             contact_email: &'a str,
+            // RFC 3339, as every time a client sees (docs/architecture.md, "Time").
+            #[serde(with = "esim_engine::time::rfc3339")]
             created_at: Millis,
             frozen: bool,
             balance_usd: rust_decimal::Decimal,

@@ -870,69 +870,124 @@ fn replay_segments(
         {
             return Err(missing);
         }
-        let bytes = read_file(path)?;
         let is_last = position == final_position;
-        // The newest listed segment had its whole header synced before it was listed.
-        let listed_newest = is_last && newest_listed == Some(*first_index);
-        let damage = |offset: usize, whole_segment: bool, why: &str| {
-            Failure::Damage(Damage {
-                position,
-                path: path.clone(),
-                offset,
-                whole_segment,
-                gap: false,
-                message: format!(
-                    "journal damaged in {} at byte offset {offset} ({why}); refusing to start \
-                     (`esim repair --data-dir DIR` tells what cutting there drops)",
-                    path.display()
-                ),
-            })
+        let segment = SegmentRead {
+            position,
+            path,
+            bytes: read_file(path)?,
+            is_last,
+            listed_newest: is_last && newest_listed == Some(*first_index),
+            repair: options.repair,
         };
-        let cut_short = "the manifest lists it as the newest segment, written whole before it was listed: cut short";
-        // A bad record at `offset` of the last segment: a torn tail, or damage.
-        let torn_or_damage = |offset: usize, whole_segment: bool, why: &str, repaired: &mut Vec<String>| {
-            if !is_last {
-                return Err(damage(offset, whole_segment, why));
-            }
-            if whole_segment && listed_newest {
-                return Err(damage(offset, whole_segment, &format!("{why}; {cut_short}")));
-            }
-            if let Some(reason) = not_a_torn_tail(&bytes, offset) {
-                return Err(damage(offset, whole_segment, &format!("{why}; not a torn tail: {reason}")));
-            }
-            if whole_segment {
-                if options.repair {
-                    fs::remove_file(path).map_err(|e| Failure::Fatal(io_error(path, e)))?;
-                }
-                repaired.push(format!("removed the segment {} torn in its header ({why})", path.display()));
-            } else {
-                if options.repair {
-                    cut_file(path, offset as u64).map_err(Failure::Fatal)?;
-                }
-                repaired.push(format!(
-                    "cut a torn tail of {} bytes from {} at offset {offset} ({why})",
-                    bytes.len() - offset,
-                    path.display()
-                ));
-            }
-            Ok(())
+        let Some((header, offset)) = segment.header(*first_index, &mut recovery.repaired)? else {
+            continue;
         };
+        if header.first_index > recovery.next_index {
+            let first = header.first_index;
+            return Err(gap_before(path, position, first, recovery.next_index, previous, listed.is_some()));
+        }
+        match apply_entries(&segment.bytes, offset, &header, options, max_entries, recovery, last) {
+            Applied::Whole => {}
+            Applied::Stopped => return Ok(()),
+            Applied::Unreadable(at) => return Err(segment.damage(at, false, "unreadable entry")),
+            Applied::Bad { offset, why } => segment.torn_or_damage(offset, false, why, &mut recovery.repaired)?,
+        }
+        previous = Some(path.as_path());
+    }
+    let after_all = segments.len();
+    missing_listed(&needed, &segments, u64::MAX, after_all, &journal, recovery.next_index).map_or(Ok(()), Err)
+}
+
+/// Why a whole newest listed segment cannot be a torn write.
+const CUT_SHORT: &str = "the manifest lists it as the newest segment, written whole before it was listed: cut short";
+
+/// One segment file read for replay: where it sits, and so what a bad record in it means.
+struct SegmentRead<'a> {
+    /// Position in the sorted list of segments.
+    position: usize,
+    path: &'a Path,
+    bytes: Vec<u8>,
+    /// Only the last segment can end in a torn write.
+    is_last: bool,
+    /// The newest listed segment had its whole header synced before it was listed.
+    listed_newest: bool,
+    /// Cut torn tails and remove torn segments on disk (otherwise only say so).
+    repair: bool,
+}
+
+impl SegmentRead<'_> {
+    fn damage(&self, offset: usize, whole_segment: bool, why: &str) -> Failure {
+        Failure::Damage(Damage {
+            position: self.position,
+            path: self.path.to_path_buf(),
+            offset,
+            whole_segment,
+            gap: false,
+            message: format!(
+                "journal damaged in {} at byte offset {offset} ({why}); refusing to start \
+                 (`esim repair --data-dir DIR` tells what cutting there drops)",
+                self.path.display()
+            ),
+        })
+    }
+
+    /// A bad record at `offset`: the torn tail of the last segment (cut, or the segment
+    /// removed when its header was torn), or damage that refuses the start.
+    fn torn_or_damage(
+        &self,
+        offset: usize,
+        whole_segment: bool,
+        why: &str,
+        repaired: &mut Vec<String>,
+    ) -> Result<(), Failure> {
+        if !self.is_last {
+            return Err(self.damage(offset, whole_segment, why));
+        }
+        if whole_segment && self.listed_newest {
+            return Err(self.damage(offset, whole_segment, &format!("{why}; {CUT_SHORT}")));
+        }
+        if let Some(reason) = not_a_torn_tail(&self.bytes, offset) {
+            return Err(self.damage(offset, whole_segment, &format!("{why}; not a torn tail: {reason}")));
+        }
+        let path = self.path;
+        if whole_segment {
+            if self.repair {
+                fs::remove_file(path).map_err(|e| Failure::Fatal(io_error(path, e)))?;
+            }
+            repaired.push(format!("removed the segment {} torn in its header ({why})", path.display()));
+        } else {
+            if self.repair {
+                cut_file(path, offset as u64).map_err(Failure::Fatal)?;
+            }
+            let torn_bytes = self.bytes.len() - offset;
+            repaired.push(format!(
+                "cut a torn tail of {torn_bytes} bytes from {} at offset {offset} ({why})",
+                path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The segment's magic and header, and the offset of its first entry; `None` for a
+    /// segment torn before its first entry (removed, or to be removed on repair).
+    fn header(&self, first_index: u64, repaired: &mut Vec<String>) -> Result<Option<(SegmentHeader, usize)>, Failure> {
+        let (path, bytes) = (self.path, &self.bytes);
         if bytes.len() < 8 || &bytes[..8] != SEGMENT_MAGIC {
-            if is_last && bytes.len() < 8 && SEGMENT_MAGIC.starts_with(&bytes) {
-                if listed_newest {
-                    return Err(damage(0, true, &format!("{} bytes; {cut_short}", bytes.len())));
+            if self.is_last && bytes.len() < 8 && SEGMENT_MAGIC.starts_with(bytes) {
+                if self.listed_newest {
+                    return Err(self.damage(0, true, &format!("{} bytes; {CUT_SHORT}", bytes.len())));
                 }
                 // A crash while creating the segment: nothing in it was acknowledged.
-                if options.repair {
+                if self.repair {
                     fs::remove_file(path).map_err(|e| Failure::Fatal(io_error(path, e)))?;
                 }
-                recovery.repaired.push(format!("removed the empty segment {}", path.display()));
-                continue;
+                repaired.push(format!("removed the empty segment {}", path.display()));
+                return Ok(None);
             }
-            return Err(damage(0, true, "bad magic"));
+            return Err(self.damage(0, true, "bad magic"));
         }
         let mut offset = 8;
-        let header: SegmentHeader = match next_record(&bytes, &mut offset) {
+        let header: SegmentHeader = match next_record(bytes, &mut offset) {
             Next::Record(payload) => match serde_json::from_slice::<SegmentHeader>(payload) {
                 Ok(header) => header,
                 Err(_) => {
@@ -941,38 +996,20 @@ fn replay_segments(
                             return Err(Failure::Fatal(version_refusal(path, found.version)));
                         }
                     }
-                    return Err(damage(8, true, "unreadable header"));
+                    return Err(self.damage(8, true, "unreadable header"));
                 }
             },
-            Next::Bad { offset, why } => {
-                torn_or_damage(offset, true, why, &mut recovery.repaired)?;
-                continue;
-            }
-            Next::End => {
-                torn_or_damage(8, true, "missing header", &mut recovery.repaired)?;
-                continue;
-            }
+            Next::Bad { offset, why } => return self.torn_or_damage(offset, true, why, repaired).map(|()| None),
+            Next::End => return self.torn_or_damage(8, true, "missing header", repaired).map(|()| None),
         };
         if header.version != FORMAT_VERSION {
             return Err(Failure::Fatal(version_refusal(path, header.version)));
         }
-        if header.first_index != *first_index {
-            return Err(damage(8, true, "header index does not match the file name"));
+        if header.first_index != first_index {
+            return Err(self.damage(8, true, "header index does not match the file name"));
         }
-        if header.first_index > recovery.next_index {
-            let first = header.first_index;
-            return Err(gap_before(path, position, first, recovery.next_index, previous, listed.is_some()));
-        }
-        match apply_entries(&bytes, offset, &header, options, max_entries, recovery, last) {
-            Applied::Whole => {}
-            Applied::Stopped => return Ok(()),
-            Applied::Unreadable(at) => return Err(damage(at, false, "unreadable entry")),
-            Applied::Bad { offset, why } => torn_or_damage(offset, false, why, &mut recovery.repaired)?,
-        }
-        previous = Some(path.as_path());
+        Ok(Some((header, offset)))
     }
-    let after_all = segments.len();
-    missing_listed(&needed, &segments, u64::MAX, after_all, &journal, recovery.next_index).map_or(Ok(()), Err)
 }
 
 /// What `esim repair` found in a data dir, and did when asked to cut.

@@ -1,7 +1,7 @@
 //! # esim-store: where the service's journal is made durable
 //!
 //! The store layer between the pure API layer (`esim-api`, whose [`esim_api::JournalEntry`]
-//! it writes) and the HTTP shell (`esim-transport`, whose owner task appends through
+//! it writes) and the HTTP shell (`esim-http`, whose owner task appends through
 //! [`sink::JournalSink`]). It never depends on the shell: the clock comes in as a
 //! [`clock::Clock`], and what the shell wants to hear of (a snapshot written) as a
 //! callback ([`journal::SnapshotWritten`]).

@@ -14,7 +14,7 @@
 //! twice (decision 186).
 //!
 //! The owner task's side (when to take the next block, the provisionings waiting for
-//! it) is the shell's: `esim_transport::stock`.
+//! it) is the shell's: `esim_http::stock`.
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The contract the owner task appends through ([`JournalSink`]): every store implements
 //! it (the file journal here, [`crate::store_pg::PgStore`], [`crate::store_mem::MemNode`]),
-//! and the shell's owner task (`esim_transport::server`) only ever calls it.
+//! and the shell's owner task (`esim_http::server`) only ever calls it.
 
 use crate::journal::{EncodedSnapshot, FileJournal, JournalHealth, SnapshotWritten};
 use esim_api::JournalEntry;

@@ -1,7 +1,7 @@
 //! The hot standby's follower of a PostgreSQL store (issue 17; decisions 146-153,
 //! 199-201): it follows a shard's journal and takes the shard over when the owner's
 //! lease runs out. What a standby answers on its listener meanwhile is the shell's
-//! (`esim_transport::standby_http`).
+//! (`esim_http::standby_http`).
 //!
 //! - A standby first loads the shard's state and checks that it could serve it (the
 //!   secret key file opens every sealed secret, [`ServeCheck`]); else the start fails.

@@ -1,6 +1,6 @@
 //! The front door (issue 37): `GET /`, a landing page for browsers and a JSON index for
 //! API clients, and `/docs/`, the API reference rendered in the browser from the three
-//! served OpenAPI documents by a vendored Redoc (`transport/docs-page/update.sh`). Files
+//! served OpenAPI documents by a vendored Redoc (`transport/http/docs-page/update.sh`). Files
 //! built into the binary, answered in the connection task like the dashboard's
 //! ([`crate::dashboard`]): no credential, never through the engine, and so offline.
 //!
@@ -30,7 +30,7 @@ pub const DOCS_POLICY: &str = "default-src 'none'; script-src 'self'; worker-src
 img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; \
 form-action 'none'";
 
-/// The Redoc version vendored (`transport/docs-page/update.sh` writes it).
+/// The Redoc version vendored (`transport/http/docs-page/update.sh` writes it).
 pub const REDOC_VERSION: &str = include_str!("../docs-page/REDOC_VERSION");
 
 /// The reference's files: path under [`BASE`], content type, bytes.

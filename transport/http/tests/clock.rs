@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use esim_engine::{Engine, EngineConfig, Millis};
-use esim_transport::{ClockMode, Outcome, Service};
+use esim_http::{ClockMode, Outcome, Service};
 
 fn clock_now(service: &mut Service, wall_now: Millis) -> String {
     let request =
@@ -22,7 +22,7 @@ fn a_wall_clock_read_moves_with_the_wall_clock() {
         Engine::new(EngineConfig::default(), start),
         "t".into(),
         ClockMode::Wall,
-        esim_transport::secrets::Secrets::seeded(1),
+        esim_http::secrets::Secrets::seeded(1),
     );
     assert_eq!(clock_now(&mut service, start), "2026-01-01T00:00:00.000Z");
     assert_eq!(clock_now(&mut service, start.plus_ms(120_000)), "2026-01-01T00:02:00.000Z");

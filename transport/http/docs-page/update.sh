@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Vendors the API reference's renderer: Redoc's standalone bundle, from the npm registry
 # (`npm pack`), at the version pinned below, with its licence and its third-party notices.
-# The service serves these files under /docs/ from the binary (transport/src/docs_page.rs),
+# The service serves these files under /docs/ from the binary (transport/http/src/docs_page.rs),
 # so the page works offline and under a strict Content-Security-Policy.
 #
 # Two changes are made to the bundle: its source map comment goes (the map is not
@@ -10,7 +10,7 @@
 # SVG. The script fails if the bundle no longer has that URL exactly once, or still names
 # the CDN afterwards.
 #
-# Usage: transport/docs-page/update.sh   (then rebuild; commit the changed files)
+# Usage: transport/http/docs-page/update.sh   (then rebuild; commit the changed files)
 set -euo pipefail
 
 REDOC_VERSION=2.5.4

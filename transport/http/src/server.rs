@@ -468,52 +468,13 @@ pub async fn serve_nodes(
     };
     crate::metrics::handle();
     let upkeep = tokio::spawn(crate::metrics::upkeep());
-    let accounts: usize = shards
-        .iter()
-        .map(|part| match part {
-            ShardPart::Local(service, _) => service.engine().accounts().len(),
-            ShardPart::Remote => 0,
-        })
-        .sum();
-    let mut links = Vec::with_capacity(shards.len());
-    let mut owners = JoinSet::new();
     let ends = OwnerEnds { wedge: Arc::new(Wedge::default()), exits_when_fenced: forwarder.is_none() };
-    for part in shards {
-        let handle = ShardHandle::default();
-        if let ShardPart::Local(service, journal) = part {
-            let (link, owner) = start_owner(service, journal, &options, &ends);
-            owners.spawn(owner);
-            let _ = handle.link.set(link);
-        }
-        links.push(handle);
-    }
-    let shared = Arc::new(Shared {
-        link_key: crate::nodes::LinkKey::new(&admin_token),
-        admin_token,
-        mode,
-        shards: links,
-        forwarder,
-        next_account: AtomicU64::new(accounts as u64),
-        started_unix_ms: real_now_ms(),
-        pool: options.pool.as_ref().map(|settings| settings.pool.clone()),
-    });
+    let (shared, mut owners) = start_shards(shards, (admin_token, mode), forwarder, &options, &ends);
 
     // Every connection task closes gracefully once this turns true (shutdown).
     let (stop_connections, stopping) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout)
-        .max_buf_size(edge::HTTP1_BUFFER_MAX_BYTES);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(edge::HTTP2_STREAMS_MAX)
-        .initial_stream_window_size(edge::HTTP2_WINDOW_BYTES)
-        .initial_connection_window_size(edge::HTTP2_WINDOW_BYTES)
-        .max_header_list_size(edge::HTTP2_HEADER_LIST_MAX_BYTES);
+    let builder = connection_builder(&options);
     let limits = options.edge.clone();
     let bodies = BodyReader::new(&limits);
     let mut acceptor = edge::Acceptor::new(listener, &limits);
@@ -564,40 +525,116 @@ pub async fn serve_nodes(
         }
     }
     drop(acceptor);
-    for link in shared.shards.iter().filter_map(|handle| handle.link.get()) {
-        link.readiness.stopping.store(true, Ordering::Relaxed);
-    }
-    tracing::info!("shutting down: finishing in-flight requests");
-    let _ = stop_connections.send(true);
-    let finished = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(SHUTDOWN_GRACE, finished).await.is_err() {
-        tracing::warn!("some connections did not finish in time");
-    }
-    connections.abort_all();
-    for link in shared.shards.iter().filter_map(|handle| handle.link.get()) {
-        let _ = link.to_owner.send(Message::Stop).await;
-    }
-    upkeep.abort();
-    let stopped = tokio::time::timeout(OWNER_STOP_WAIT, async {
-        while let Some(ended) = owners.join_next().await {
-            ended.map_err(std::io::Error::other)?;
+    let stopping = Stopping { connections, stop_connections, owners, upkeep };
+    stopping.finish(&shared, &ends.wedge).await
+}
+
+/// Starts an owner task for each shard served here ([`ShardPart::Local`]); a remote
+/// shard's handle stays empty until this node adopts it.
+fn start_shards(
+    shards: Vec<ShardPart>,
+    (admin_token, mode): (String, ClockMode),
+    forwarder: Option<Arc<crate::nodes::Forwarder>>,
+    options: &ServerOptions,
+    ends: &OwnerEnds,
+) -> (Arc<Shared>, JoinSet<()>) {
+    let accounts: usize = shards
+        .iter()
+        .map(|part| match part {
+            ShardPart::Local(service, _) => service.engine().accounts().len(),
+            ShardPart::Remote => 0,
+        })
+        .sum();
+    let mut links = Vec::with_capacity(shards.len());
+    let mut owners = JoinSet::new();
+    for part in shards {
+        let handle = ShardHandle::default();
+        if let ShardPart::Local(service, journal) = part {
+            let (link, owner) = start_owner(service, journal, options, ends);
+            owners.spawn(owner);
+            let _ = handle.link.set(link);
         }
-        Ok::<_, std::io::Error>(())
-    })
-    .await;
-    // A wedged owner ends the process non-zero, whether it drained or a signal came first.
-    if let Some(why) = ends.wedge.get() {
-        return Err(std::io::Error::other(format!(
-            "stopped because the journal must be taken anew by a restart: {why}"
-        )));
+        links.push(handle);
     }
-    match stopped {
-        Ok(stopped) => stopped,
-        Err(_) => Err(std::io::Error::other(format!(
-            "the journal did not finish its last append within {} s of the stop (a stalled store or disk); what it \
-             did not confirm was not acknowledged",
-            OWNER_STOP_WAIT.as_secs()
-        ))),
+    let shared = Arc::new(Shared {
+        link_key: crate::nodes::LinkKey::new(&admin_token),
+        admin_token,
+        mode,
+        shards: links,
+        forwarder,
+        next_account: AtomicU64::new(accounts as u64),
+        started_unix_ms: real_now_ms(),
+        pool: options.pool.as_ref().map(|settings| settings.pool.clone()),
+    });
+    (shared, owners)
+}
+
+/// The HTTP/1 and HTTP/2 settings every connection is served with (the edge's bounds).
+fn connection_builder(options: &ServerOptions) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .max_buf_size(edge::HTTP1_BUFFER_MAX_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(edge::HTTP2_STREAMS_MAX)
+        .initial_stream_window_size(edge::HTTP2_WINDOW_BYTES)
+        .initial_connection_window_size(edge::HTTP2_WINDOW_BYTES)
+        .max_header_list_size(edge::HTTP2_HEADER_LIST_MAX_BYTES);
+    builder
+}
+
+/// What a stop winds down, in order: the connections, then the owner tasks.
+struct Stopping {
+    connections: JoinSet<()>,
+    stop_connections: tokio::sync::watch::Sender<bool>,
+    owners: JoinSet<()>,
+    upkeep: tokio::task::JoinHandle<()>,
+}
+
+impl Stopping {
+    /// Answers not ready, lets in-flight requests finish (at most [`SHUTDOWN_GRACE`]),
+    /// then stops each owner task after its last append (at most [`OWNER_STOP_WAIT`]). A
+    /// wedged owner ends the process non-zero, whether it drained or a signal came first.
+    async fn finish(self, shared: &Shared, wedge: &Wedge) -> std::io::Result<()> {
+        let Stopping { mut connections, stop_connections, mut owners, upkeep } = self;
+        for link in shared.shards.iter().filter_map(|handle| handle.link.get()) {
+            link.readiness.stopping.store(true, Ordering::Relaxed);
+        }
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = stop_connections.send(true);
+        let finished = async { while connections.join_next().await.is_some() {} };
+        if tokio::time::timeout(SHUTDOWN_GRACE, finished).await.is_err() {
+            tracing::warn!("some connections did not finish in time");
+        }
+        connections.abort_all();
+        for link in shared.shards.iter().filter_map(|handle| handle.link.get()) {
+            let _ = link.to_owner.send(Message::Stop).await;
+        }
+        upkeep.abort();
+        let stopped = tokio::time::timeout(OWNER_STOP_WAIT, async {
+            while let Some(ended) = owners.join_next().await {
+                ended.map_err(std::io::Error::other)?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await;
+        if let Some(why) = wedge.get() {
+            return Err(std::io::Error::other(format!(
+                "stopped because the journal must be taken anew by a restart: {why}"
+            )));
+        }
+        match stopped {
+            Ok(stopped) => stopped,
+            Err(_) => Err(std::io::Error::other(format!(
+                "the journal did not finish its last append within {} s of the stop (a stalled store or disk); what it \
+                 did not confirm was not acknowledged",
+                OWNER_STOP_WAIT.as_secs()
+            ))),
+        }
     }
 }
 
@@ -676,10 +713,7 @@ async fn handle(
     Ok(response.map(Full::new))
 }
 
-/// The request id header, taken from the client when usable and echoed in every answer.
-pub const REQUEST_ID: &str = "x-request-id";
-/// The longest client request id kept (a longer one is replaced by a new one).
-pub const REQUEST_ID_MAX_CHARS: usize = 64;
+pub use crate::edge::{REQUEST_ID, REQUEST_ID_MAX_CHARS};
 
 /// The client's `X-Request-Id` when it is 1 to [`REQUEST_ID_MAX_CHARS`] characters of
 /// `[A-Za-z0-9._-]` (safe in a log line and a header), else a new one: `req_` and 16 hex

@@ -73,7 +73,7 @@ pub const RETRY_AFTER_S: u64 = 1;
 /// The request headers a forward carries (the owner checks the credential as for any
 /// request; the others decide the answer).
 const FORWARDED_HEADERS: [&str; 7] =
-    ["authorization", "idempotency-key", "content-type", "accept", crate::server::REQUEST_ID, WANT_FIGURES, POOL_SYNC];
+    ["authorization", "idempotency-key", "content-type", "accept", crate::edge::REQUEST_ID, WANT_FIGURES, POOL_SYNC];
 /// Answer headers that belong to one connection, never copied from the owner's answer.
 const HOP_BY_HOP: [&str; 4] = ["connection", "content-length", "transfer-encoding", "keep-alive"];
 

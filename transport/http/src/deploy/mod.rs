@@ -25,6 +25,7 @@ pub mod replay;
 mod serve;
 mod sharded;
 pub mod standby_shard;
+mod start;
 pub mod start_checks;
 pub mod store_shards;
 

@@ -44,6 +44,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+/// The request id header, taken from the client when usable and echoed in every answer.
+pub const REQUEST_ID: &str = "x-request-id";
+/// The longest client request id kept (a longer one is replaced by a new one).
+pub const REQUEST_ID_MAX_CHARS: usize = 64;
+
 /// Open connections at most (the default of `--max-connections`).
 pub const CONNECTIONS_MAX: usize = 1_024;
 /// Descriptors kept free of connections: webhook deliveries (a socket each, and one

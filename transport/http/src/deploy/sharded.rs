@@ -5,7 +5,7 @@
 use super::engine_start::{
     admin_token, continue_or_start_shard, existing_demo, print_demo, server_options, settle_demo, start_service,
 };
-use super::serve::{run_to_end, Start};
+use super::start::{run_to_end, Start};
 use super::start_checks::check_recovered;
 use crate::journal::{self, FileJournal, RecoverOptions, Recovery, SnapshotPolicy};
 use crate::pool::{FilePool, PoolSettings};

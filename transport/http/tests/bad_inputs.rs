@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use esim_engine::{AdminOp, Command, Engine, EngineConfig, Millis, Reply};
-use esim_transport::routes::Endpoint;
-use esim_transport::{ClockMode, Outcome, Service};
+use esim_http::routes::Endpoint;
+use esim_http::{ClockMode, Outcome, Service};
 use proptest::prelude::*;
 
 const ADMIN: &str = "admin";
@@ -64,7 +64,7 @@ proptest! {
 
     #[test]
     fn random_requests_never_give_5xx(requests in prop::collection::vec((0..Endpoint::ALL.len(), prop::sample::select(vec!["GET", "POST", "PUT", "PATCH", "DELETE"]), segment(), body(), 0..3u8), 1..30)) {
-        let mut service = Service::new(Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, esim_transport::secrets::Secrets::seeded(1));
+        let mut service = Service::new(Engine::new(EngineConfig::default(), Millis::VIRTUAL_EPOCH), ADMIN.into(), ClockMode::Virtual, esim_http::secrets::Secrets::seeded(1));
         service.set_render_qr(false);
         let now = Millis::VIRTUAL_EPOCH;
         let Ok(Reply::AccountCreated(account)) = service.apply_command(now, Command::Admin(AdminOp::CreateAccount { contact_email: "a@b.c".into(), company_name: None, api_key_digest: Default::default(), api_key_prefix: String::new() })) else { panic!() };

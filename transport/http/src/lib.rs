@@ -1,8 +1,8 @@
-//! # esim-transport: the HTTP shell
+//! # esim-http: the HTTP shell
 //!
 //! The production shell around the pure API layer (`esim-api`) and the store
-//! (`esim-store`). Both are re-exported under their old paths (`esim_transport::api`,
-//! `esim_transport::journal`, ...).
+//! (`esim-store`). Both are re-exported (`esim_http::api`, `esim_http::journal`, ...),
+//! so that the binary, the tests and the benches reach the whole service through one crate.
 //!
 //! - [`server`]: hyper serving the service from one owner task per shard: group commit
 //!   through the store's `JournalSink`, timers, readiness, stop and drain.
@@ -38,13 +38,11 @@ pub mod server;
 pub mod standby_http;
 pub mod stock;
 
-// The pure API layer lives in its own crate (transport/api); its modules are re-exported
-// under their old paths.
+// The pure API layer lives in its own crate (transport/api); its modules are re-exported.
 pub use esim_api::{admission, api, openapi, routes, secrets, service, shards, webhook_headers};
 pub use esim_api::{ClockMode, JournalEntry, Outcome, Service};
 
-// The store lives in its own crate (transport/store); its modules are re-exported under
-// their old paths.
+// The store lives in its own crate (transport/store); its modules are re-exported.
 pub use esim_store::{fence, journal, lock, store_mem, store_pg};
 
 /// The global eSIM inventory: its durable record (the store's) and each shard's side of

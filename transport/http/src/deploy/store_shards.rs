@@ -10,8 +10,8 @@ use super::engine_start::{
     start_service, store_options, Demo,
 };
 use super::key_file::KeyFile;
-use super::serve::{run_to_end, Start};
 use super::standby_shard::StandbyShard;
+use super::start::{run_to_end, Start};
 use super::start_checks::{check_before_taking, check_recovered};
 use crate::journal::{Recovery, SegmentHeader, SnapshotPolicy};
 use crate::pool::{InventoryPool, PoolSettings};

@@ -9,47 +9,15 @@ use super::engine_start::{
     store_options,
 };
 use super::key_file::KeyFile;
+use super::start::{run_to_end, Start};
 use super::start_checks::{check_before_taking, check_recovered, check_settings};
-use super::{sharded, standby_shard, store_shards, ServeOptions, Shutdown, RUNTIME_STOP_WAIT};
+use super::{sharded, standby_shard, store_shards, ServeOptions};
 use crate::journal::{self, FileJournal, RecoverOptions, Recovery, SegmentHeader, SnapshotPolicy};
 use crate::secrets;
 use crate::server::{self, JournalSink};
 use crate::store_pg::{self, Opened, PgStore};
-use std::future::Future;
 use std::path::Path;
 use tokio::net::TcpListener;
-
-/// What every path of a start shares once the settings are read: the options, the key
-/// file (read, not yet made), the header of a new state, the runtime and the signals.
-pub(crate) struct Start {
-    pub options: ServeOptions,
-    pub keys: KeyFile,
-    /// The header a new journal starts with (drawn once: a new store records it when
-    /// this process takes its shard, a new data dir in its first segment).
-    pub fresh: SegmentHeader,
-    pub runtime: tokio::runtime::Runtime,
-    /// SIGINT and SIGTERM, handled from the start on (a standby stops on them too).
-    pub shutdown: Shutdown,
-}
-
-impl Start {
-    /// The listener, bound on the runtime.
-    pub fn bind(&self) -> Result<TcpListener, String> {
-        let listen = &self.options.listen;
-        self.runtime.block_on(TcpListener::bind(listen)).map_err(|e| format!("cannot listen on {listen}: {e}"))
-    }
-}
-
-/// Runs `served` on `runtime` to its end; a blocking task stuck in a frozen disk or
-/// store is not waited for at exit.
-pub(crate) fn run_to_end(
-    runtime: tokio::runtime::Runtime,
-    served: impl Future<Output = Result<(), String>>,
-) -> Result<(), String> {
-    let result = runtime.block_on(served);
-    runtime.shutdown_timeout(RUNTIME_STOP_WAIT);
-    result
-}
 
 /// `esim serve`: serves until SIGINT or SIGTERM (`Ok`), or says why it cannot.
 pub fn serve(options: ServeOptions) -> Result<(), String> {

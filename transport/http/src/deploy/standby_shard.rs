@@ -3,7 +3,7 @@
 //! `--standby-shards` while it serves its own.
 
 use super::engine_start::{admin_token, continue_or_start_shard, start_service, store_options};
-use super::serve::Start;
+use super::start::Start;
 use super::ServeOptions;
 use crate::journal::{Recovery, SegmentHeader, SnapshotPolicy};
 use crate::secrets::SealingKey;
