@@ -47,7 +47,7 @@ impl TestServer {
         let config = EngineConfig { seed: 5, allow_insecure_webhooks: true, ..EngineConfig::default() };
         let secrets = esim_http::secrets::Secrets::seeded(5);
         let service = Service::new(Engine::new(config, Millis::VIRTUAL_EPOCH), ADMIN.into(), clock, secrets);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = esim_http::edge::listen("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server::serve(listener, service, Box::new(NoJournal), options, async {
@@ -347,7 +347,7 @@ impl JournaledServer {
         let policy = SnapshotPolicy { every_entries: 25, every_bytes: u64::MAX };
         let journal = FileJournal::open(dir, header, policy).unwrap();
         let service = Service::new(engine, ADMIN.into(), ClockMode::Virtual, secrets);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = esim_http::edge::listen("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let options = ServerOptions::new(1, true);

@@ -49,6 +49,28 @@ pub const REQUEST_ID: &str = "x-request-id";
 /// The longest client request id kept (a longer one is replaced by a new one).
 pub const REQUEST_ID_MAX_CHARS: usize = 64;
 
+/// Connections the kernel may queue before the acceptor takes them (capped by
+/// `net.core.somaxconn`): above the connection cap, so that a burst filling the cap never
+/// drops a new client's SYN, whose retry would wait a second.
+pub const LISTEN_BACKLOG: u32 = 4_096;
+
+/// Listens on `address` (each address it resolves to, in turn, as tokio's `bind` does)
+/// with a queue of [`LISTEN_BACKLOG`] (tokio's `bind` queues 1,024).
+pub async fn listen(address: &str) -> io::Result<TcpListener> {
+    let mut last_error = None;
+    for address in tokio::net::lookup_host(address).await? {
+        let socket =
+            if address.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        match socket.bind(address) {
+            Ok(()) => return socket.listen(LISTEN_BACKLOG),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
+}
+
 /// Open connections at most (the default of `--max-connections`).
 pub const CONNECTIONS_MAX: usize = 1_024;
 /// Descriptors kept free of connections: webhook deliveries (a socket each, and one

@@ -24,7 +24,7 @@ impl Start {
     /// The listener, bound on the runtime.
     pub fn bind(&self) -> Result<TcpListener, String> {
         let listen = &self.options.listen;
-        self.runtime.block_on(TcpListener::bind(listen)).map_err(|e| format!("cannot listen on {listen}: {e}"))
+        self.runtime.block_on(crate::edge::listen(listen)).map_err(|e| format!("cannot listen on {listen}: {e}"))
     }
 }
 
